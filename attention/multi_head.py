@@ -1,0 +1,172 @@
+"""Multi-head attention for self- and cross-attention, with a key/value cache for decoding.
+
+Inputs are ``[batch, length, features]``. A mask is boolean, broadcastable to
+``[batch, heads, q_len, k_len]`` (``True`` = may attend); a bias (relative
+positions) is added to the logits. When the score is (scaled) dot product, the
+weights are not requested and no dropout applies to them, the fused
+``jax.nn.dot_product_attention`` runs (cuDNN flash attention on GPU); otherwise
+the explicit path computes the weights. Both give the same output.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention.masks import has_any_key, masked_softmax
+from attention.positional import apply_rope
+from attention.scores import AttentionScore
+
+
+class MultiHeadAttention(nnx.Module):
+
+  def __init__(
+      self,
+      num_heads: int,
+      in_features: int,
+      *,
+      kv_features: int | None = None,
+      qkv_features: int | None = None,
+      out_features: int | None = None,
+      score: str = 'scaled_dot',
+      dropout_rate: float = 0.0,
+      use_bias: bool = True,
+      rope: bool = False,
+      cosine_temperature: float = 0.1,
+      learn_temperature: bool = True,
+      additive_features: int | None = None,
+      dtype=None,
+      param_dtype=jnp.float32,
+      rngs: nnx.Rngs,
+  ):
+    qkv_features = qkv_features or in_features
+    if qkv_features % num_heads:
+      raise ValueError(f'qkv_features ({qkv_features}) must be divisible by num_heads ({num_heads}).')
+    self.num_heads = num_heads
+    self.head_dim = qkv_features // num_heads
+    self.dropout_rate = dropout_rate
+    self.rope = rope
+    self.dtype = dtype
+    kv_features = kv_features or in_features
+
+    def projection(features_in, features_out):
+      return nnx.Linear(features_in, features_out, use_bias=use_bias, dtype=dtype,
+                        param_dtype=param_dtype, rngs=rngs)
+
+    self.query = projection(in_features, qkv_features)
+    self.key = projection(kv_features, qkv_features)
+    self.value = projection(kv_features, qkv_features)
+    self.out = projection(qkv_features, out_features or in_features)
+    self.score = AttentionScore(
+        score, num_heads=num_heads, head_dim=self.head_dim, cosine_temperature=cosine_temperature,
+        learn_temperature=learn_temperature, additive_features=additive_features,
+        param_dtype=param_dtype, rngs=rngs)
+    self.dropout = nnx.Dropout(dropout_rate)
+
+  def _split_heads(self, x: jax.Array) -> jax.Array:
+    return x.reshape(*x.shape[:-1], self.num_heads, self.head_dim)
+
+  def _project_kv(self, inputs_kv: jax.Array, positions: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+    key = self._split_heads(self.key(inputs_kv))
+    value = self._split_heads(self.value(inputs_kv))
+    if self.rope:
+      key = apply_rope(key, jnp.arange(key.shape[1]) if positions is None else positions)
+    return key, value
+
+  def _project_q(self, inputs_q: jax.Array, positions: jax.Array | None) -> jax.Array:
+    query = self._split_heads(self.query(inputs_q))
+    if self.rope:
+      query = apply_rope(query, jnp.arange(query.shape[1]) if positions is None else positions)
+    return query
+
+  def _attend(self, query, key, value, mask, bias, deterministic, rngs, return_weights):
+    """Heads-split q/k/v -> (``[batch, q_len, features]``, weights or ``None``)."""
+    weights_dropped = self.dropout_rate > 0 and not deterministic
+    fused_scale = self.score.fused_scale
+    if fused_scale is not None and not return_weights and not weights_dropped:
+      if mask is not None:
+        mask = jnp.broadcast_to(mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
+      if bias is not None:
+        bias = bias.astype(query.dtype)
+      context = jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=fused_scale)
+      visible = has_any_key(mask)  # the fused kernel averages the values of an all-masked row
+      if visible is not None:
+        context = context * jnp.transpose(visible, (0, 2, 1, 3)).astype(context.dtype)
+      weights = None
+    else:
+      logits = self.score(query, key)
+      if bias is not None:
+        logits = logits + bias
+      weights = masked_softmax(logits, mask).astype(value.dtype)
+      dropped = self.dropout(weights, deterministic=deterministic, rngs=rngs)
+      context = jnp.einsum('bhqk,bkhd->bqhd', dropped, value)
+      if not return_weights:
+        weights = None
+    context = context.reshape(*context.shape[:2], self.num_heads * self.head_dim)
+    return self.out(context), weights
+
+  def __call__(
+      self,
+      inputs_q: jax.Array,
+      inputs_kv: jax.Array | None = None,
+      *,
+      mask: jax.Array | None = None,
+      bias: jax.Array | None = None,
+      q_positions: jax.Array | None = None,
+      k_positions: jax.Array | None = None,
+      deterministic: bool = True,
+      rngs: nnx.Rngs | None = None,
+      return_weights: bool = False,
+  ) -> tuple[jax.Array, jax.Array | None]:
+    """Self-attention (``inputs_kv=None``) or cross-attention.
+
+    Returns the output ``[batch, q_len, out_features]`` and, if ``return_weights``,
+    the attention weights ``[batch, heads, q_len, k_len]`` (before dropout).
+    """
+    inputs_kv = inputs_q if inputs_kv is None else inputs_kv
+    query = self._project_q(inputs_q, q_positions)
+    key, value = self._project_kv(inputs_kv, k_positions)
+    return self._attend(query, key, value, mask, bias, deterministic, rngs, return_weights)
+
+  # Decoding -----------------------------------------------------------------
+
+  def init_cache(self, batch_size: int, max_length: int, dtype=jnp.float32) -> dict[str, jax.Array]:
+    """An empty self-attention cache for ``max_length`` positions."""
+    shape = (batch_size, max_length, self.num_heads, self.head_dim)
+    return {'key': jnp.zeros(shape, dtype), 'value': jnp.zeros(shape, dtype),
+            'index': jnp.zeros((), jnp.int32)}
+
+  def decode_step(
+      self, inputs_q: jax.Array, cache: dict[str, jax.Array], *, mask: jax.Array | None = None,
+      bias: jax.Array | None = None,
+  ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Causal self-attention for the ``step_len`` new tokens at ``cache['index']``.
+
+    ``inputs_q`` is ``[batch, step_len, features]``; ``mask``, if given, is ANDed with
+    the causal mask over the cache (``[batch, 1, 1 or step_len, max_length]``, e.g. padded
+    prompts). Returns the output and the cache with the new keys and values written.
+    """
+    index = cache['index']
+    step_len = inputs_q.shape[1]
+    max_length = cache['key'].shape[1]
+    positions = index + jnp.arange(step_len)
+    query = self._project_q(inputs_q, positions)
+    key, value = self._project_kv(inputs_q, positions)
+    cached_key = jax.lax.dynamic_update_slice(cache['key'], key.astype(cache['key'].dtype), (0, index, 0, 0))
+    cached_value = jax.lax.dynamic_update_slice(cache['value'], value.astype(cache['value'].dtype), (0, index, 0, 0))
+    causal = (jnp.arange(max_length)[None, :] <= positions[:, None])[None, None]
+    mask = causal if mask is None else causal & mask
+    output, _ = self._attend(query, cached_key.astype(query.dtype), cached_value.astype(query.dtype),
+                             mask, bias, True, None, False)
+    return output, {'key': cached_key, 'value': cached_value, 'index': index + step_len}
+
+  def cross_cache(self, inputs_kv: jax.Array) -> dict[str, jax.Array]:
+    """Keys and values of a fixed memory (the encoder output), computed once for decoding."""
+    key, value = self._project_kv(inputs_kv, None)
+    return {'key': key, 'value': value}
+
+  def attend_to_cache(self, inputs_q: jax.Array, cross_cache: dict[str, jax.Array], *,
+                      mask: jax.Array | None = None) -> jax.Array:
+    """Cross-attention from new queries to a memory prepared by ``cross_cache``."""
+    query = self._project_q(inputs_q, None)
+    output, _ = self._attend(query, cross_cache['key'], cross_cache['value'], mask, None, True, None, False)
+    return output

@@ -1,0 +1,251 @@
+"""Positional encodings for 1-D sequences and 2-D patch grids, chosen by a short string.
+
+Kinds (``POSEMB_KINDS``):
+``none``        no position information (the model is permutation-equivariant)
+``learn1d``     a learned table, one row per position (a grid is read in row-major order)
+``learn2d``     a learned row table and a learned column table of width D/2 each,
+                concatenated (ViT paper, appendix D.4); grids only
+``sincos1d``    the fixed sinusoids of Vaswani et al.: PE[p, 2i] = sin(p / 10000^(2i/D)),
+                PE[p, 2i+1] = cos(p / 10000^(2i/D))
+``sincos2d``    ``sincos1d`` of the row index in the first D/2 features and of the column
+                index in the last D/2; grids only
+``relative``    a learned bias per head and per query-key offset j - i, added to the
+                attention logits (offsets clipped to +-max_distance; ViT appendix D.4)
+``relative2d``  the same with 2-D offsets (dy, dx) between patches; grids only
+``rope``        rotary position embedding (Su et al.): queries and keys are rotated by
+                an angle proportional to their position
+
+Where additive encodings enter (``INJECTIONS``, the three columns of ViT Table 8):
+``stem``                once, at the input of the first layer
+``every_layer``         before every layer, each layer with its own table
+``every_layer_shared``  before every layer, one table shared by all layers
+``relative``, ``relative2d`` and ``rope`` act inside every attention layer; for them,
+and for ``none``, only ``stem`` (the default placement) exists.
+
+Prefix tokens (a class token) get no additive encoding and no 2-D relative bias.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+POSEMB_KINDS = ('none', 'learn1d', 'learn2d', 'sincos1d', 'sincos2d', 'relative', 'relative2d', 'rope')
+INJECTIONS = ('stem', 'every_layer', 'every_layer_shared')
+ADDITIVE_KINDS = ('learn1d', 'learn2d', 'sincos1d', 'sincos2d')
+GRID_ONLY_KINDS = ('learn2d', 'sincos2d', 'relative2d')
+
+_TABLE_INIT = nnx.initializers.normal(stddev=0.02)
+
+
+def check_posemb(kind: str, injection: str = 'stem', grid: tuple[int, int] | None = None) -> None:
+  """Raises ``ValueError`` for an unknown kind or injection, or a combination that does not exist."""
+  if kind not in POSEMB_KINDS:
+    raise ValueError(f'Unknown positional encoding {kind!r}; allowed values: {", ".join(POSEMB_KINDS)}.')
+  if injection not in INJECTIONS:
+    raise ValueError(f'Unknown positional-encoding injection {injection!r}; allowed values: {", ".join(INJECTIONS)}.')
+  if not combination_exists(kind, injection):
+    raise ValueError(
+        f'Positional encoding {kind!r} has no {injection!r} injection: it is not added to the tokens '
+        "(use injection 'stem', its default placement).")
+  if kind in GRID_ONLY_KINDS and grid is None:
+    raise ValueError(f'Positional encoding {kind!r} needs a 2-D patch grid, but the input is a 1-D sequence.')
+
+
+def combination_exists(kind: str, injection: str) -> bool:
+  """Whether ``(kind, injection)`` is a real configuration (Table 8 writes N/A otherwise)."""
+  return injection == 'stem' or kind in ADDITIVE_KINDS
+
+
+def sincos_1d_table(length: int, dim: int, max_wavelength: float = 10_000.0) -> np.ndarray:
+  """``[length, dim]`` fixed sinusoids, sin at even and cos at odd features (Vaswani et al.)."""
+  if dim % 2:
+    raise ValueError(f'sincos1d needs an even width, got {dim}.')
+  position = np.arange(length, dtype=np.float64)[:, None]
+  frequency = max_wavelength ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+  table = np.zeros((length, dim), np.float64)
+  table[:, 0::2] = np.sin(position * frequency)
+  table[:, 1::2] = np.cos(position * frequency)
+  return table.astype(np.float32)
+
+
+def sincos_2d_table(height: int, width: int, dim: int, max_wavelength: float = 10_000.0) -> np.ndarray:
+  """``[height * width, dim]``: row sinusoids in the first D/2 features, column ones in the rest."""
+  if dim % 4:
+    raise ValueError(f'sincos2d needs a width divisible by 4, got {dim}.')
+  rows = sincos_1d_table(height, dim // 2, max_wavelength)
+  cols = sincos_1d_table(width, dim // 2, max_wavelength)
+  return np.concatenate(
+      [np.repeat(rows, width, axis=0), np.tile(cols, (height, 1))], axis=1)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, max_wavelength: float = 10_000.0) -> jax.Array:
+  """Rotates ``x`` (``[batch, length, heads, head_dim]``) by its ``positions`` (``[length]`` or ``[batch, length]``).
+
+  Feature ``i`` of the first half and feature ``i`` of the second half form a pair
+  rotated by ``position * max_wavelength^(-2i/head_dim)``.
+  """
+  head_dim = x.shape[-1]
+  if head_dim % 2:
+    raise ValueError(f'rope needs an even head dimension, got {head_dim}.')
+  half = head_dim // 2
+  frequency = max_wavelength ** (-jnp.arange(half, dtype=jnp.float32) * 2 / head_dim)
+  positions = jnp.asarray(positions, jnp.float32)
+  if positions.ndim == 1:
+    positions = positions[None]
+  angle = positions[:, :, None, None] * frequency  # [batch, length, 1, half]
+  cos, sin = jnp.cos(angle), jnp.sin(angle)
+  first, second = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+  rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+  return rotated.astype(x.dtype)
+
+
+class RelativePositionBias(nnx.Module):
+  """A learned bias per head and per 1-D offset ``key - query``, clipped to ``+-max_distance``."""
+
+  def __init__(self, num_heads: int, max_distance: int, *, param_dtype=jnp.float32, rngs: nnx.Rngs):
+    self.max_distance = max_distance
+    self.table = nnx.Param(_TABLE_INIT(rngs.params(), (2 * max_distance + 1, num_heads), param_dtype))
+
+  def __call__(self, q_len: int, k_len: int, q_offset: int | jax.Array = 0) -> jax.Array:
+    """``[1, heads, q_len, k_len]`` for queries at ``q_offset + i`` and keys at ``j``."""
+    offset = jnp.arange(k_len)[None, :] - (q_offset + jnp.arange(q_len)[:, None])
+    index = jnp.clip(offset, -self.max_distance, self.max_distance) + self.max_distance
+    return jnp.transpose(self.table[...][index], (2, 0, 1))[None]
+
+
+class RelativePositionBias2D(nnx.Module):
+  """A learned bias per head and per 2-D offset ``(dy, dx)`` between the patches of a grid."""
+
+  def __init__(self, num_heads: int, grid: tuple[int, int], num_prefix_tokens: int = 0, *,
+               param_dtype=jnp.float32, rngs: nnx.Rngs):
+    self.grid = tuple(grid)
+    self.num_prefix_tokens = num_prefix_tokens
+    height, width = self.grid
+    self.table = nnx.Param(
+        _TABLE_INIT(rngs.params(), ((2 * height - 1) * (2 * width - 1), num_heads), param_dtype))
+
+  def __call__(self, q_len: int, k_len: int, q_offset: int | jax.Array = 0) -> jax.Array:
+    height, width = self.grid
+    num_tokens = self.num_prefix_tokens + height * width
+    if q_len != num_tokens or k_len != num_tokens:
+      raise ValueError(f'relative2d was built for {num_tokens} tokens, got queries {q_len} and keys {k_len}.')
+    rows, cols = np.divmod(np.arange(height * width), width)
+    dy = rows[None, :] - rows[:, None] + height - 1
+    dx = cols[None, :] - cols[:, None] + width - 1
+    patch_bias = self.table[...][dy * (2 * width - 1) + dx]  # [patches, patches, heads]
+    pad = self.num_prefix_tokens
+    bias = jnp.pad(patch_bias, ((pad, 0), (pad, 0), (0, 0)))
+    return jnp.transpose(bias, (2, 0, 1))[None]
+
+
+class AdditiveTable(nnx.Module):
+  """One additive table ``[positions, dim]``: learned (1-D or row+column) or fixed sinusoids."""
+
+  def __init__(self, kind: str, dim: int, *, length: int, grid: tuple[int, int] | None,
+               param_dtype=jnp.float32, rngs: nnx.Rngs):
+    self.kind = kind
+    if kind == 'learn1d':
+      self.table = nnx.Param(_TABLE_INIT(rngs.params(), (length, dim), param_dtype))
+    elif kind == 'learn2d':
+      if dim % 2:
+        raise ValueError(f'learn2d needs an even width, got {dim}.')
+      height, width = grid
+      self.row_table = nnx.Param(_TABLE_INIT(rngs.params(), (height, dim // 2), param_dtype))
+      self.column_table = nnx.Param(_TABLE_INIT(rngs.params(), (width, dim // 2), param_dtype))
+    elif kind == 'sincos1d':
+      self.table = nnx.Variable(jnp.asarray(sincos_1d_table(length, dim)))
+    elif kind == 'sincos2d':
+      self.table = nnx.Variable(jnp.asarray(sincos_2d_table(*grid, dim)))
+    else:
+      raise ValueError(f'{kind!r} is not an additive positional encoding.')
+
+  def __call__(self) -> jax.Array:
+    if self.kind == 'learn2d':
+      rows, columns = self.row_table[...], self.column_table[...]
+      height, width = rows.shape[0], columns.shape[0]
+      return jnp.concatenate([jnp.repeat(rows, width, axis=0), jnp.tile(columns, (height, 1))], axis=1)
+    return self.table[...]
+
+
+class PositionalEncoding(nnx.Module):
+  """Everything one Transformer stack needs to know about positions.
+
+  ``before_layer(x, layer)`` adds the additive table where the injection says;
+  ``attention_bias(layer, ...)`` returns the relative bias for that layer's
+  attention, or ``None``; ``uses_rope`` tells the attention layers to rotate.
+  Give ``grid`` for patch grids (row-major tokens after the prefix tokens) and
+  ``max_length`` for 1-D sequences.
+  """
+
+  def __init__(
+      self,
+      kind: str,
+      injection: str = 'stem',
+      *,
+      dim: int,
+      num_heads: int,
+      num_layers: int,
+      max_length: int | None = None,
+      grid: tuple[int, int] | None = None,
+      num_prefix_tokens: int = 0,
+      max_distance: int | None = None,
+      param_dtype=jnp.float32,
+      rngs: nnx.Rngs,
+  ):
+    check_posemb(kind, injection, grid)
+    if grid is None and max_length is None:
+      raise ValueError('PositionalEncoding needs max_length (1-D sequences) or grid (patch grids).')
+    self.kind = kind
+    self.injection = injection
+    self.num_prefix_tokens = num_prefix_tokens
+    length = grid[0] * grid[1] if grid is not None else max_length
+    if kind in ADDITIVE_KINDS:
+      num_tables = num_layers if injection == 'every_layer' else 1
+      self.tables = nnx.List([
+          AdditiveTable(kind, dim, length=length, grid=grid, param_dtype=param_dtype, rngs=rngs)
+          for _ in range(num_tables)])
+    elif kind == 'relative':
+      max_distance = max_distance or (num_prefix_tokens + length - 1)
+      self.biases = nnx.List([
+          RelativePositionBias(num_heads, max_distance, param_dtype=param_dtype, rngs=rngs)
+          for _ in range(num_layers)])
+    elif kind == 'relative2d':
+      self.biases = nnx.List([
+          RelativePositionBias2D(num_heads, grid, num_prefix_tokens, param_dtype=param_dtype, rngs=rngs)
+          for _ in range(num_layers)])
+
+  @property
+  def uses_rope(self) -> bool:
+    return self.kind == 'rope'
+
+  def before_layer(self, x: jax.Array, layer: int, positions: jax.Array | None = None) -> jax.Array:
+    """Adds the encoding before ``layer`` if the injection says so.
+
+    ``positions`` (``[length]`` or ``[batch, length]``) selects table rows for 1-D
+    sequences decoded piece by piece; by default the tokens are at ``0 .. length-1``.
+    """
+    if self.kind not in ADDITIVE_KINDS:
+      return x
+    if self.injection == 'stem' and layer != 0:
+      return x
+    table = self.tables[layer if self.injection == 'every_layer' else 0]()
+    prefix, tokens = x[:, :self.num_prefix_tokens], x[:, self.num_prefix_tokens:]
+    if positions is None:
+      if tokens.shape[1] != table.shape[0] and self.kind in ('learn2d', 'sincos2d'):
+        raise ValueError(f'{self.kind} table has {table.shape[0]} positions, input has {tokens.shape[1]} tokens.')
+      if tokens.shape[1] > table.shape[0]:
+        raise ValueError(f'{self.kind} table has {table.shape[0]} positions, input has {tokens.shape[1]} tokens.')
+      encoding = table[None, :tokens.shape[1]]
+    else:
+      encoding = table[jnp.asarray(positions)]
+      if encoding.ndim == 2:
+        encoding = encoding[None]
+    return jnp.concatenate([prefix, tokens + encoding.astype(x.dtype)], axis=1)
+
+  def attention_bias(self, layer: int, q_len: int, k_len: int,
+                     q_offset: int | jax.Array = 0) -> jax.Array | None:
+    """``[1, heads, q_len, k_len]`` relative bias for ``layer``, or ``None``."""
+    if self.kind not in ('relative', 'relative2d'):
+      return None
+    return self.biases[layer](q_len, k_len, q_offset)

@@ -1,0 +1,80 @@
+"""Attention scores: how a query and a key are compared, chosen by a short string.
+
+``dot``         q . k
+``scaled_dot``  q . k / sqrt(d_k)                     (Vaswani et al. 2017)
+``cosine``      cos(q, k) / tau, tau fixed or learned per head   (Swin V2 style)
+``additive``    v^T tanh(W_q q + W_k k), per head         (Bahdanau et al. 2015)
+
+Queries are ``[batch, q_len, heads, head_dim]``, keys ``[batch, k_len, heads,
+head_dim]``; every score returns logits ``[batch, heads, q_len, k_len]``.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+SCORES = ('dot', 'scaled_dot', 'cosine', 'additive')
+
+
+def check_score(kind: str) -> str:
+  if kind not in SCORES:
+    raise ValueError(f'Unknown attention score {kind!r}; allowed values: {", ".join(SCORES)}.')
+  return kind
+
+
+class AttentionScore(nnx.Module):
+  """Computes attention logits; holds the score's parameters (cosine, additive)."""
+
+  def __init__(
+      self,
+      kind: str,
+      *,
+      num_heads: int,
+      head_dim: int,
+      cosine_temperature: float = 0.1,
+      learn_temperature: bool = True,
+      additive_features: int | None = None,
+      param_dtype=jnp.float32,
+      rngs: nnx.Rngs,
+  ):
+    self.kind = check_score(kind)
+    self.head_dim = head_dim
+    self.learn_temperature = learn_temperature
+    if kind == 'cosine':
+      if cosine_temperature <= 0:
+        raise ValueError(f'cosine_temperature must be positive, got {cosine_temperature}.')
+      log_tau = jnp.full((num_heads,), math.log(cosine_temperature), param_dtype)
+      self.log_temperature = nnx.Param(log_tau) if learn_temperature else nnx.Variable(log_tau)
+    if kind == 'additive':
+      features = additive_features or head_dim
+      init = nnx.initializers.lecun_normal()
+      self.query_kernel = nnx.Param(init(rngs.params(), (num_heads, head_dim, features), param_dtype))
+      self.key_kernel = nnx.Param(init(rngs.params(), (num_heads, head_dim, features), param_dtype))
+      self.energy = nnx.Param(init(rngs.params(), (num_heads, features, 1), param_dtype)[..., 0])
+
+  @property
+  def fused_scale(self) -> float | None:
+    """The scale to give the fused kernel, or ``None`` if this score has no fused form."""
+    if self.kind == 'scaled_dot':
+      return 1.0 / math.sqrt(self.head_dim)
+    if self.kind == 'dot':
+      return 1.0
+    return None
+
+  def __call__(self, query: jax.Array, key: jax.Array) -> jax.Array:
+    if self.kind in ('dot', 'scaled_dot'):
+      logits = jnp.einsum('bqhd,bkhd->bhqk', query, key)
+      return logits * self.fused_scale
+    if self.kind == 'cosine':
+      query = query * jax.lax.rsqrt(jnp.sum(query * query, -1, keepdims=True) + 1e-12)
+      key = key * jax.lax.rsqrt(jnp.sum(key * key, -1, keepdims=True) + 1e-12)
+      cosine = jnp.einsum('bqhd,bkhd->bhqk', query, key)
+      inverse_tau = jnp.exp(-self.log_temperature[...]).astype(cosine.dtype)
+      return cosine * inverse_tau[None, :, None, None]
+    # additive: project each side once, then combine every query-key pair.
+    projected_q = jnp.einsum('bqhd,hdf->bhqf', query, self.query_kernel[...].astype(query.dtype))
+    projected_k = jnp.einsum('bkhd,hdf->bhkf', key, self.key_kernel[...].astype(key.dtype))
+    hidden = jnp.tanh(projected_q[:, :, :, None, :] + projected_k[:, :, None, :, :])
+    return jnp.einsum('bhqkf,hf->bhqk', hidden, self.energy[...].astype(hidden.dtype))

@@ -1,0 +1,1 @@
+"""Encoder-decoder Transformer translation: data, tokenizers and model."""

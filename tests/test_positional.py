@@ -1,0 +1,216 @@
+"""Positional encodings, their injections, resampling, and the encoder and decoder blocks."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention import (INJECTIONS, POSEMB_KINDS, DecoderBlock, Encoder, PositionalEncoding, causal_mask,
+                       combination_exists, resample_axis_table, resample_grid_table, sincos_1d_table,
+                       sincos_2d_table)
+
+GRID = (3, 4)
+FEATURES, HEADS = 16, 2
+
+
+def test_sincos_1d_matches_closed_form():
+  table = sincos_1d_table(11, 8)
+  for pos, i in itertools.product(range(11), range(4)):
+    angle = pos / 10000 ** (2 * i / 8)
+    assert table[pos, 2 * i] == pytest.approx(np.sin(angle), abs=1e-6)
+    assert table[pos, 2 * i + 1] == pytest.approx(np.cos(angle), abs=1e-6)
+
+
+def test_sincos_2d_is_row_then_column_sinusoids():
+  table = sincos_2d_table(*GRID, 16)
+  rows, cols = sincos_1d_table(GRID[0], 8), sincos_1d_table(GRID[1], 8)
+  for y, x in itertools.product(range(GRID[0]), range(GRID[1])):
+    np.testing.assert_allclose(table[y * GRID[1] + x], np.concatenate([rows[y], cols[x]]))
+
+
+def _encoder(posemb, injection='stem', grid=GRID, prefix=0, seed=0):
+  length = grid[0] * grid[1] + prefix
+  return Encoder(features=FEATURES, depth=2, num_heads=HEADS, mlp_features=32, posemb=posemb,
+                 posemb_injection=injection, grid=grid, max_length=length, num_prefix_tokens=prefix,
+                 rngs=nnx.Rngs(seed))
+
+
+def _tokens(length, seed=0):
+  return jnp.asarray(np.random.default_rng(seed).normal(size=(2, length, FEATURES)).astype(np.float32))
+
+
+def test_without_positions_the_encoder_is_permutation_equivariant():
+  x = _tokens(12)
+  permutation = np.random.default_rng(1).permutation(12)
+  encoder = _encoder('none')
+  out, _ = encoder(x)
+  out_permuted, _ = encoder(x[:, permutation])
+  np.testing.assert_allclose(out_permuted, out[:, permutation], atol=1e-5)
+
+
+@pytest.mark.parametrize('posemb,injection', [
+    (kind, injection) for kind in POSEMB_KINDS for injection in INJECTIONS
+    if kind != 'none' and combination_exists(kind, injection)])
+def test_every_positional_encoding_breaks_permutation_equivariance(posemb, injection):
+  x = _tokens(12)
+  permutation = np.random.default_rng(1).permutation(12)
+  encoder = _encoder(posemb, injection)
+  out, _ = encoder(x)
+  out_permuted, _ = encoder(x[:, permutation])
+  assert np.abs(np.asarray(out_permuted) - np.asarray(out)[:, permutation]).max() > 1e-3
+
+
+def test_injections_have_the_expected_number_of_tables():
+  def count(injection):
+    encoding = PositionalEncoding('learn1d', injection, dim=8, num_heads=2, num_layers=3, max_length=5,
+                                  rngs=nnx.Rngs(0))
+    return len(jax.tree.leaves(nnx.state(encoding, nnx.Param)))
+  assert (count('stem'), count('every_layer'), count('every_layer_shared')) == (1, 3, 1)
+
+
+def test_shared_injection_adds_the_same_table_before_every_layer():
+  encoding = PositionalEncoding('learn1d', 'every_layer_shared', dim=8, num_heads=2, num_layers=3,
+                                max_length=5, rngs=nnx.Rngs(0))
+  x = jnp.zeros((1, 5, 8))
+  np.testing.assert_array_equal(encoding.before_layer(x, 0), encoding.before_layer(x, 2))
+  stem = PositionalEncoding('learn1d', 'stem', dim=8, num_heads=2, num_layers=3, max_length=5,
+                            rngs=nnx.Rngs(0))
+  np.testing.assert_array_equal(stem.before_layer(x, 2), x)
+
+
+def test_prefix_tokens_get_no_additive_encoding():
+  encoding = PositionalEncoding('learn2d', dim=8, num_heads=2, num_layers=1, grid=GRID,
+                                num_prefix_tokens=1, rngs=nnx.Rngs(0))
+  x = jnp.zeros((1, 13, 8))
+  out = encoding.before_layer(x, 0)
+  np.testing.assert_array_equal(out[:, 0], 0.0)
+  assert np.abs(np.asarray(out[:, 1:])).sum() > 0
+
+
+def test_learn2d_is_row_table_and_column_table_concatenated():
+  encoding = PositionalEncoding('learn2d', dim=8, num_heads=2, num_layers=1, grid=GRID, rngs=nnx.Rngs(0))
+  table = encoding.tables[0]
+  full = np.asarray(table())
+  rows, cols = np.asarray(table.row_table[...]), np.asarray(table.column_table[...])
+  assert rows.shape == (3, 4) and cols.shape == (4, 4)
+  for y, x in itertools.product(range(3), range(4)):
+    np.testing.assert_array_equal(full[y * 4 + x], np.concatenate([rows[y], cols[x]]))
+
+
+def test_relative_bias_depends_only_on_the_offset():
+  encoding = PositionalEncoding('relative', dim=8, num_heads=2, num_layers=1, max_length=6, rngs=nnx.Rngs(0))
+  bias = np.asarray(encoding.attention_bias(0, 6, 6))[0]
+  for i, j in itertools.product(range(5), range(5)):
+    np.testing.assert_array_equal(bias[:, i, j], bias[:, i + 1, j + 1])
+  assert not np.allclose(bias[:, 0, 1], bias[:, 1, 0])
+  shifted = np.asarray(encoding.attention_bias(0, 1, 6, q_offset=3))[0]
+  np.testing.assert_array_equal(shifted[:, 0], bias[:, 3])
+
+
+def test_relative2d_bias_depends_only_on_the_2d_offset():
+  encoding = PositionalEncoding('relative2d', dim=8, num_heads=2, num_layers=1, grid=GRID,
+                                num_prefix_tokens=1, rngs=nnx.Rngs(0))
+  bias = np.asarray(encoding.attention_bias(0, 13, 13))[0]
+  np.testing.assert_array_equal(bias[:, 0, :], 0.0)
+  np.testing.assert_array_equal(bias[:, :, 0], 0.0)
+
+  def token(y, x):
+    return 1 + y * GRID[1] + x
+  for (y1, x1), (y2, x2) in itertools.product(itertools.product(range(2), range(3)), repeat=2):
+    np.testing.assert_array_equal(bias[:, token(y1, x1), token(y2, x2)],
+                                  bias[:, token(y1 + 1, x1 + 1), token(y2 + 1, x2 + 1)])
+  # (0,0)->(0,1) and (0,0)->(1,0) are different offsets, though one apart in 1-D order after a wrap.
+  assert not np.allclose(bias[:, token(0, 3), token(1, 0)], bias[:, token(0, 0), token(0, 1)])
+
+
+def test_rope_dot_products_depend_only_on_the_offset():
+  from attention.positional import apply_rope
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.normal(size=(1, 1, 1, 8)).astype(np.float32))
+  k = jnp.asarray(rng.normal(size=(1, 1, 1, 8)).astype(np.float32))
+
+  def score(pq, pk):
+    return float(jnp.sum(apply_rope(q, jnp.array([pq])) * apply_rope(k, jnp.array([pk]))))
+  assert score(3, 1) == pytest.approx(score(7, 5), abs=1e-4)
+  assert score(3, 1) != pytest.approx(score(3, 2), abs=1e-4)
+
+
+@pytest.mark.parametrize('call,message', [
+    (lambda: PositionalEncoding('learned', dim=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0)),
+     'allowed values: none, learn1d, learn2d, sincos1d, sincos2d, relative, relative2d, rope'),
+    (lambda: PositionalEncoding('learn1d', 'input', dim=8, num_heads=2, num_layers=1, max_length=4,
+                                rngs=nnx.Rngs(0)),
+     'allowed values: stem, every_layer, every_layer_shared'),
+    (lambda: PositionalEncoding('learn2d', dim=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0)),
+     'needs a 2-D patch grid'),
+    (lambda: PositionalEncoding('relative', 'every_layer', dim=8, num_heads=2, num_layers=1, max_length=4,
+                                rngs=nnx.Rngs(0)),
+     "has no 'every_layer' injection"),
+    (lambda: resample_grid_table(jnp.zeros((4, 2)), (2, 2), (3, 3), method='nearest'),
+     'allowed values: bilinear, bicubic'),
+])
+def test_bad_options_raise_value_error(call, message):
+  with pytest.raises(ValueError, match=message):
+    call()
+
+
+@pytest.mark.parametrize('method', ['bilinear', 'bicubic'])
+@pytest.mark.parametrize('prefix', [0, 1])
+def test_resampling(method, prefix):
+  rng = np.random.default_rng(0)
+  table = jnp.asarray(rng.normal(size=(prefix + 3 * 5, 6)).astype(np.float32))
+  np.testing.assert_array_equal(resample_grid_table(table, (3, 5), (3, 5), prefix, method), table)
+  constant = jnp.full((prefix + 3 * 5, 6), 0.7)
+  for new_grid in [(6, 10), (2, 7), (4, 4)]:
+    resized = resample_grid_table(constant, (3, 5), new_grid, prefix, method)
+    assert resized.shape == (prefix + new_grid[0] * new_grid[1], 6)
+    np.testing.assert_allclose(resized, 0.7, atol=1e-5)
+  resized = resample_grid_table(table, (3, 5), (6, 10), prefix, method)
+  np.testing.assert_array_equal(resized[:prefix], table[:prefix])
+  axis = jnp.asarray(rng.normal(size=(5, 4)).astype(np.float32))
+  np.testing.assert_array_equal(resample_axis_table(axis, 5, method), axis)
+  np.testing.assert_allclose(resample_axis_table(jnp.full((5, 4), -0.3), 9, method), -0.3, atol=1e-5)
+
+
+def test_resampling_checks_the_table_size():
+  with pytest.raises(ValueError, match='needs 13'):
+    resample_grid_table(jnp.zeros((12, 4)), (3, 4), (6, 8), num_prefix_tokens=1)
+
+
+@pytest.mark.parametrize('posemb', ['none', 'rope', 'relative'])
+def test_cached_decoder_block_equals_full_pass(posemb):
+  rng = np.random.default_rng(2)
+  length, source_length = 5, 7
+  x = jnp.asarray(rng.normal(size=(2, length, FEATURES)).astype(np.float32))
+  encoded = jnp.asarray(rng.normal(size=(2, source_length, 24)).astype(np.float32))
+  source_valid = np.ones((2, source_length), bool)
+  source_valid[1, 4:] = False
+  cross_mask = jnp.asarray(source_valid)[:, None, None, :]
+  positions = PositionalEncoding(posemb, dim=FEATURES, num_heads=HEADS, num_layers=1, max_length=8,
+                                 rngs=nnx.Rngs(1))
+  block = DecoderBlock(FEATURES, HEADS, 32, encoder_features=24, rope=positions.uses_rope, rngs=nnx.Rngs(0))
+  full, weights = block(x, encoded, self_mask=causal_mask(length), cross_mask=cross_mask,
+                        self_bias=positions.attention_bias(0, length, length), return_weights=True)
+  assert weights['cross'].shape == (2, HEADS, length, source_length)
+  cache = block.init_cache(encoded, max_length=8)
+  outputs = []
+  for t in range(length):
+    bias = positions.attention_bias(0, 1, 8, q_offset=t)
+    out, cache = block.decode_step(x[:, t:t + 1], cache, cross_mask=cross_mask, self_bias=bias)
+    outputs.append(out)
+  np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), full, atol=1e-5)
+
+
+def test_encoder_returns_attention_maps_and_stochastic_depth_trains():
+  encoder = Encoder(features=FEATURES, depth=3, num_heads=HEADS, mlp_features=32, posemb='learn1d',
+                    max_length=6, drop_path_rate=0.5, dropout_rate=0.1, rngs=nnx.Rngs(0))
+  x = _tokens(6)
+  out, intermediates = encoder(x, return_weights=True)
+  assert [w.shape for w in intermediates['attention_weights']] == [(2, HEADS, 6, 6)] * 3
+  np.testing.assert_allclose(np.asarray(intermediates['attention_weights'][0]).sum(-1), 1.0, atol=1e-5)
+  train_out, _ = encoder(x, deterministic=False, rngs=nnx.Rngs(dropout=0))
+  assert train_out.shape == out.shape and not np.allclose(train_out, out)
+  assert [block.drop_path.rate for block in encoder.blocks] == [0.0, 0.25, 0.5]
