@@ -2,8 +2,8 @@
 
 Every loader first checks its inputs (paths, files, folder layout, data set name) and
 raises a one-line error naming the missing or bad thing, then decodes. Loaders return an
-`InMemoryImages` (every split as uint8 [N, H, W, C] plus int32 labels); only very large
-TFDS data sets come back as a `tfds_stream.TfdsStream` instead.
+`InMemoryImages` (every split as uint8 [N, H, W, C] plus int32 labels). TFDS sets are
+loaded by `vit.tfds_source`, which also streams the very large ones.
 
 The supported sources and their config fields are documented in `vit.input_pipeline`.
 """
@@ -14,7 +14,9 @@ import concurrent.futures
 import dataclasses
 import gzip
 import hashlib
+import itertools
 import json
+import multiprocessing as mp
 import os
 import pathlib
 from collections.abc import Iterator, Sequence
@@ -25,12 +27,14 @@ from PIL import Image
 
 SPLIT_NAMES = ("train", "validation", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+PARALLEL_DECODE_MIN_FILES = 4096  # fewer files are decoded in this process
 _GREY_PIL_MODES = ("1", "L", "LA", "I", "I;16", "F")
-_FILES_PER_DECODE_TASK = 256
 
 
 @dataclasses.dataclass(frozen=True)
 class LabelledImages:
+    """Images with their class indices."""
+
     images: np.ndarray  # uint8 [N, H, W, C]
     labels: np.ndarray  # int32 [N]
 
@@ -158,7 +162,7 @@ def read_idx(path: pathlib.Path, *, expected_ndim: int) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class _FolderSplit:
-    files: list[pathlib.Path]
+    files: list[str]
     labels: np.ndarray
 
 
@@ -180,6 +184,11 @@ def load_folder_source(config: ml_collections.ConfigDict) -> InMemoryImages:
     return InMemoryImages(class_names, splits)
 
 
+def _sorted_entries(folder: pathlib.Path, directories: bool) -> list[str]:
+    with os.scandir(folder) as entries:
+        return sorted(entry.name for entry in entries if entry.is_dir() == directories)
+
+
 def _list_image_folder(root: pathlib.Path) -> tuple[list[str], dict[str, _FolderSplit]]:
     if not root.is_dir():
         raise FileNotFoundError(f"image folder {root} does not exist")
@@ -187,29 +196,32 @@ def _list_image_folder(root: pathlib.Path) -> tuple[list[str], dict[str, _Folder
         raise FileNotFoundError(
             f"split folder {root / 'train'} is missing (expected {root}/<split>/<class>/*.png)"
         )
-    class_names = sorted(entry.name for entry in (root / "train").iterdir() if entry.is_dir())
+    class_names = _sorted_entries(root / "train", directories=True)
     if not class_names:
         raise ValueError(f"no class folders in {root / 'train'}")
     listings = {}
     for split in (name for name in SPLIT_NAMES if (root / name).is_dir()):
         files, labels = [], []
-        for class_dir in sorted(entry for entry in (root / split).iterdir() if entry.is_dir()):
-            if class_dir.name not in class_names:
+        for class_name in _sorted_entries(root / split, directories=True):
+            class_dir = root / split / class_name
+            if class_name not in class_names:
                 raise ValueError(f"class folder {class_dir} is not one of the train classes")
-            class_files = sorted(
-                path for path in class_dir.iterdir() if path.suffix.lower() in IMAGE_SUFFIXES
-            )
+            class_files = [
+                os.path.join(class_dir, name)
+                for name in _sorted_entries(class_dir, directories=False)
+                if name.lower().endswith(IMAGE_SUFFIXES)
+            ]
             if not class_files:
                 raise ValueError(f"class folder {class_dir} has no .png/.jpg/.jpeg images")
             files += class_files
-            labels += [class_names.index(class_dir.name)] * len(class_files)
+            labels += [class_names.index(class_name)] * len(class_files)
         if not files:
             raise ValueError(f"no class folders in {root / split}")
         listings[split] = _FolderSplit(files, np.asarray(labels, np.int32))
     return class_names, listings
 
 
-def _decode_image(path: pathlib.Path, mode: str | None, size: Sequence[int] | None) -> Image.Image:
+def _decode_image(path: str, mode: str | None, size: Sequence[int] | None) -> Image.Image:
     try:
         with Image.open(path) as image:
             image = image.convert(mode) if mode else image.copy()
@@ -219,24 +231,39 @@ def _decode_image(path: pathlib.Path, mode: str | None, size: Sequence[int] | No
 
 
 def _decode_folder_split(
-    files: list[pathlib.Path], shape: tuple[int, ...], mode: str, size: Sequence[int] | None
+    files: list[str], shape: tuple[int, ...], mode: str, size: Sequence[int] | None
+) -> np.ndarray:
+    """Decodes files into uint8 [N, *shape], in worker processes when there are many.
+
+    PIL spends most of a small image's decode time in Python header parsing, so threads
+    do not help; processes do. They are spawned, not forked, as JAX/TF may hold threads.
+    """
+    workers = os.cpu_count() or 1
+    # Inside a worker process (which may be daemonic, so childless) decode in place.
+    if len(files) < PARALLEL_DECODE_MIN_FILES or workers == 1 or mp.parent_process():
+        return _decode_files(files, shape, mode, size)
+    chunk = -(-len(files) // (4 * workers))
+    spawn = mp.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+        parts = pool.map(
+            _decode_files, [files[start:start + chunk] for start in range(0, len(files), chunk)],
+            itertools.repeat(shape), itertools.repeat(mode), itertools.repeat(size),
+        )
+        return np.concatenate(list(parts))
+
+
+def _decode_files(
+    files: list[str], shape: tuple[int, ...], mode: str, size: Sequence[int] | None
 ) -> np.ndarray:
     images = np.empty((len(files), *shape), np.uint8)
-
-    def decode_range(start: int) -> None:
-        for index in range(start, min(start + _FILES_PER_DECODE_TASK, len(files))):
-            pixels = np.asarray(_decode_image(files[index], mode, size)).reshape(-1)
-            if pixels.size != images[index].size:
-                raise ValueError(
-                    f"image {files[index]} does not have the shape {shape} of the first train "
-                    "image; set data.image_size to resize all images"
-                )
-            images[index] = pixels.reshape(shape)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2 * (os.cpu_count() or 1)) as pool:
-        starts = range(0, len(files), _FILES_PER_DECODE_TASK)
-        for task in [pool.submit(decode_range, start) for start in starts]:
-            task.result()
+    for index, path in enumerate(files):
+        pixels = np.asarray(_decode_image(path, mode, size))
+        if pixels.size != images[index].size:
+            raise ValueError(
+                f"image {path} does not have the shape {shape} of the first train image; "
+                "set data.image_size to resize all images"
+            )
+        images[index] = pixels.reshape(shape)
     return images
 
 
@@ -251,10 +278,9 @@ def _cached_decode(
     """Decodes a split, reusing a .npy in cache_dir made from the very same files."""
     if not cache_dir:
         return _decode_folder_split(listing.files, shape, mode, size)
-    stats = [path.stat() for path in listing.files]
+    stats = [os.stat(path) for path in listing.files]
     fingerprint = json.dumps(
-        [str(listing.files[0].parent.parent.resolve()), shape, mode,
-         [str(path) for path in listing.files],
+        [[os.path.abspath(path) for path in listing.files], shape, mode,
          [(stat.st_size, stat.st_mtime_ns) for stat in stats]]
     )
     digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:20]

@@ -120,7 +120,7 @@ def _decoded_batches(
     dataset: Any, batch_size: int, resize_to: tuple[int, int] | None,
     shuffle_seed: int | None = None,
 ) -> Iterator[LabelledImages]:
-    """Batches of (resized) uint8 images; with a shuffle_seed, shuffled and full-size only."""
+    """Batches of (resized) uint8 images; with a shuffle_seed, shuffled and no short last one."""
     import tensorflow_datasets as tfds
 
     tf = import_tensorflow_on_cpu()

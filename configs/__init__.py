@@ -1,0 +1,1 @@
+"""Experiment configs, one file per experiment, loaded with ``--config configs/NAME.py``."""

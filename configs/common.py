@@ -1,0 +1,20 @@
+"""Trainer fields shared by every config; each experiment file starts from ``trainer_config()``."""
+
+import ml_collections
+
+from trainer.optim import default_optimizer_config
+
+
+def trainer_config() -> ml_collections.ConfigDict:
+  """The trainer's fields with their defaults.
+
+  ``total_steps`` (or ``num_epochs`` when ``total_steps`` is 0), ``batch_size`` (global),
+  ``eval_batch_size``, ``grad_accum_steps``, ``seed``, ``log_every_steps``,
+  ``eval_every_steps``, ``checkpoint_every_steps``, ``keep_checkpoints`` (latest N kept,
+  plus the best by ``best_metric``/``best_mode``), ``eval_split``, ``optimizer``.
+  """
+  return ml_collections.ConfigDict(dict(
+      task='', seed=0, batch_size=128, eval_batch_size=256, grad_accum_steps=1,
+      total_steps=0, num_epochs=0.0, log_every_steps=50, eval_every_steps=500,
+      checkpoint_every_steps=500, keep_checkpoints=3, best_metric='accuracy', best_mode='max',
+      eval_split='test', optimizer=default_optimizer_config()))

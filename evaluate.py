@@ -1,0 +1,30 @@
+"""Evaluate a checkpoint: ``python evaluate.py --workdir runs/vit_digits [--checkpoint best] [--split test]``.
+
+Prints the metrics as one JSON object on the last line of stdout and writes the
+same object to ``<workdir>/eval_<split>_step<N>.json``.
+"""
+
+import json
+
+from absl import app, flags
+
+from trainer.cli import quiet_library_logs, run_reporting_user_errors
+from trainer.evaluation import evaluate_workdir
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
+_CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
+_SPLIT = flags.DEFINE_string('split', None, "Split to evaluate; default: the config's eval_split.")
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', None, "Evaluation batch size; default: the config's.")
+flags.mark_flag_as_required('workdir')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  quiet_library_logs()
+  result = run_reporting_user_errors(evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value, _BATCH_SIZE.value)
+  print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,184 @@
+"""The ViT through the generic trainer: real steps, devices, resume, evaluation and bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from absl import flags
+from flax import nnx
+from ml_collections import config_flags
+
+from tests.vit_test_configs import tiny_vit_config
+from trainer.evaluation import evaluate_workdir, restore_checkpoint
+from trainer.loop import train_and_evaluate
+from trainer.metrics_io import read_metrics
+from vit.input_pipeline import ImageData
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _train_losses(workdir):
+  return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
+
+
+def _params(workdir, which='latest'):
+  _, _, params, step = restore_checkpoint(workdir, which)
+  return step, jax.tree.map(np.asarray, nnx.to_pure_dict(params))
+
+
+@pytest.fixture(scope='module')
+def finished_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('digits')
+  result = train_and_evaluate(tiny_vit_config(), workdir)
+  return workdir, result
+
+
+def test_digits_trains_and_writes_a_self_describing_workdir(finished_run):
+  workdir, result = finished_run
+  assert result.step == 8 and not result.interrupted
+  assert set(result.eval_metrics) >= {'accuracy', 'loss'}
+  losses = _train_losses(workdir)
+  assert sorted(losses) == list(range(1, 9)) and all(np.isfinite(list(losses.values())))
+  saved = json.loads((workdir / 'config.json').read_text())
+  assert saved['model']['width'] == 16 and saved['task'] == 'vit.task:ImageClassification'
+  evals = [r for r in read_metrics(workdir) if r['split'] == 'eval']
+  assert [r['step'] for r in evals] == [4, 8]
+  assert any((workdir / 'tensorboard' / 'train').iterdir())
+
+
+def test_evaluate_reproduces_the_logged_accuracy(finished_run):
+  workdir, _ = finished_run
+  logged = {r['step']: r for r in read_metrics(workdir) if r['split'] == 'eval'}
+  for which, step in [('latest', 8), ('4', 4)]:
+    result = evaluate_workdir(workdir, which)
+    assert result['step'] == step and result['split'] == 'test'
+    assert result['accuracy'] == pytest.approx(logged[step]['accuracy'], abs=1e-6)
+    assert result['loss'] == pytest.approx(logged[step]['loss'], rel=1e-5)
+    assert json.loads((workdir / f'eval_test_step{step}.json').read_text())['accuracy'] == result['accuracy']
+  best = evaluate_workdir(workdir, 'best')
+  assert best['accuracy'] == max(r['accuracy'] for r in logged.values())
+
+
+def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, monkeypatch):
+  reference_dir, _ = finished_run
+  original = ImageData.train_batches
+
+  def interrupting_batches(self, **kwargs):
+    for index, batch in enumerate(original(self, **kwargs)):
+      if kwargs['start_step'] == 0 and index == 4:
+        signal.raise_signal(signal.SIGTERM)
+      yield batch
+
+  monkeypatch.setattr(ImageData, 'train_batches', interrupting_batches)
+  first = train_and_evaluate(tiny_vit_config(), tmp_path)
+  assert first.interrupted and 0 < first.step < 8
+  second = train_and_evaluate(tiny_vit_config(), tmp_path)
+  assert second.step == 8 and not second.interrupted
+  reference_step, reference = _params(reference_dir)
+  step, resumed = _params(tmp_path)
+  assert step == reference_step == 8
+  jax.tree.map(np.testing.assert_array_equal, resumed, reference)
+  assert _train_losses(tmp_path) == _train_losses(reference_dir)
+
+
+def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path):
+  reference_dir, _ = finished_run
+  script = textwrap.dedent(f"""
+      import jax
+      assert jax.device_count() == 8, jax.devices()
+      from tests.vit_test_configs import tiny_vit_config
+      from trainer.loop import train_and_evaluate
+      train_and_evaluate(tiny_vit_config(), {str(tmp_path)!r})
+  """)
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
+  subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, check=True, capture_output=True)
+  eight, one = _train_losses(tmp_path), _train_losses(reference_dir)
+  assert sorted(eight) == sorted(one)
+  np.testing.assert_allclose([eight[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)
+
+
+def test_gradient_accumulation_trains(tmp_path):
+  result = train_and_evaluate(tiny_vit_config(grad_accum_steps=4, total_steps=2, eval_every_steps=2), tmp_path)
+  assert result.step == 2 and np.isfinite(result.eval_metrics['loss'])
+
+
+def test_few_steps_on_mock_cifar10(tmp_path):
+  config = tiny_vit_config(total_steps=3, eval_every_steps=3)
+  config.data.update(source='tfds', name='cifar10')
+  config.data.augment.update(crop_padding=4, flip=True)
+  config.eval_batch_size = 32
+  with tfds.testing.mock_data(num_examples=64):
+    result = train_and_evaluate(config, tmp_path)
+  assert result.step == 3 and 0.0 <= result.eval_metrics['accuracy'] <= 1.0
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+  config = tiny_vit_config(checkpoint_every_steps=1, eval_every_steps=100, total_steps=20)
+  config.optimizer.update(learning_rate=1e30, grad_clip_norm=0.0, warmup_steps=3, schedule='constant')
+  with pytest.raises(FloatingPointError, match='last good checkpoint'):
+    train_and_evaluate(config, tmp_path)
+  step, params = _params(tmp_path)
+  assert 0 < step < 20
+  assert all(np.all(np.isfinite(p)) for p in jax.tree.leaves(params))
+
+
+def _parse_config(args):
+  argv = ['train.py', f'--config={ROOT}/configs/vit_digits.py', *args]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, '', flag_values=flag_values, lock_config=True, sys_argv=argv)
+  flag_values(argv)
+  return flag_values.config
+
+
+def test_config_overrides_are_checked_by_name_and_type():
+  assert _parse_config(['--config.model.posemb=sincos2d']).model.posemb == 'sincos2d'
+  with pytest.raises(AttributeError, match='posembb'):
+    _parse_config(['--config.model.posembb=sincos2d'])
+  with pytest.raises(flags.IllegalFlagValueError, match='depth'):
+    _parse_config(['--config.model.depth=four'])
+
+
+@pytest.mark.parametrize('overrides,message', [
+    ({'model.posemb': 'learned'}, 'allowed values: none, learn1d'),
+    ({'model.pool': 'max'}, 'allowed values: cls, gap, map'),
+    ({'model.variant': 'XL/16'}, 'Unknown ViT variant'),
+    ({'model.patch_size': 3}, 'not divisible by the patch size'),
+    ({'optimizer.name': 'lamb'}, 'allowed values: adamw, sgd'),
+    ({'data.source': 'tfds', 'data.name': 'cifar10', 'data.data_dir': '{tmp}/no_tfds'}, 'tfds build'),
+    ({'data.source': 'folder', 'data.path': '{tmp}/missing'}, 'missing'),
+    ({'data.source': 'idx', 'data.path': '{tmp}'}, 'train-images-idx3-ubyte'),
+])
+def test_bad_input_fails_before_any_work(tmp_path, overrides, message):
+  overrides = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in overrides.items()}
+  workdir = tmp_path / 'workdir'
+  with pytest.raises((ValueError, FileNotFoundError), match=message):
+    train_and_evaluate(tiny_vit_config(**overrides), workdir)
+  assert not workdir.exists()
+
+
+def test_empty_and_unreadable_image_folders_fail_clearly(tmp_path):
+  (tmp_path / 'images' / 'train' / 'cat').mkdir(parents=True)
+  with pytest.raises((ValueError, FileNotFoundError), match='cat'):
+    train_and_evaluate(tiny_vit_config(**{'data.source': 'folder', 'data.path': str(tmp_path / 'images')}),
+                       tmp_path / 'workdir')
+  (tmp_path / 'images' / 'train' / 'cat' / 'broken.png').write_bytes(b'not a png')
+  with pytest.raises((ValueError, OSError), match='broken.png'):
+    train_and_evaluate(tiny_vit_config(**{'data.source': 'folder', 'data.path': str(tmp_path / 'images')}),
+                       tmp_path / 'workdir')
+
+
+def test_workdir_of_another_model_is_refused_and_left_intact(finished_run):
+  workdir, _ = finished_run
+  before = sorted(p.name for p in (workdir / 'checkpoints').iterdir())
+  config_before = (workdir / 'config.json').read_text()
+  with pytest.raises(ValueError, match='model.width is 16 there and 32 now'):
+    train_and_evaluate(tiny_vit_config(**{'model.width': 32}), workdir)
+  assert sorted(p.name for p in (workdir / 'checkpoints').iterdir()) == before
+  assert (workdir / 'config.json').read_text() == config_before

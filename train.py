@@ -1,0 +1,30 @@
+"""Train a model: ``python train.py --config configs/vit_digits.py --workdir runs/vit_digits``.
+
+Any config field can be overridden, e.g. ``--config.model.posemb=sincos2d``.
+Rerunning the same command resumes from the workdir's latest checkpoint.
+"""
+
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from trainer.cli import quiet_library_logs, run_reporting_user_errors
+from trainer.loop import train_and_evaluate
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to an experiment config file.', lock_config=True)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and the resolved config.')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  quiet_library_logs()
+  result = run_reporting_user_errors(train_and_evaluate, _CONFIG.value, _WORKDIR.value)
+  if result.interrupted:
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,38 @@
+"""Devices: the mesh, the shardings, and global batches built from each process's slice.
+
+The batch is split over the ``data`` mesh axis; parameters and optimizer state are
+replicated. Every process feeds only its own rows; ``jax.make_array_from_process_local_data``
+assembles the global array, so one code path serves one CPU, one GPU and a pod.
+"""
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+def make_mesh() -> Mesh:
+  return Mesh(np.asarray(jax.devices()), ('data',))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec('data'))
+
+
+def check_batch_size(global_batch_size: int, mesh: Mesh, what: str = 'batch_size') -> None:
+  devices = mesh.devices.size
+  if global_batch_size % devices:
+    raise ValueError(f'{what} ({global_batch_size}) must be divisible by the number of devices ({devices}).')
+  if global_batch_size % jax.process_count():
+    raise ValueError(f'{what} ({global_batch_size}) must be divisible by the number of processes '
+                     f'({jax.process_count()}).')
+
+
+def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+  """This process's rows -> one global array per key, split over the ``data`` axis."""
+  sharding = batch_sharding(mesh)
+  return {name: jax.make_array_from_process_local_data(sharding, value)
+          for name, value in local_batch.items()}

@@ -1,0 +1,93 @@
+"""The training state and the jit-compiled train and evaluation steps.
+
+The model is split once into a static graph definition, its parameters and its
+other (constant) variables; the steps are pure functions of arrays, compiled
+with ``jax.jit`` with explicit shardings and the old state's buffers donated.
+"""
+
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+
+from trainer.partitioning import batch_sharding, replicated
+from trainer.task import Task
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+class ModelParts:
+  """A model split into graph definition, parameters and the remaining (non-trained) variables."""
+
+  def __init__(self, model: nnx.Module):
+    self.graphdef, self.params, self.rest = nnx.split(model, nnx.Param, ...)
+
+  def merge(self, params) -> nnx.Module:
+    return nnx.merge(self.graphdef, params, self.rest)
+
+
+def _split_micro_batches(batch, num_micro_batches: int):
+  """``[B, ...]`` -> ``[k, B/k, ...]`` taking every k-th row, so each device keeps its own rows."""
+  def split(x):
+    x = x.reshape(x.shape[0] // num_micro_batches, num_micro_batches, *x.shape[1:])
+    return jnp.swapaxes(x, 0, 1)
+  return jax.tree.map(split, batch)
+
+
+def make_train_step(task: Task, parts: ModelParts, optimizer: optax.GradientTransformation, mesh: Mesh,
+                    *, seed: int, grad_accum_steps: int = 1):
+  """``step(state, batch) -> (state, train metrics)``, compiled once."""
+  dropout_key = jax.random.key(seed + 1)
+
+  def loss_fn(params, batch, key):
+    rngs = nnx.Rngs(dropout=key)  # made inside the traced function: NNX forbids mutating outer Rngs
+    loss, outputs = task.loss_and_outputs(parts.merge(params), batch, rngs=rngs, deterministic=False)
+    return loss, outputs
+
+  def step(state: TrainState, batch):
+    step_key = jax.random.fold_in(dropout_key, state.step)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if grad_accum_steps == 1:
+      (_, outputs), grads = grad_fn(state.params, batch, step_key)
+      metrics = task.train_metrics.single_from_model_output(**outputs)
+    else:
+      def micro_step(index, micro_batch):
+        (_, outputs), grads = grad_fn(state.params, micro_batch, jax.random.fold_in(step_key, index))
+        return grads, task.train_metrics.single_from_model_output(**outputs)
+
+      def accumulate(carry, indexed_micro_batch):
+        grads_sum, metrics = carry
+        grads, micro_metrics = micro_step(*indexed_micro_batch)
+        return (jax.tree.map(jnp.add, grads_sum, grads), metrics.merge(micro_metrics)), None
+
+      micro_batches = _split_micro_batches(batch, grad_accum_steps)
+      grads, metrics = micro_step(0, jax.tree.map(lambda x: x[0], micro_batches))
+      remaining = (jnp.arange(1, grad_accum_steps), jax.tree.map(lambda x: x[1:], micro_batches))
+      (grads, metrics), _ = jax.lax.scan(accumulate, (grads, metrics), remaining)
+      grads = jax.tree.map(lambda g: g / grad_accum_steps, grads)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  return jax.jit(step, in_shardings=(replicated(mesh), batch_sharding(mesh)),
+                 out_shardings=(replicated(mesh), replicated(mesh)), donate_argnums=0)
+
+
+def make_eval_step(task: Task, parts: ModelParts, mesh: Mesh):
+  """``eval_step(params, batch) -> eval metrics`` of one batch, compiled once."""
+
+  def step(params, batch):
+    return task.eval_metrics.single_from_model_output(**task.eval_outputs(parts.merge(params), batch))
+
+  return jax.jit(step, in_shardings=(replicated(mesh), batch_sharding(mesh)), out_shardings=replicated(mesh))
+
+

@@ -1,0 +1,78 @@
+"""The interface between the generic trainer and a model family.
+
+A task owns its data, its model and its loss. The trainer owns everything else:
+devices, the jit-compiled step, the optimizer, checkpoints and metrics.
+"""
+
+import abc
+import importlib
+from typing import Any, Iterator
+
+import jax
+import ml_collections
+import numpy as np
+from clu import metrics as clu_metrics
+from flax import nnx
+
+Batch = dict[str, np.ndarray]
+
+
+class Task(abc.ABC):
+  """Subclasses validate ``config`` in ``__init__`` so bad input fails before compilation."""
+
+  #: clu metric collections; the trainer feeds them the outputs of ``loss_and_outputs``
+  #: (training) and ``eval_outputs`` (evaluation, with the batch's padding ``mask``).
+  train_metrics: type[clu_metrics.Collection]
+  eval_metrics: type[clu_metrics.Collection]
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    self.config = config
+
+  @abc.abstractmethod
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    """A freshly initialised model."""
+
+  @abc.abstractmethod
+  def train_batches(self, *, batch_size: int, seed: int, start_step: int, process_index: int,
+                    process_count: int) -> Iterator[Batch]:
+    """This process's slice of global batches ``start_step, start_step + 1, ...``."""
+
+  @abc.abstractmethod
+  def eval_batches(self, split: str, *, batch_size: int, process_index: int,
+                   process_count: int) -> Iterator[Batch]:
+    """One pass over ``split``; every batch has a float ``mask`` (0 for padding rows)."""
+
+  @abc.abstractmethod
+  def loss_and_outputs(self, model: nnx.Module, batch: Batch, *, rngs: nnx.Rngs | None,
+                       deterministic: bool) -> tuple[jax.Array, dict[str, Any]]:
+    """The scalar training loss and the keyword outputs for the metric collections."""
+
+  def eval_outputs(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
+    """Outputs for ``eval_metrics`` on one evaluation batch (padding rows masked)."""
+    _, outputs = self.loss_and_outputs(model, batch, rngs=None, deterministic=True)
+    return outputs
+
+  def extra_evaluation(self, model: nnx.Module, split: str) -> dict[str, float]:
+    """Metrics that need more than one forward pass (decoding, BLEU); none by default."""
+    del model, split
+    return {}
+
+  def describe_model(self) -> dict[str, Any]:
+    """The config fields that define the parameters; a workdir must not be resumed under others."""
+    return self.config.model.to_dict()
+
+
+def load_task(config: ml_collections.ConfigDict) -> Task:
+  """Imports ``config.task`` (``'package.module:ClassName'``) and builds it from ``config``."""
+  spec = config.task
+  if ':' not in spec:
+    raise ValueError(f"config.task must look like 'package.module:ClassName', got {spec!r}.")
+  module_name, class_name = spec.split(':', 1)
+  try:
+    module = importlib.import_module(module_name)
+  except ModuleNotFoundError as error:
+    raise ValueError(f'config.task {spec!r}: cannot import module {module_name!r} ({error}).') from None
+  task_class = getattr(module, class_name, None)
+  if task_class is None or not (isinstance(task_class, type) and issubclass(task_class, Task)):
+    raise ValueError(f'config.task {spec!r}: {module_name} has no Task subclass named {class_name!r}.')
+  return task_class(config)

@@ -1,0 +1,1 @@
+"""Vision Transformer: model, input pipeline and training entry points."""

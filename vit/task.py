@@ -1,0 +1,70 @@
+"""Image classification as a trainer task: the ViT, its data, its loss and its metrics."""
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from clu import metrics as clu_metrics
+from flax import nnx
+
+from trainer.task import Task
+from vit.input_pipeline import load_image_data
+from vit.model import make_vit
+
+
+@flax.struct.dataclass
+class ClassificationMetrics(clu_metrics.Collection):
+  loss: clu_metrics.Average.from_output('loss')
+  accuracy: clu_metrics.Accuracy
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0) -> jax.Array:
+  """Per-example softmax cross-entropy against integer labels, optionally smoothed."""
+  num_classes = logits.shape[-1]
+  targets = optax.smooth_labels(jax.nn.one_hot(labels, num_classes), label_smoothing)
+  return optax.softmax_cross_entropy(logits, targets)
+
+
+class ImageClassification(Task):
+  """Config: ``data`` (see ``vit.input_pipeline``), ``model`` (see ``vit.model``), ``label_smoothing``."""
+
+  train_metrics = ClassificationMetrics
+  eval_metrics = ClassificationMetrics
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    super().__init__(config)
+    self.label_smoothing = config.get('label_smoothing', 0.0)
+    if not 0.0 <= self.label_smoothing < 1.0:
+      raise ValueError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+    self.data = load_image_data(config.data)
+    # Build the model abstractly now, so a bad model option fails before any real work.
+    nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
+
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return make_vit(self.config.model, num_classes=self.data.num_classes, image_shape=self.data.image_shape,
+                    rngs=rngs)
+
+  def num_train_examples(self) -> int:
+    return self.data.num_train
+
+  def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
+    return self.data.train_batches(batch_size=batch_size, seed=seed, start_step=start_step,
+                                   process_index=process_index, process_count=process_count)
+
+  def eval_batches(self, split, *, batch_size, process_index, process_count):
+    return self.data.eval_batches(split, batch_size=batch_size, process_index=process_index,
+                                  process_count=process_count)
+
+  def loss_and_outputs(self, model, batch, *, rngs, deterministic):
+    logits, _ = model(batch['image'], deterministic=deterministic, rngs=rngs)
+    losses = cross_entropy(logits, batch['label'], self.label_smoothing)
+    if 'mix_label' in batch:
+      mixed = cross_entropy(logits, batch['mix_label'], self.label_smoothing)
+      losses = batch['mix_weight'] * losses + (1.0 - batch['mix_weight']) * mixed
+    return jnp.mean(losses), {'loss': losses, 'logits': logits, 'labels': batch['label']}
+
+  def eval_outputs(self, model, batch):
+    logits, _ = model(batch['image'])
+    return {'loss': cross_entropy(logits, batch['label']), 'logits': logits, 'labels': batch['label'],
+            'mask': batch['mask']}
