@@ -15,6 +15,8 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.'
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
 _SPLIT = flags.DEFINE_string('split', None, "Split to evaluate; default: the config's eval_split.")
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', None, "Evaluation batch size; default: the config's.")
+_AVERAGE_LAST = flags.DEFINE_integer('average_last', 1, 'Average the parameters of the last N kept checkpoints '
+                                     'up to --checkpoint before evaluating.')
 flags.mark_flag_as_required('workdir')
 
 
@@ -22,7 +24,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   quiet_library_logs()
-  result = run_reporting_user_errors(evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value, _BATCH_SIZE.value)
+  result = run_reporting_user_errors(evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value,
+                                     _BATCH_SIZE.value, _AVERAGE_LAST.value)
   print(json.dumps(result, sort_keys=True))
 
 

@@ -316,13 +316,13 @@ def test_folder_cache_is_reused_and_stays_out_of_the_data_folder(tmp_path):
     )
 
 
-def test_folder_decoding_in_worker_processes_matches_in_process(tmp_path, monkeypatch):
+def test_folder_decoding_in_several_chunks_matches_one_chunk(tmp_path, monkeypatch):
     root = str(raw_rgb_folder(tmp_path))
-    in_process = load_image_data(make_config(source="folder", path=root))
-    monkeypatch.setattr(image_sources, "PARALLEL_DECODE_MIN_FILES", 1)
-    in_workers = load_image_data(make_config(source="folder", path=root))
+    one_chunk = load_image_data(make_config(source="folder", path=root))
+    monkeypatch.setattr(image_sources, "DECODE_CHUNK_FILES", 3)
+    chunks = load_image_data(make_config(source="folder", path=root))
     np.testing.assert_array_equal(
-        in_process._source.splits["train"].images, in_workers._source.splits["train"].images
+        one_chunk._source.splits["train"].images, chunks._source.splits["train"].images
     )
 
 

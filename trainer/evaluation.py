@@ -17,11 +17,15 @@ from trainer.loop import evaluate_params, total_steps
 from trainer.optim import make_optimizer
 from trainer.partitioning import make_mesh, replicated
 from trainer.state import ModelParts, TrainState
-from trainer.task import Task, load_task
+from trainer.task import load_task
 
 
-def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=None):
-  """``(task, model parts, params, step)`` for checkpoint ``which`` ('latest', 'best' or a step)."""
+def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=None, average_last: int = 1):
+  """``(task, model parts, params, step)`` for checkpoint ``which`` ('latest', 'best' or a step).
+
+  With ``average_last=N`` the parameters are the mean of the N kept checkpoints
+  ending at that step (Vaswani et al. averaged the last 5).
+  """
   workdir = pathlib.Path(workdir)
   config = workdir_lib.load_config(workdir)
   mesh = mesh or make_mesh()
@@ -29,28 +33,40 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
                             read_only=True)
   try:
     step = checkpoints.resolve(which)
+    steps = [s for s in checkpoints.all_steps() if s <= step][-average_last:]
+    if average_last < 1 or len(steps) < average_last:
+      raise ValueError(f'Cannot average the last {average_last} checkpoints up to step {step}: '
+                       f'{checkpoints.directory} keeps {steps}.')
     task = load_task(config)
+    task.prepare(workdir)
     parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
     optimizer = make_optimizer(config.optimizer, total_steps(config, task))
     template = TrainState(step=jnp.zeros((), jnp.int32), params=parts.params,
                           opt_state=optimizer.init(parts.params))
-    state = checkpoints.restore(step, abstract_like(template, replicated(mesh)))
+    abstract = abstract_like(template, replicated(mesh))
+    restored = [checkpoints.restore(s, abstract).params for s in steps]
   finally:
     checkpoints.close()
+  params = jax.tree.map(lambda *p: sum(p) / len(p), *restored) if len(restored) > 1 else restored[0]
   parts.params = None
-  return task, parts, state.params, step
+  return task, parts, params, step
 
 
 def evaluate_workdir(workdir: str | pathlib.Path, checkpoint: str | int = 'latest',
-                     split: str | None = None, batch_size: int | None = None) -> dict:
+                     split: str | None = None, batch_size: int | None = None, average_last: int = 1) -> dict:
   """Evaluates one checkpoint on one split; writes ``eval_<split>_step<N>.json`` into the workdir."""
   workdir = pathlib.Path(workdir)
   config = workdir_lib.load_config(workdir)
   split = split or config.eval_split
   mesh = make_mesh()
-  task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh)
-  metrics = evaluate_params(task, parts, params, split, mesh, batch_size or config.eval_batch_size)
-  result = dict(metrics, step=int(step), split=split, checkpoint=str(checkpoint))
+  task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh, average_last)
+  metrics = evaluate_params(task, parts, params, split, mesh, batch_size or config.eval_batch_size,
+                            output_dir=workdir)
+  scalars = {name: value for name, value in metrics.items() if not isinstance(value, str)}
+  result = dict(scalars, step=int(step), split=split, checkpoint=str(checkpoint))
+  name = f'eval_{split}_step{step}' + (f'_avg{average_last}' if average_last > 1 else '')
+  if average_last > 1:
+    result['averaged_checkpoints'] = average_last
   if jax.process_index() == 0:
-    (workdir / f'eval_{split}_step{step}.json').write_text(json.dumps(result, indent=2, sort_keys=True) + '\n')
+    (workdir / f'{name}.json').write_text(json.dumps(result, indent=2, sort_keys=True) + '\n')
   return result

@@ -72,7 +72,7 @@ def total_steps(config: ml_collections.ConfigDict, task: Task) -> int:
 
 
 def evaluate_params(task: Task, parts: ModelParts, params, split: str, mesh, batch_size: int,
-                    eval_step=None) -> dict[str, float]:
+                    eval_step=None, output_dir: pathlib.Path | None = None) -> dict[str, float | str]:
   """Metrics of ``params`` on a whole split (every example counted once)."""
   check_batch_size(batch_size, mesh, 'eval_batch_size')
   eval_step = eval_step or make_eval_step(task, parts, mesh)
@@ -84,8 +84,12 @@ def evaluate_params(task: Task, parts: ModelParts, params, split: str, mesh, bat
   if totals is None:
     raise ValueError(f'Split {split!r} has no examples.')
   results = {name: float(value) for name, value in totals.compute().items()}
-  results.update(task.extra_evaluation(parts.merge(params), split))
+  results.update(task.extra_evaluation(parts.merge(params), split, output_dir))
   return results
+
+
+def _format(metrics: dict[str, Any]) -> str:
+  return ' '.join(f'{name} {value:.4g}' for name, value in sorted(metrics.items()) if not isinstance(value, str))
 
 
 def _check_finite(metrics: dict[str, float], step: int, checkpoints: Checkpoints) -> None:
@@ -108,6 +112,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
                      f'({config.grad_accum_steps}).')
   num_steps = total_steps(config, task)
   optimizer = make_optimizer(config.optimizer, num_steps)
+  workdir.mkdir(parents=True, exist_ok=True)
+  task.prepare(workdir)
 
   parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
   state = TrainState(step=jnp.zeros((), jnp.int32), params=parts.params,
@@ -115,7 +121,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   state = jax.device_put(state, replicated(mesh))
   parts.params = None  # the state holds them from now on
 
-  workdir.mkdir(parents=True, exist_ok=True)
   checkpoints = Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=config.best_metric,
                             best_mode=config.best_mode)
   start_step = checkpoints.latest_step() or 0
@@ -161,12 +166,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   def evaluate_and_save():
     nonlocal last_eval
     flush_train_metrics()
-    last_eval = evaluate_params(task, parts, state.params, config.eval_split, mesh,
-                                config.eval_batch_size, eval_step)
+    results = evaluate_params(task, parts, state.params, config.eval_split, mesh,
+                              config.eval_batch_size, eval_step, workdir)
+    last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
+    texts = {name: value for name, value in results.items() if isinstance(value, str)}
     writers['eval'].write_scalars(step, last_eval)
+    if texts:
+      writers['eval'].write_texts(step, texts)
     if is_main:
-      print(f'eval {config.eval_split} at step {step}: ' +
-            ' '.join(f'{name} {value:.4g}' for name, value in sorted(last_eval.items())), flush=True)
+      print(f'eval {config.eval_split} at step {step}: ' + _format(last_eval), flush=True)
     checkpoints.save(step, state, metrics=last_eval)
 
   interrupted = False
@@ -193,9 +201,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
           break
       if start_step >= num_steps:  # already trained: report the final metrics again
         last_eval = evaluate_params(task, parts, state.params, config.eval_split, mesh,
-                                    config.eval_batch_size, eval_step)
-        print(f'already trained to step {start_step}; eval {config.eval_split}: ' +
-              ' '.join(f'{name} {value:.4g}' for name, value in sorted(last_eval.items())), flush=True)
+                                    config.eval_batch_size, eval_step, workdir)
+        print(f'already trained to step {start_step}; eval {config.eval_split}: ' + _format(last_eval),
+              flush=True)
   finally:
     checkpoints.wait()
     checkpoints.close()

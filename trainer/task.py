@@ -6,6 +6,7 @@ devices, the jit-compiled step, the optimizer, checkpoints and metrics.
 
 import abc
 import importlib
+import pathlib
 from typing import Any, Iterator
 
 import jax
@@ -52,10 +53,27 @@ class Task(abc.ABC):
     _, outputs = self.loss_and_outputs(model, batch, rngs=None, deterministic=True)
     return outputs
 
-  def extra_evaluation(self, model: nnx.Module, split: str) -> dict[str, float]:
-    """Metrics that need more than one forward pass (decoding, BLEU); none by default."""
-    del model, split
+  def prepare(self, workdir: pathlib.Path) -> None:
+    """Called with the workdir before the model is built, in training and in evaluation.
+
+    A task that learns something from the data before training (a tokenizer) saves
+    it here on the first run and loads it on later ones; nothing by default.
+    """
+    del workdir
+
+  def extra_evaluation(self, model: nnx.Module, split: str,
+                       output_dir: pathlib.Path | None = None) -> dict[str, float | str]:
+    """Metrics that need more than one forward pass (decoding, BLEU); none by default.
+
+    String values are written as TensorBoard text (sample translations); files such
+    as hypotheses may be written into ``output_dir``.
+    """
+    del model, split, output_dir
     return {}
+
+  def num_train_examples(self) -> int:
+    """Training-set size, for durations given in epochs."""
+    raise NotImplementedError(f'{type(self).__name__} does not know its training-set size; set total_steps.')
 
   def describe_model(self) -> dict[str, Any]:
     """The config fields that define the parameters; a workdir must not be resumed under others."""

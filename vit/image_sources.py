@@ -14,9 +14,7 @@ import concurrent.futures
 import dataclasses
 import gzip
 import hashlib
-import itertools
 import json
-import multiprocessing as mp
 import os
 import pathlib
 from collections.abc import Iterator, Sequence
@@ -27,7 +25,7 @@ from PIL import Image
 
 SPLIT_NAMES = ("train", "validation", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-PARALLEL_DECODE_MIN_FILES = 4096  # fewer files are decoded in this process
+DECODE_CHUNK_FILES = 1024
 _GREY_PIL_MODES = ("1", "L", "LA", "I", "I;16", "F")
 
 
@@ -233,23 +231,28 @@ def _decode_image(path: str, mode: str | None, size: Sequence[int] | None) -> Im
 def _decode_folder_split(
     files: list[str], shape: tuple[int, ...], mode: str, size: Sequence[int] | None
 ) -> np.ndarray:
-    """Decodes files into uint8 [N, *shape], in worker processes when there are many.
+    """Decodes files into uint8 [N, *shape], a chunk of files per thread task.
 
-    PIL spends most of a small image's decode time in Python header parsing, so threads
-    do not help; processes do. They are spawned, not forked, as JAX/TF may hold threads.
+    Threads gain little (PIL parses headers in Python, under the GIL), but worker
+    processes would re-import the caller's main module, which unguarded scripts and
+    notebooks do not survive; set data.cache_dir to decode a folder only once.
     """
-    workers = os.cpu_count() or 1
-    # Inside a worker process (which may be daemonic, so childless) decode in place.
-    if len(files) < PARALLEL_DECODE_MIN_FILES or workers == 1 or mp.parent_process():
-        return _decode_files(files, shape, mode, size)
-    chunk = -(-len(files) // (4 * workers))
-    spawn = mp.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=spawn) as pool:
-        parts = pool.map(
-            _decode_files, [files[start:start + chunk] for start in range(0, len(files), chunk)],
-            itertools.repeat(shape), itertools.repeat(mode), itertools.repeat(size),
-        )
-        return np.concatenate(list(parts))
+    images = np.empty((len(files), *shape), np.uint8)
+
+    def decode_chunk(start: int) -> None:
+        chunk = files[start:start + DECODE_CHUNK_FILES]
+        images[start:start + len(chunk)] = _decode_files(chunk, shape, mode, size)
+
+    with concurrent.futures.ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
+        tasks = [pool.submit(decode_chunk, start)
+                 for start in range(0, len(files), DECODE_CHUNK_FILES)]
+        try:
+            for task in tasks:
+                task.result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # stop at the first bad image
+            raise
+    return images
 
 
 def _decode_files(
