@@ -18,16 +18,17 @@ def get_config():
   config.task = 'vit.task:ImageClassification'
   config.data = default_data_config()
   config.data.source = 'digits'
+  config.data.augment.update(crop_padding=1, crop_pad_mode='constant')  # shifts of up to one pixel
   config.model = default_model_config()
   config.model.update(variant='custom', width=64, depth=4, num_heads=4, mlp_dim=128, patch_size=2,
-                      pool='gap', posemb='learn1d', dropout=0.0)
-  config.label_smoothing = 0.0
+                      pool='gap', posemb='learn1d', dropout=0.1, drop_path=0.1)
+  config.label_smoothing = 0.1
   config.batch_size = 128
   config.eval_batch_size = 360
-  config.num_epochs = 100.0
+  config.num_epochs = 150.0
   config.log_every_steps = 100
   config.eval_every_steps = 500
   config.checkpoint_every_steps = 500
   config.optimizer.update(name='adamw', learning_rate=3e-3, schedule='cosine', warmup_steps=100,
-                          weight_decay=1e-4, grad_clip_norm=1.0)
+                          weight_decay=0.3, grad_clip_norm=1.0)
   return config

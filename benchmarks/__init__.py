@@ -1,0 +1,1 @@
+"""Benchmark commands: each prints the numbers the README quotes."""

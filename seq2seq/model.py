@@ -1,0 +1,223 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017) on the shared attention modules.
+
+Variants are strings: ``'tiny'`` and ``'small'`` (CPU-sized), ``'base'`` and ``'big'``
+(the paper's two models), or ``'custom'`` with explicit ``features``, ``encoder_layers``,
+``decoder_layers``, ``num_heads`` and ``mlp_features``. The blocks are the shared
+pre-LayerNorm ones (the paper normalised after each residual; before is more stable and
+needs no learning-rate care). Token embeddings are scaled by sqrt(features); the source and
+target may share one embedding table (``share_embeddings``, which needs one vocabulary),
+and the output projection may reuse the target embedding (``tie_output``). Any 1-D
+positional encoding of ``attention.positional`` serves both stacks.
+
+Token id 0 is padding everywhere: source keys that are padding are masked, and the
+decoder's self-attention is causal and masks padded keys. The forward pass returns
+``(logits, intermediates)``; the intermediates hold the attention weights of every layer
+(``cross_attention_weights``: ``[batch, heads, target, source]`` per decoder layer) when
+asked. ``encode``, ``init_decode_cache`` and ``decode_step`` serve incremental decoding
+(``seq2seq.decoding``).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from attention import DecoderBlock, Encoder, PositionalEncoding, causal_mask, combine_masks, padding_mask
+
+PAD_ID = 0
+# name -> (features, encoder_layers, decoder_layers, num_heads, mlp_features)
+VARIANTS = {
+    'tiny': (64, 2, 2, 4, 256),
+    'small': (256, 3, 3, 4, 1024),
+    'base': (512, 6, 6, 8, 2048),
+    'big': (1024, 6, 6, 16, 4096),
+}
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+def decode_variant(variant: str) -> dict[str, int]:
+  """``'base'`` -> ``{'features': 512, 'encoder_layers': 6, ...}``."""
+  if variant not in VARIANTS:
+    raise ValueError(f"Unknown Transformer variant {variant!r}; allowed values: {', '.join(VARIANTS)}, custom.")
+  features, encoder_layers, decoder_layers, num_heads, mlp_features = VARIANTS[variant]
+  return dict(features=features, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
+              num_heads=num_heads, mlp_features=mlp_features)
+
+
+class Decoder(nnx.Module):
+  """A stack of decoder blocks with a positional encoding and a final LayerNorm."""
+
+  def __init__(self, *, features: int, depth: int, num_heads: int, mlp_features: int, posemb: str,
+               posemb_injection: str, max_length: int, score: str, dropout_rate: float,
+               attention_dropout_rate: float, dtype, rngs: nnx.Rngs):
+    self.positional = PositionalEncoding(posemb, posemb_injection, dim=features, num_heads=num_heads,
+                                         num_layers=depth, max_length=max_length, rngs=rngs)
+    self.blocks = nnx.List([
+        DecoderBlock(features, num_heads, mlp_features, score=score, dropout_rate=dropout_rate,
+                     attention_dropout_rate=attention_dropout_rate, rope=self.positional.uses_rope,
+                     dtype=dtype, rngs=rngs)
+        for _ in range(depth)])
+    self.norm = nnx.LayerNorm(features, epsilon=1e-6, dtype=dtype, rngs=rngs)
+    self.dropout = nnx.Dropout(dropout_rate)
+
+  def __call__(self, x, encoded, *, self_mask, cross_mask, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_weights: bool = False):
+    """Teacher-forced pass over all target positions; returns the output and the weights per layer."""
+    x = self.dropout(x, deterministic=deterministic, rngs=rngs)
+    self_weights, cross_weights = [], []
+    for layer, block in enumerate(self.blocks):
+      x = self.positional.before_layer(x, layer)
+      bias = self.positional.attention_bias(layer, x.shape[1], x.shape[1])
+      x, weights = block(x, encoded, self_mask=self_mask, cross_mask=cross_mask, self_bias=bias,
+                         deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+      self_weights.append(weights['self'])
+      cross_weights.append(weights['cross'])
+    return self.norm(x), self_weights, cross_weights
+
+  def init_cache(self, encoded, max_length: int) -> list[dict]:
+    return [block.init_cache(encoded, max_length) for block in self.blocks]
+
+  def decode_step(self, x, cache: list[dict], *, cross_mask):
+    """The new tokens ``x`` (``[batch, step_len, features]``) at the cache's position."""
+    index = cache[0]['self']['index']
+    max_length = cache[0]['self']['key'].shape[1]
+    positions = index + jnp.arange(x.shape[1])
+    new_cache = []
+    for layer, block in enumerate(self.blocks):
+      x = self.positional.before_layer(x, layer, positions=positions)
+      bias = self.positional.attention_bias(layer, x.shape[1], max_length, q_offset=index)
+      x, layer_cache = block.decode_step(x, cache[layer], cross_mask=cross_mask, self_bias=bias)
+      new_cache.append(layer_cache)
+    return self.norm(x), new_cache
+
+
+class Transformer(nnx.Module):
+
+  def __init__(self, *, source_vocab_size: int, target_vocab_size: int, features: int, encoder_layers: int,
+               decoder_layers: int, num_heads: int, mlp_features: int, share_embeddings: bool = False,
+               tie_output: bool = True, posemb: str = 'sincos1d', posemb_injection: str = 'stem',
+               max_length: int = 256, score: str = 'scaled_dot', dropout: float = 0.1,
+               attention_dropout: float = 0.0, dtype: str = 'float32', rngs: nnx.Rngs):
+    if dtype not in DTYPES:
+      raise ValueError(f'Unknown dtype {dtype!r}; allowed values: {", ".join(DTYPES)}.')
+    if share_embeddings and source_vocab_size != target_vocab_size:
+      raise ValueError(f'share_embeddings needs one vocabulary, but the source has {source_vocab_size} '
+                       f'tokens and the target {target_vocab_size}.')
+    compute_dtype = DTYPES[dtype]
+    self.features = features
+    self.max_length = max_length
+    self.compute_dtype = compute_dtype
+    embedding_init = nnx.initializers.normal(stddev=features ** -0.5)
+
+    def embedding(vocab_size):
+      return nnx.Embed(vocab_size, features, dtype=compute_dtype, embedding_init=embedding_init, rngs=rngs)
+
+    self.source_embedding = embedding(source_vocab_size)
+    # One module under two names: NNX keeps a single table, updated by both uses.
+    self.target_embedding = self.source_embedding if share_embeddings else embedding(target_vocab_size)
+    common = dict(num_heads=num_heads, mlp_features=mlp_features, posemb=posemb,
+                  posemb_injection=posemb_injection, max_length=max_length, score=score,
+                  dropout_rate=dropout, attention_dropout_rate=attention_dropout, dtype=compute_dtype,
+                  rngs=rngs)
+    self.encoder = Encoder(features=features, depth=encoder_layers, **common)
+    self.decoder = Decoder(features=features, depth=decoder_layers, **common)
+    self.tie_output = tie_output
+    if not tie_output:
+      self.output_projection = nnx.Linear(features, target_vocab_size, dtype=compute_dtype, rngs=rngs)
+
+  def _embed(self, embedding: nnx.Embed, ids: jax.Array) -> jax.Array:
+    return embedding(ids) * jnp.asarray(math.sqrt(self.features), self.compute_dtype)
+
+  def _logits(self, x: jax.Array) -> jax.Array:
+    logits = self.target_embedding.attend(x) if self.tie_output else self.output_projection(x)
+    return logits.astype(jnp.float32)
+
+  def _check_length(self, length: int, what: str) -> None:
+    if length > self.max_length:
+      raise ValueError(f'{what} has {length} tokens; the model was built for at most {self.max_length} '
+                       '(model.max_length).')
+
+  def encode(self, src_ids: jax.Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+             return_weights: bool = False, return_intermediates: bool = False):
+    """``src_ids`` ``[batch, source]`` -> the encoder output ``[batch, source, features]``.
+
+    With ``return_intermediates``, also the encoder's intermediates (attention weights when
+    ``return_weights``).
+    """
+    self._check_length(src_ids.shape[1], 'The source')
+    mask = padding_mask(None, src_ids != PAD_ID)
+    encoded, intermediates = self.encoder(self._embed(self.source_embedding, src_ids), mask=mask,
+                                          deterministic=deterministic, rngs=rngs,
+                                          return_weights=return_weights)
+    return (encoded, intermediates) if return_intermediates else encoded
+
+  def decode(self, encoded: jax.Array, src_ids: jax.Array, tgt_in_ids: jax.Array, *, deterministic: bool = True,
+             rngs: nnx.Rngs | None = None, return_weights: bool = False) -> tuple[jax.Array, dict]:
+    """Teacher-forced decoder pass: float32 logits ``[batch, target, vocab]`` and intermediates."""
+    self._check_length(tgt_in_ids.shape[1], 'The target')
+    length = tgt_in_ids.shape[1]
+    self_mask = combine_masks(causal_mask(length), padding_mask(None, tgt_in_ids != PAD_ID))
+    cross_mask = padding_mask(None, src_ids != PAD_ID)
+    x, self_weights, cross_weights = self.decoder(
+        self._embed(self.target_embedding, tgt_in_ids), encoded, self_mask=self_mask, cross_mask=cross_mask,
+        deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+    intermediates = {'decoder_output': x}
+    if return_weights:
+      intermediates['decoder_self_attention_weights'] = self_weights
+      intermediates['cross_attention_weights'] = cross_weights
+    return self._logits(x), intermediates
+
+  def __call__(self, src_ids: jax.Array, tgt_in_ids: jax.Array, *, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_weights: bool = False) -> tuple[jax.Array, dict]:
+    """``src_ids`` ``[batch, source]``, ``tgt_in_ids`` ``[batch, target]`` (BOS + target) ->
+    float32 logits ``[batch, target, vocab]`` predicting target + EOS, and intermediates."""
+    encoded, encoder_intermediates = self.encode(src_ids, deterministic=deterministic, rngs=rngs,
+                                                 return_weights=return_weights, return_intermediates=True)
+    logits, intermediates = self.decode(encoded, src_ids, tgt_in_ids, deterministic=deterministic, rngs=rngs,
+                                        return_weights=return_weights)
+    intermediates['encoded'] = encoded
+    if return_weights:
+      intermediates['encoder_attention_weights'] = encoder_intermediates['attention_weights']
+    return logits, intermediates
+
+  # Incremental decoding -------------------------------------------------------
+
+  def init_decode_cache(self, encoded: jax.Array, max_length: int) -> list[dict]:
+    """Per decoder layer: an empty self-attention cache for ``max_length`` target positions and
+    the cross-attention keys and values of ``encoded``, computed once."""
+    self._check_length(max_length, 'The decoding cache')
+    return self.decoder.init_cache(encoded, max_length)
+
+  def decode_step(self, tokens: jax.Array, cache: list[dict], src_mask: jax.Array) -> tuple[jax.Array, list[dict]]:
+    """``tokens`` ``[batch, step_len]`` at the cache's position -> logits ``[batch, step_len, vocab]``
+    and the updated cache. ``src_mask`` ``[batch, source]`` is True at real source tokens; the
+    encoder output itself is already in the cache."""
+    cross_mask = padding_mask(None, src_mask)
+    x, cache = self.decoder.decode_step(self._embed(self.target_embedding, tokens), cache, cross_mask=cross_mask)
+    return self._logits(x), cache
+
+
+def default_model_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      variant='small', features=256, encoder_layers=3, decoder_layers=3, num_heads=4, mlp_features=1024,
+      share_embeddings=False, tie_output=True, posemb='sincos1d', posemb_injection='stem', max_length=256,
+      score='scaled_dot', dropout=0.1, attention_dropout=0.0, dtype='float32'))
+
+
+def make_transformer(model_config: ml_collections.ConfigDict, *, source_vocab_size: int, target_vocab_size: int,
+                     rngs: nnx.Rngs) -> Transformer:
+  """A Transformer from a ``config.model`` section: the variant string, or the explicit shape if 'custom'."""
+  if model_config.variant == 'custom':
+    shape = dict(features=model_config.features, encoder_layers=model_config.encoder_layers,
+                 decoder_layers=model_config.decoder_layers, num_heads=model_config.num_heads,
+                 mlp_features=model_config.mlp_features)
+  else:
+    shape = decode_variant(model_config.variant)
+  return Transformer(
+      source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size,
+      share_embeddings=model_config.share_embeddings, tie_output=model_config.tie_output,
+      posemb=model_config.posemb, posemb_injection=model_config.posemb_injection,
+      max_length=model_config.max_length, score=model_config.score, dropout=model_config.dropout,
+      attention_dropout=model_config.attention_dropout, dtype=model_config.dtype, rngs=rngs, **shape)

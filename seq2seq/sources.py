@@ -1,0 +1,150 @@
+"""Where sentence pairs come from: SCAN, a folder of parallel text files, or TensorFlow Datasets.
+
+``open_source(data_config)`` checks the config and returns a ``PairSource``, whose
+``read(split)`` gives the ``(source, target)`` text pairs of one split. Nothing is ever
+downloaded, and every problem with the data (a missing file, files whose line counts
+differ, an empty line, bytes that are not UTF-8, a TFDS set that is not prepared) is a
+one-line error naming the file (and line) or the data set.
+
+Sources (``data.source``):
+  scan      the SCAN grammar, generated (``data.split``, one of ``SCAN_SPLITS``); or, with
+            ``data.path``, the official files of brendenlake/SCAN under that folder
+            (``simple_split/tasks_train_simple.txt`` and so on). Splits 'train', 'test'.
+  parallel  ``data.path`` holds ``{split}.{src_lang}`` and ``{split}.{tgt_lang}``, optionally
+            gzipped (``seq2seq.parallel_text``).
+  tfds      TFDS translation set ``data.name`` (e.g. 'wmt14_translate/de-en',
+            'ted_hrlr_translate/pt_to_en') prepared in ``data.data_dir``; ``src_lang`` and
+            ``tgt_lang`` are feature names of its examples.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import ml_collections
+
+from seq2seq.parallel_text import read_parallel
+from seq2seq.scan import SCAN_SPLITS, read_scan_file, scan_split
+
+SOURCES = ('scan', 'parallel', 'tfds')
+SCAN_FILES = {
+    'simple': 'simple_split/tasks_{part}_simple.txt',
+    'length': 'length_split/tasks_{part}_length.txt',
+    'addprim_jump': 'add_prim_split/tasks_{part}_addprim_jump.txt',
+    'addprim_turn_left': 'add_prim_split/tasks_{part}_addprim_turn_left.txt',
+}
+
+_TFDS_READ_BATCH = 4096
+
+Pairs = list[tuple[str, str]]
+
+
+class PairSource:
+  """Reads each split once and keeps it."""
+
+  def __init__(self, description: str, reader, splits: tuple[str, ...] | None = None):
+    self.description = description
+    self._reader = reader
+    self._splits = splits
+    self._read = {}
+
+  def read(self, split: str) -> Pairs:
+    if self._splits is not None and split not in self._splits:
+      raise ValueError(f'{self.description} has no split {split!r}; available: {", ".join(self._splits)}')
+    if split not in self._read:
+      pairs = self._reader(split)
+      if not pairs:
+        raise ValueError(f'{self.description}: split {split!r} is empty')
+      self._read[split] = pairs
+    return self._read[split]
+
+
+def open_source(config: ml_collections.ConfigDict) -> PairSource:
+  if config.source == 'scan':
+    return _scan_source(config)
+  if config.source == 'parallel':
+    return _parallel_source(config)
+  if config.source == 'tfds':
+    return _tfds_source(config)
+  raise ValueError(f'Unknown data.source {config.source!r}; allowed values: {", ".join(SOURCES)}.')
+
+
+def _scan_source(config: ml_collections.ConfigDict) -> PairSource:
+  if config.split not in SCAN_SPLITS:
+    raise ValueError(f'Unknown SCAN split {config.split!r}; allowed values: {", ".join(SCAN_SPLITS)}.')
+  if config.path is None:
+    generated = scan_split(config.split)
+    return PairSource(f'SCAN {config.split} (generated)', generated.__getitem__, ('train', 'test'))
+
+  def read(part):
+    path = Path(config.path) / SCAN_FILES[config.split].format(part=part)
+    if not path.is_file():
+      raise FileNotFoundError(f'SCAN file {path} not found (data.path should be the root of brendenlake/SCAN)')
+    return read_scan_file(path)
+
+  return PairSource(f'SCAN {config.split} in {config.path}', read, ('train', 'test'))
+
+
+def _check_languages(config: ml_collections.ConfigDict) -> None:
+  if not config.src_lang or not config.tgt_lang:
+    raise ValueError(f'data.src_lang and data.tgt_lang must be set for source {config.source!r}')
+
+
+def _parallel_source(config: ml_collections.ConfigDict) -> PairSource:
+  _check_languages(config)
+  if config.path is None:
+    raise ValueError("data.path must be set for source 'parallel' (a folder of {split}.{lang}[.gz] files)")
+  if not Path(config.path).is_dir():
+    raise FileNotFoundError(f'data.path {config.path} is not a folder')
+  return PairSource(f'parallel text in {config.path}',
+                    lambda split: read_parallel(config.path, split, config.src_lang, config.tgt_lang))
+
+
+@functools.cache
+def _tensorflow_datasets() -> Any:
+  """Imports TFDS with every GPU hidden from TensorFlow, leaving accelerators to JAX."""
+  import tensorflow as tf
+  try:
+    tf.config.set_visible_devices([], 'GPU')
+  except RuntimeError:  # TensorFlow was initialised elsewhere; too late to change.
+    pass
+  import tensorflow_datasets as tfds
+  return tfds
+
+
+def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
+  _check_languages(config)
+  if not config.name:
+    raise ValueError("data.name must be set for source 'tfds' (e.g. 'wmt14_translate/de-en')")
+  tfds = _tensorflow_datasets()
+  try:
+    builder = tfds.builder(config.name, data_dir=config.data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise ValueError(f'unknown tfds data set {config.name!r}') from None
+  languages = sorted(builder.info.features.keys())
+  for language in (config.src_lang, config.tgt_lang):
+    if language not in languages:
+      raise ValueError(f'tfds data set {config.name!r} has no language {language!r}; it has {", ".join(languages)}')
+  try:  # as_dataset, not is_prepared(): tfds.testing.mock_data fakes only as_dataset
+    builder.as_dataset(split='train')
+  except AssertionError:
+    data_dir = builder.data_dir_root
+    raise FileNotFoundError(
+        f'tfds data set {config.name!r} is not prepared in {data_dir} and this project never downloads: '
+        f'on a machine with internet run `tfds build {config.name} --data_dir {data_dir}`, then copy '
+        f'{data_dir} here (or point data.data_dir at it)') from None
+
+  def read(split):
+    try:
+      dataset = builder.as_dataset(split=split, shuffle_files=False)
+    except (KeyError, ValueError) as error:
+      raise ValueError(f'tfds data set {config.name!r} has no split {split!r} ({error})') from None
+    pairs = []
+    for batch in tfds.as_numpy(dataset.batch(_TFDS_READ_BATCH)):
+      pairs.extend((source.decode('utf-8'), target.decode('utf-8'))
+                   for source, target in zip(batch[config.src_lang], batch[config.tgt_lang]))
+    return pairs
+
+  return PairSource(f'tfds data set {config.name!r}', read)
