@@ -6,6 +6,7 @@ Rerunning the same command resumes from the workdir's latest checkpoint.
 
 import sys
 
+import jax
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -14,6 +15,8 @@ from trainer.loop import train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to an experiment config file.', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and the resolved config.')
+_DISTRIBUTED = flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host: '
+                                 'TPU pods, SLURM, Open MPI, or JAX_COORDINATOR_ADDRESS etc. set).')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -21,6 +24,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   quiet_library_logs()
+  if _DISTRIBUTED.value:
+    jax.distributed.initialize()
   result = run_reporting_user_errors(train_and_evaluate, _CONFIG.value, _WORKDIR.value)
   if result.interrupted:
     sys.exit(1)

@@ -8,7 +8,7 @@ t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz (gzipped or not). With a
 prepared tfds copy instead: --config.data.source=tfds --config.data.name=mnist
 [--config.data.data_dir=DIR].
 
-Patches of 4x4 pixels make a 7x7 grid. Runtime and result: see the README's results table.
+Patches of 7x7 pixels make a 4x4 grid. Runtime and result: see the README's results table.
 """
 
 from configs.common import trainer_config
@@ -23,7 +23,7 @@ def get_config():
   config.data.update(source='idx', path='data/mnist')
   config.data.augment.update(crop_padding=2, crop_pad_mode='constant')
   config.model = default_model_config()
-  config.model.update(variant='custom', width=96, depth=4, num_heads=4, mlp_dim=192, patch_size=4, pool='gap',
+  config.model.update(variant='custom', width=128, depth=4, num_heads=4, mlp_dim=256, patch_size=7, pool='gap',
                       posemb='learn1d', dropout=0.0)
   config.label_smoothing = 0.1
   config.batch_size = 128

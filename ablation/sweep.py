@@ -1,0 +1,244 @@
+"""A sweep over config axes and seeds: plan every run, check them all, then train them one by one.
+
+An axis is ``'path=value1,value2,...'``: an existing config field and the values it takes, each
+parsed with the field's type (``model.posemb=none,learn1d``, ``optimizer.learning_rate=1e-3,3e-3``).
+The runs are every combination of the axes' values, each repeated for ``num_seeds`` seeds (seed i
+sets ``config.seed`` to the config's own seed + i), and each trains in ``<workdir>/<name>/`` where
+the name spells its overrides (``posemb=learn1d,seed=0``). Combinations that do not exist
+(``attention.positional.combination_exists``: ``none`` with ``every_layer``, say) are not run;
+the tables write N/A for them.
+
+Every run is checked before the first one trains: its task is built (so a bad value fails with
+the task's own message) and its workdir, if there is one, must hold the same model. A run whose
+workdir has an evaluation at its last step and a checkpoint of that step is finished and is not
+trained again, whether ablate.py or train.py trained it; any other run starts, or resumes from its
+latest checkpoint, so rerunning a sweep continues where it stopped.
+"""
+
+import dataclasses
+import itertools
+import pathlib
+import re
+import shlex
+import time
+from typing import Any, Callable
+
+import ml_collections
+from absl import flags
+
+from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
+from trainer import workdir as workdir_lib
+from trainer.checkpoints import Checkpoints
+from trainer.loop import total_steps, train_and_evaluate
+from trainer.metrics_io import read_metrics
+from trainer.task import Task, load_task
+
+# Option strings known here, so that a typo names the allowed values before any task is built.
+KNOWN_OPTIONS = {'model.posemb': POSEMB_KINDS, 'model.posemb_injection': INJECTIONS}
+_PARSERS = {bool: flags.BooleanParser(), int: flags.IntegerParser(), float: flags.FloatParser(),
+            str: flags.ArgumentParser()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+  path: str
+  values: tuple
+
+
+@dataclasses.dataclass
+class Run:
+  name: str
+  overrides: dict[str, Any]  # field path -> value, the seed last
+  config: ml_collections.ConfigDict
+  workdir: pathlib.Path
+  task: Task  # built once per combination, shared by its seeds
+
+
+@dataclasses.dataclass
+class Plan:
+  config: ml_collections.ConfigDict
+  axes: list[Axis]
+  seeds: list[int]
+  runs: list[Run]
+  not_applicable: list[dict[str, Any]]  # the combinations that do not exist
+
+
+def _field(config: ml_collections.ConfigDict, path: str) -> tuple[ml_collections.ConfigDict, str]:
+  *parents, key = path.split('.')
+  node = config
+  for part in parents:
+    node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
+  if not isinstance(node, ml_collections.ConfigDict) or key not in node:
+    raise ValueError(f'--axis {path}: the config has no field {path!r}.')
+  return node, key
+
+
+def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
+  """``'model.posemb=none,learn1d'`` -> ``Axis('model.posemb', ('none', 'learn1d'))``, checked against ``config``."""
+  path, equals, text = spec.partition('=')
+  path = path.strip()
+  if not equals or not path or not text.strip():
+    raise ValueError(f"--axis {spec!r}: expected 'path=value1,value2,...'.")
+  if path == 'seed':
+    raise ValueError('--axis seed: use --seeds N, which repeats every combination with N seeds.')
+  node, key = _field(config, path)
+  field_type = node.get_type(key)
+  if field_type not in _PARSERS:
+    raise ValueError(f'--axis {path}: the field holds a {field_type.__name__}; an axis takes a bool, int, '
+                     'float or str field.')
+  values = []
+  for item in text.split(','):
+    item = item.strip()
+    if not item:
+      raise ValueError(f'--axis {path}: an empty value in {text!r}.')
+    try:
+      value = _PARSERS[field_type].parse(item)
+    except ValueError:
+      raise ValueError(f'--axis {path}: {item!r} is not of the field\'s type, {field_type.__name__}.') from None
+    if path in KNOWN_OPTIONS and value not in KNOWN_OPTIONS[path]:
+      raise ValueError(f'--axis {path}: unknown value {item!r}; allowed values: {", ".join(KNOWN_OPTIONS[path])}.')
+    values.append(value)
+  if len(set(values)) != len(values):
+    raise ValueError(f'--axis {path}: a value is repeated in {text!r}.')
+  return Axis(path, tuple(values))
+
+
+def _with_overrides(config: ml_collections.ConfigDict, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+  config = config.copy_and_resolve_references()
+  for path, value in overrides.items():
+    node, key = _field(config, path)
+    node[key] = value
+  return config
+
+
+def _exists(config: ml_collections.ConfigDict) -> bool:
+  model = config.get('model')
+  if not isinstance(model, ml_collections.ConfigDict) or 'posemb' not in model:
+    return True
+  return combination_exists(model.posemb, model.get('posemb_injection', 'stem'))
+
+
+def _run_name(overrides: dict[str, Any]) -> str:
+  """``{'model.posemb': 'learn1d', 'seed': 0}`` -> ``'posemb=learn1d,seed=0'`` (whole paths where last parts clash)."""
+  last = [path.rsplit('.', 1)[-1] for path in overrides]
+  parts = []
+  for path, short in zip(overrides, last):
+    key = short if last.count(short) == 1 else path
+    parts.append(f'{key}={re.sub(r"[^\w.+-]", "-", str(overrides[path]))}')
+  return ','.join(parts)
+
+
+def plan_sweep(config: ml_collections.ConfigDict, axis_specs: list[str], num_seeds: int,
+               workdir: str | pathlib.Path) -> Plan:
+  """Every run of the sweep, each checked (task built, workdir compatible) before anything trains."""
+  if not axis_specs:
+    raise ValueError("Give at least one --axis path=value1,value2,...")
+  if num_seeds < 1:
+    raise ValueError(f'--seeds must be at least 1, got {num_seeds}.')
+  axes = [parse_axis(spec, config) for spec in axis_specs]
+  paths = [axis.path for axis in axes]
+  if len(set(paths)) != len(paths):
+    raise ValueError(f'--axis: a field is given twice in {", ".join(paths)}.')
+  workdir = pathlib.Path(workdir)
+  seeds = [config.seed + i for i in range(num_seeds)]
+  runs, not_applicable = [], []
+  for values in itertools.product(*(axis.values for axis in axes)):
+    combination = dict(zip(paths, values))
+    combination_config = _with_overrides(config, combination)
+    if not _exists(combination_config):
+      not_applicable.append(combination)
+      continue
+    task = load_task(combination_config)
+    for seed in seeds:
+      overrides = dict(combination, seed=seed)
+      name = _run_name(overrides)
+      run = Run(name, overrides, _with_overrides(combination_config, {'seed': seed}), workdir / name, task)
+      workdir_lib.check_same_identity(run.workdir, run.config)
+      runs.append(run)
+  names = [run.name for run in runs]
+  if len(set(names)) != len(names):
+    raise ValueError(f'--axis: two runs would share a workdir name among {", ".join(names)}.')
+  return Plan(config, axes, seeds, runs, not_applicable)
+
+
+def _latest_checkpoint(workdir: pathlib.Path) -> int | None:
+  if not (workdir / 'checkpoints').is_dir():
+    return None
+  checkpoints = Checkpoints(workdir, read_only=True)
+  try:
+    return checkpoints.latest_step()
+  finally:
+    checkpoints.close()
+
+
+def _metrics_record(config: ml_collections.ConfigDict, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
+  """The keys ``evaluate.py`` prints: the scalar metrics, ``step``, ``split`` and ``checkpoint``."""
+  scalars = {name: value for name, value in metrics.items()
+             if name not in ('step', 'split') and isinstance(value, (int, float))}
+  return dict(scalars, step=int(step), split=config.eval_split, checkpoint='latest')
+
+
+def finished_metrics(run: Run) -> dict[str, Any] | None:
+  """The final evaluation of a finished run (at its last step, with a checkpoint there), else ``None``."""
+  last_step = total_steps(run.config, run.task)
+  evaluations = [record for record in read_metrics(run.workdir)
+                 if record.get('split') == 'eval' and record.get('step') == last_step]
+  if not evaluations or _latest_checkpoint(run.workdir) != last_step:
+    return None
+  return _metrics_record(run.config, last_step, evaluations[-1])
+
+
+def _shown(metrics: dict[str, Any]) -> str:
+  return ' '.join(f'{name} {value:.4g}' for name, value in sorted(metrics.items())
+                  if isinstance(value, float))
+
+
+def run_sweep(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any] | None:
+  """Trains the runs that are not finished, one after another; the summary, or ``None`` if interrupted.
+
+  The summary is what ``results.json`` holds (``ablation.tables``).
+  """
+  for combination in plan.not_applicable:
+    log(f'{_run_name(combination)}: N/A (this combination does not exist), not run')
+  records = []
+  for index, run in enumerate(plan.runs, 1):
+    prefix = f'[{index}/{len(plan.runs)}] {run.name}'
+    metrics = finished_metrics(run)
+    if metrics is not None:
+      log(f'{prefix}: finished before, not trained again: {_shown(metrics)}')
+    else:
+      log(f'{prefix}: training in {run.workdir}')
+      start = time.perf_counter()
+      result = train_and_evaluate(run.config, run.workdir)
+      if result.interrupted:
+        log(f'{prefix}: interrupted; rerun the same command to resume the sweep.')
+        return None
+      metrics = _metrics_record(run.config, result.step, result.eval_metrics)
+      log(f'{prefix}: trained in {time.perf_counter() - start:.0f} s: {_shown(metrics)}')
+    records.append(dict(overrides=run.overrides, name=run.name, workdir=str(run.workdir), metrics=metrics))
+  return summarize(plan, records)
+
+
+def summarize(plan: Plan, records: list[dict[str, Any]]) -> dict[str, Any]:
+  return dict(task=plan.config.task, eval_split=plan.config.eval_split, best_metric=plan.config.best_metric,
+              axes={axis.path: list(axis.values) for axis in plan.axes}, seeds=plan.seeds,
+              not_applicable=plan.not_applicable, runs=records)
+
+
+def _flag_text(value: Any) -> str:
+  if isinstance(value, bool):
+    return str(value).lower()
+  return str(value)
+
+
+def train_commands(plan: Plan, config_file: str, config_overrides: dict[str, Any]) -> list[str]:
+  """The ``python train.py ...`` command of every run, with the sweep's other ``--config.`` overrides."""
+  swept = {axis.path for axis in plan.axes} | {'seed'}
+  shared = [f'--config.{path}={_flag_text(value)}' for path, value in config_overrides.items()
+            if path not in swept]
+  commands = []
+  for run in plan.runs:
+    own = [f'--config.{path}={_flag_text(value)}' for path, value in run.overrides.items()]
+    commands.append(shlex.join(['python', 'train.py', '--config', config_file, '--workdir', str(run.workdir),
+                                *shared, *own]))
+  return commands

@@ -1,0 +1,179 @@
+"""A sweep's results: ``results.json`` (every run), ``results.csv`` (one row per run) and ``results.md``.
+
+``results.json`` is the summary ``ablation.sweep.run_sweep`` returns: ``task``, ``eval_split``,
+``best_metric``, ``axes`` (field path -> values), ``seeds``, ``not_applicable`` (the combinations
+that do not exist) and ``runs``, each ``{"overrides": {path: value, ..., "seed": s}, "name",
+"workdir", "metrics"}`` with the metrics ``evaluate.py`` prints.
+
+``results.md`` takes the shape of the table the sweep reproduces, each cell the mean ± sample
+standard deviation over seeds:
+- a ViT sweep over ``model.posemb`` (and ``model.posemb_injection``): rows are encodings, columns
+  injections, cells the accuracy in %, N/A where the combination does not exist (ViT Table 8);
+- a translator sweep over ``model.posemb``: rows are encodings, columns the perplexity, BLEU and
+  exact match on the evaluation split (Vaswani et al. Table 3, row (E));
+- any other sweep: one row per combination, one column per metric.
+"""
+
+import csv
+import io
+import itertools
+import json
+import pathlib
+from typing import Any
+
+import numpy as np
+
+RESULTS_JSON, RESULTS_CSV, RESULTS_MD = 'results.json', 'results.csv', 'results.md'
+POSEMB, INJECTION = 'model.posemb', 'model.posemb_injection'
+PERCENT_METRICS = ('accuracy', 'exact_match')
+_NOT_METRICS = ('step', 'split', 'checkpoint')
+_TRANSLATOR_COLUMNS = (('perplexity', 'PPL'), ('bleu', 'BLEU'), ('exact_match', 'exact match (%)'))
+
+
+def family(summary: dict[str, Any]) -> str:
+  """``'vit'``, ``'translator'`` or ``'generic'``: which table shape fits the sweep."""
+  axes = set(summary['axes'])
+  task = summary['task']
+  if task.startswith('vit.') and POSEMB in axes and axes <= {POSEMB, INJECTION}:
+    return 'vit'
+  if task.startswith('seq2seq.') and axes == {POSEMB}:
+    return 'translator'
+  return 'generic'
+
+
+def combination(record: dict[str, Any], axes: list[str]) -> tuple:
+  return tuple(record['overrides'][path] for path in axes)
+
+
+def group_runs(summary: dict[str, Any]) -> dict[tuple, list[dict[str, Any]]]:
+  """Combination (a tuple of axis values, in axis order) -> its runs, one per finished seed."""
+  axes = list(summary['axes'])
+  groups: dict[tuple, list[dict[str, Any]]] = {}
+  for record in summary['runs']:
+    groups.setdefault(combination(record, axes), []).append(record)
+  return groups
+
+
+def is_not_applicable(summary: dict[str, Any], values: tuple) -> bool:
+  axes = list(summary['axes'])
+  return any(tuple(entry[path] for path in axes) == values for entry in summary['not_applicable'])
+
+
+def metric_values(runs: list[dict[str, Any]], metric: str) -> list[float]:
+  return [run['metrics'][metric] for run in runs if metric in run['metrics']]
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+  """Mean and sample standard deviation (0 for one value)."""
+  values = np.asarray(values, np.float64)
+  return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def _cell(values: list[float], num_seeds: int, scale: float = 1.0, digits: int = 1) -> str:
+  if not values:
+    return 'not run'
+  mean, std = mean_std([value * scale for value in values])
+  text = f'{mean:.{digits}f} ± {std:.{digits}f}' if len(values) > 1 else f'{mean:.{digits}f}'
+  return text if len(values) == num_seeds else f'{text} (n={len(values)})'
+
+
+def _markdown_rows(header: list[str], rows: list[list[str]]) -> str:
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
+  return '\n'.join(lines)
+
+
+def _vit_table(summary: dict[str, Any]) -> str:
+  groups, num_seeds = group_runs(summary), len(summary['seeds'])
+  injections = summary['axes'].get(INJECTION)
+  header = [POSEMB] + (list(injections) if injections else [f'{summary["eval_split"]} accuracy (%)'])
+  rows = []
+  for posemb in summary['axes'][POSEMB]:
+    row = [posemb]
+    for injection in injections or [None]:
+      values = (posemb, injection) if injections else (posemb,)
+      if is_not_applicable(summary, values):
+        row.append('N/A')
+      else:
+        row.append(_cell(metric_values(groups.get(values, []), 'accuracy'), num_seeds, scale=100))
+    rows.append(row)
+  caption = (f'{summary["task"]}: {summary["eval_split"]} accuracy (%), mean ± std over '
+             f'{num_seeds} seed{"s" if num_seeds > 1 else ""}' +
+             (f'; columns: {INJECTION}' if injections else '') + '.')
+  return caption + '\n\n' + _markdown_rows(header, rows)
+
+
+def _translator_table(summary: dict[str, Any]) -> str:
+  groups, num_seeds, split = group_runs(summary), len(summary['seeds']), summary['eval_split']
+  present = {name for run in summary['runs'] for name in run['metrics']}
+  columns = [(name, label) for name, label in _TRANSLATOR_COLUMNS if name in present]
+  header = [POSEMB] + [f'{split} {label}' for _, label in columns]
+  rows = []
+  for posemb in summary['axes'][POSEMB]:
+    runs = groups.get((posemb,), [])
+    rows.append([posemb] + [_cell(metric_values(runs, name), num_seeds, scale=100 if name in PERCENT_METRICS else 1,
+                                  digits=2 if name == 'perplexity' else 1) for name, _ in columns])
+  caption = (f'{summary["task"]}: {split} perplexity, BLEU and exact match, mean ± std over '
+             f'{num_seeds} seed{"s" if num_seeds > 1 else ""}.')
+  return caption + '\n\n' + _markdown_rows(header, rows)
+
+
+def metric_names(summary: dict[str, Any]) -> list[str]:
+  return sorted({name for run in summary['runs'] for name in run['metrics'] if name not in _NOT_METRICS})
+
+
+def all_combinations(summary: dict[str, Any]) -> list[tuple]:
+  """Every combination of the axes' values, in sweep order, including the N/A ones."""
+  return list(itertools.product(*summary['axes'].values()))
+
+
+def _generic_table(summary: dict[str, Any]) -> str:
+  groups, num_seeds = group_runs(summary), len(summary['seeds'])
+  metrics = metric_names(summary)
+  header = list(summary['axes']) + metrics
+  rows = []
+  for values in all_combinations(summary):
+    if is_not_applicable(summary, values):
+      cells = ['N/A'] * len(metrics)
+    else:
+      runs = groups.get(values, [])
+      cells = [_cell(metric_values(runs, name), num_seeds, digits=4) for name in metrics]
+    rows.append([str(value) for value in values] + cells)
+  caption = (f'{summary["task"]}: {summary["eval_split"]} metrics, mean ± std over '
+             f'{num_seeds} seed{"s" if num_seeds > 1 else ""}.')
+  return caption + '\n\n' + _markdown_rows(header, rows)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+  tables = {'vit': _vit_table, 'translator': _translator_table, 'generic': _generic_table}
+  return f'# Ablation over {" x ".join(summary["axes"])}\n\n' + tables[family(summary)](summary) + '\n'
+
+
+def csv_text(summary: dict[str, Any]) -> str:
+  axes, metrics = list(summary['axes']), metric_names(summary)
+  output = io.StringIO()
+  writer = csv.writer(output, lineterminator='\n')
+  writer.writerow(['name', 'workdir'] + axes + ['seed', 'step'] + metrics)
+  for run in summary['runs']:
+    writer.writerow([run['name'], run['workdir']] + [run['overrides'][path] for path in axes] +
+                    [run['overrides']['seed'], run['metrics'].get('step')] +
+                    [run['metrics'].get(name, '') for name in metrics])
+  return output.getvalue()
+
+
+def write_results(directory: str | pathlib.Path, summary: dict[str, Any]) -> str:
+  """Writes ``results.json``, ``results.csv`` and ``results.md`` into ``directory``; returns the markdown."""
+  directory = pathlib.Path(directory)
+  directory.mkdir(parents=True, exist_ok=True)
+  table = markdown(summary)
+  (directory / RESULTS_JSON).write_text(json.dumps(summary, indent=2) + '\n')
+  (directory / RESULTS_CSV).write_text(csv_text(summary))
+  (directory / RESULTS_MD).write_text(table)
+  return table
+
+
+def read_results(directory: str | pathlib.Path) -> dict[str, Any]:
+  path = pathlib.Path(directory) / RESULTS_JSON
+  if not path.exists():
+    raise FileNotFoundError(f'{path} not found: {directory} is not a workdir written by ablate.py.')
+  return json.loads(path.read_text())

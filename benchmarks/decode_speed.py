@@ -1,0 +1,72 @@
+"""How much the key/value cache speeds up decoding: cached vs uncached greedy search.
+
+  python benchmarks/decode_speed.py [--variant small] [--batch_size 32] [--source_length 20]
+                                    [--output_length 50] [--repeats 5]
+
+Both searches are compiled once, then timed over ``--repeats`` runs (the median is shown).
+Every sentence decodes exactly ``--output_length`` tokens (no early stop at EOS), with a
+randomly initialised model: the speed does not depend on the weights. The uncached search
+reruns the decoder over the whole output buffer at every step; the cached one runs one
+position per step against the stored keys and values.
+"""
+
+import pathlib
+import statistics
+import sys
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from seq2seq.decoding import greedy_search, uncached_greedy_search  # noqa: E402
+from seq2seq.model import Transformer, decode_variant  # noqa: E402
+
+_VARIANT = flags.DEFINE_string('variant', 'small', 'Model variant (seq2seq.model.VARIANTS).')
+_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 8000, 'Shared vocabulary size.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'Sentences decoded together.')
+_SOURCE_LENGTH = flags.DEFINE_integer('source_length', 20, 'Source tokens per sentence.')
+_OUTPUT_LENGTH = flags.DEFINE_integer('output_length', 50, 'Tokens decoded per sentence.')
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed runs of each search after compiling.')
+
+
+def _median_seconds(function, src) -> float:
+  jax.block_until_ready(function(src))  # compile
+  times = []
+  for _ in range(_REPEATS.value):
+    start = time.perf_counter()
+    jax.block_until_ready(function(src))
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def main(argv):
+  del argv
+  shape = decode_variant(_VARIANT.value)
+  model = Transformer(source_vocab_size=_VOCAB_SIZE.value, target_vocab_size=_VOCAB_SIZE.value,
+                      share_embeddings=True, max_length=max(256, _OUTPUT_LENGTH.value), dropout=0.0,
+                      rngs=nnx.Rngs(0), **shape)
+  rng = np.random.default_rng(0)
+  src = rng.integers(4, _VOCAB_SIZE.value, size=(_BATCH_SIZE.value, _SOURCE_LENGTH.value)).astype(np.int32)
+  # The output buffer holds source length + extra + 1 positions; all of them are decoded.
+  extra = _OUTPUT_LENGTH.value - 1 - _SOURCE_LENGTH.value
+  settings = dict(max_extra_length=extra, eos_id=None)
+  cached = jax.jit(lambda s: greedy_search(model, s, **settings))
+  uncached = jax.jit(lambda s: uncached_greedy_search(model, s, **settings))
+  assert cached(src).shape[1] == _OUTPUT_LENGTH.value
+  np.testing.assert_array_equal(cached(src), uncached(src))
+  cached_seconds = _median_seconds(cached, src)
+  uncached_seconds = _median_seconds(uncached, src)
+  print(f'{jax.devices()[0].device_kind}, variant {_VARIANT.value} ({shape["features"]} features, '
+        f'{shape["decoder_layers"]} decoder layers), batch {_BATCH_SIZE.value}, source {_SOURCE_LENGTH.value} '
+        f'tokens, {_OUTPUT_LENGTH.value} output tokens')
+  print(f'cached:   {cached_seconds * 1e3:8.1f} ms per batch')
+  print(f'uncached: {uncached_seconds * 1e3:8.1f} ms per batch')
+  print(f'speed-up: {uncached_seconds / cached_seconds:.1f}x')
+
+
+if __name__ == '__main__':
+  app.run(main)

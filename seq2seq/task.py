@@ -1,0 +1,238 @@
+"""Translation as a trainer task: the encoder-decoder Transformer, its data, loss and metrics.
+
+Config sections: ``data`` (below), ``data.tokenizer`` (``seq2seq.workdir_tokenizers``),
+``model`` (``seq2seq.model``), ``decode`` (below) and ``label_smoothing``.
+
+``data`` fields (``default_data_config()``):
+  source, split, path, name, data_dir, src_lang, tgt_lang
+                      where the pairs come from (``seq2seq.sources``)
+  train_split         the split to train on. 'train'.
+  max_source_length   training pairs with more source tokens are dropped; evaluation
+                      sources are truncated to it. 64.
+  max_target_length   the same for the target plus its BOS/EOS (``len(target) + 1``). 64.
+  max_eval_examples   evaluate on the first N pairs of a split only (0 = all of them). 0.
+
+``decode`` fields (``default_decode_config()``): ``beam_size`` (1 = greedy), ``alpha``
+(GNMT length penalty), ``max_extra_length`` (outputs end by source length + this),
+``num_samples`` (sample translations shown in TensorBoard).
+
+Training minimises token-level cross-entropy with teacher forcing and label smoothing,
+averaged over real (non-padding) target tokens; ``accuracy`` is the token accuracy.
+Evaluation adds ``perplexity`` (exp of the unsmoothed token NLL) and, by decoding the
+split, sacreBLEU's ``bleu`` and ``chrf`` on detokenised text, ``exact_match`` (whole
+sentences), ``bleu_signature``, sample translations, and every hypothesis in
+``<output_dir>/hypotheses_<split>.txt`` (in the split's order, rewritten at each evaluation).
+"""
+
+import pathlib
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from clu import metrics as clu_metrics
+from flax import nnx
+from jax.experimental import multihost_utils
+
+from seq2seq import input_pipeline
+from seq2seq.decoding import translate
+from seq2seq.model import PAD_ID, make_transformer
+from seq2seq.sources import open_source
+from seq2seq.text_metrics import corpus_scores
+from seq2seq.workdir_tokenizers import check_tokenizer_config, default_tokenizer_config, prepare_tokenizers
+from trainer.partitioning import global_batch, make_mesh
+from trainer.task import Task
+
+
+@flax.struct.dataclass
+class Perplexity(clu_metrics.Average):
+  """exp of the average of ``nll`` over the (masked) tokens."""
+
+  def compute(self) -> jax.Array:
+    return jnp.exp(super().compute())
+
+
+@flax.struct.dataclass
+class TranslationMetrics(clu_metrics.Collection):
+  loss: clu_metrics.Average.from_output('loss')
+  accuracy: clu_metrics.Accuracy
+
+
+@flax.struct.dataclass
+class TranslationEvalMetrics(clu_metrics.Collection):
+  loss: clu_metrics.Average.from_output('loss')
+  accuracy: clu_metrics.Accuracy
+  perplexity: Perplexity.from_output('nll')
+
+
+def _optional_text() -> ml_collections.FieldReference:
+  return ml_collections.FieldReference(None, field_type=str)
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      source='scan', split='simple', path=_optional_text(), name=_optional_text(), data_dir=_optional_text(),
+      src_lang=_optional_text(), tgt_lang=_optional_text(), train_split='train', max_source_length=64,
+      max_target_length=64, max_eval_examples=0, tokenizer=default_tokenizer_config()))
+
+
+def default_decode_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(beam_size=4, alpha=0.6, max_extra_length=50, num_samples=5))
+
+
+def token_losses(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0) -> tuple[jax.Array, jax.Array]:
+  """Per-token ``(smoothed cross-entropy, NLL)``, each ``[batch, length]``.
+
+  Smoothing gives the target ``1 - label_smoothing`` and spreads the rest evenly over the
+  other classes; the entropy of that distribution is subtracted, so a perfect prediction
+  costs 0 and ``label_smoothing=0`` gives the NLL.
+  """
+  log_probs = jax.nn.log_softmax(logits)
+  nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+  if not label_smoothing:
+    return nll, nll
+  num_classes = logits.shape[-1]
+  confidence, spread = 1.0 - label_smoothing, label_smoothing / (num_classes - 1)
+  # -sum_c target_c * log p_c, with target_c = spread everywhere except confidence at the label.
+  cross_entropy = (confidence - spread) * nll - spread * jnp.sum(log_probs, axis=-1)
+  entropy = -(confidence * np.log(confidence) + (num_classes - 1) * spread * np.log(spread))
+  return cross_entropy - entropy, nll
+
+
+def _sample_text(sources, hypotheses, references, count: int) -> str:
+  """Markdown for TensorBoard: the first ``count`` sources with their hypothesis and reference."""
+  blocks = [f'**source:** {source}  \n**hypothesis:** {hypothesis}  \n**reference:** {reference}'
+            for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:count]]
+  return '\n\n'.join(blocks)
+
+
+class Translation(Task):
+
+  train_metrics = TranslationMetrics
+  eval_metrics = TranslationEvalMetrics
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    super().__init__(config)
+    data, model = config.data, config.model
+    self.label_smoothing = config.get('label_smoothing', 0.0)
+    if not 0.0 <= self.label_smoothing < 1.0:
+      raise ValueError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+    check_tokenizer_config(data.tokenizer)
+    if model.share_embeddings and not data.tokenizer.shared:
+      raise ValueError('model.share_embeddings needs one vocabulary: set data.tokenizer.shared=True.')
+    if min(data.max_source_length, data.max_target_length) < 2:
+      raise ValueError('data.max_source_length and data.max_target_length must be at least 2.')
+    if model.max_length < max(data.max_source_length, data.max_target_length):
+      raise ValueError(f'model.max_length ({model.max_length}) must cover data.max_source_length '
+                       f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).')
+    decode = config.decode
+    if decode.beam_size < 1 or decode.max_extra_length < 0:
+      raise ValueError(f'decode.beam_size must be >= 1 and decode.max_extra_length >= 0, got '
+                       f'{decode.beam_size} and {decode.max_extra_length}.')
+    # Build the model abstractly now, so a bad model option fails before any real work.
+    nnx.eval_shape(lambda: make_transformer(model, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0)))
+    self.source = open_source(data)
+    self.train_pairs = self.source.read(data.train_split)
+    self.source.read(config.eval_split)
+    self.source_tokenizer = self.target_tokenizer = None
+    self._training_batches = {}
+    self._eval_tokens = {}
+
+  # Data -------------------------------------------------------------------------
+
+  def prepare(self, workdir: pathlib.Path) -> None:
+    self.source_tokenizer, self.target_tokenizer = prepare_tokenizers(self.config.data.tokenizer,
+                                                                      self.train_pairs, workdir)
+    self._training_batches.clear()
+    self._eval_tokens.clear()
+
+  def _check_prepared(self) -> None:
+    if self.source_tokenizer is None:
+      raise RuntimeError('Translation.prepare(workdir) must run first: it makes or loads the tokenizers.')
+
+  def num_train_examples(self) -> int:
+    """Training pairs before length filtering (the filter needs the tokenizer, made later)."""
+    return len(self.train_pairs)
+
+  def eval_pairs(self, split: str) -> list[tuple[str, str]]:
+    pairs = self.source.read(split)
+    limit = self.config.data.max_eval_examples
+    return pairs[:limit] if limit else pairs
+
+  def _tokenized(self, split: str) -> input_pipeline.TokenizedPairs:
+    self._check_prepared()
+    if split not in self._eval_tokens:
+      data = self.config.data
+      self._eval_tokens[split] = input_pipeline.tokenize_pairs(
+          self.eval_pairs(split), self.source_tokenizer, self.target_tokenizer,
+          max_source_length=data.max_source_length, max_target_length=data.max_target_length)
+    return self._eval_tokens[split]
+
+  def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
+    self._check_prepared()
+    if batch_size not in self._training_batches:
+      data = self.config.data
+      pairs = input_pipeline.tokenize_pairs(self.train_pairs, self.source_tokenizer, self.target_tokenizer)
+      self._training_batches[batch_size] = input_pipeline.TrainingBatches(
+          pairs, batch_size=batch_size, max_source_length=data.max_source_length,
+          max_target_length=data.max_target_length)
+    return self._training_batches[batch_size].batches(seed=seed, start_step=start_step,
+                                                      process_index=process_index, process_count=process_count)
+
+  def eval_batches(self, split, *, batch_size, process_index, process_count):
+    data = self.config.data
+    return input_pipeline.eval_batches(self._tokenized(split), batch_size=batch_size,
+                                       max_source_length=data.max_source_length,
+                                       max_target_length=data.max_target_length,
+                                       process_index=process_index, process_count=process_count)
+
+  # Model and loss -----------------------------------------------------------------
+
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    self._check_prepared()
+    return make_transformer(self.config.model, source_vocab_size=self.source_tokenizer.vocab_size,
+                            target_vocab_size=self.target_tokenizer.vocab_size, rngs=rngs)
+
+  def loss_and_outputs(self, model, batch, *, rngs, deterministic):
+    logits, _ = model(batch['src'], batch['tgt_in'], deterministic=deterministic, rngs=rngs)
+    losses, _ = token_losses(logits, batch['tgt_out'], self.label_smoothing)
+    weights = batch['tgt_out'] != PAD_ID
+    loss = jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1)
+    return loss, {'loss': losses, 'logits': logits, 'labels': batch['tgt_out'], 'mask': weights}
+
+  def eval_outputs(self, model, batch):
+    logits, _ = model(batch['src'], batch['tgt_in'])
+    losses, nll = token_losses(logits, batch['tgt_out'], self.label_smoothing)
+    weights = (batch['tgt_out'] != PAD_ID) & (batch['mask'][:, None] > 0)
+    return {'loss': losses, 'nll': nll, 'logits': logits, 'labels': batch['tgt_out'], 'mask': weights}
+
+  # Decoding -----------------------------------------------------------------------
+
+  def translate_split(self, model: nnx.Module, split: str) -> list[str]:
+    """Detokenised hypotheses for every evaluated pair of ``split``, in the split's order.
+
+    Each process decodes its rows of each global batch; all processes get every hypothesis.
+    """
+    decode, mesh = self.config.decode, make_mesh()
+    hypotheses = [None] * len(self._tokenized(split))
+    for local in self.eval_batches(split, batch_size=self.config.eval_batch_size,
+                                   process_index=jax.process_index(), process_count=jax.process_count()):
+      batch = global_batch({name: local[name] for name in ('src', 'index', 'mask')}, mesh)
+      tokens = translate(model, batch['src'], beam_size=decode.beam_size, alpha=decode.alpha,
+                         max_extra_length=decode.max_extra_length)
+      tokens, index, mask = multihost_utils.process_allgather((tokens, batch['index'], batch['mask']), tiled=True)
+      for row in np.flatnonzero(mask):
+        hypotheses[index[row]] = self.target_tokenizer.decode(tokens[row])
+    return hypotheses
+
+  def extra_evaluation(self, model, split, output_dir=None):
+    hypotheses = self.translate_split(model, split)
+    pairs = self.eval_pairs(split)
+    sources, references = [source for source, _ in pairs], [target for _, target in pairs]
+    results = corpus_scores(hypotheses, references)
+    results['samples'] = _sample_text(sources, hypotheses, references, self.config.decode.num_samples)
+    if output_dir is not None and jax.process_index() == 0:
+      path = pathlib.Path(output_dir) / f'hypotheses_{split}.txt'
+      path.write_text(''.join(hypothesis + '\n' for hypothesis in hypotheses), encoding='utf-8')
+    return results

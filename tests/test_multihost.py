@@ -1,0 +1,56 @@
+"""Two local processes with gloo CPU collectives: the multi-host path of the trainer."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from tests.vit_test_configs import tiny_vit_config
+from trainer.loop import train_and_evaluate
+from trainer.metrics_io import read_metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def _losses(workdir):
+  return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
+
+
+def test_two_processes_train_like_one(tmp_path):
+  port = _free_port()
+  script = textwrap.dedent(f"""
+      import sys
+      import jax
+      jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+      jax.distributed.initialize(coordinator_address='127.0.0.1:{port}', num_processes=2,
+                                 process_id=int(sys.argv[1]))
+      assert jax.process_count() == 2 and jax.device_count() == 2
+      from tests.vit_test_configs import tiny_vit_config
+      from trainer.loop import train_and_evaluate
+      result = train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=4), {str(tmp_path / 'two')!r})
+      print('accuracy', result.eval_metrics['accuracy'])
+  """)
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  workers = [subprocess.Popen([sys.executable, '-c', script, str(i)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  outputs = [worker.communicate(timeout=300) for worker in workers]
+  for worker, (_, stderr) in zip(workers, outputs):
+    assert worker.returncode == 0, stderr[-3000:]
+  accuracies = [float(out.split('accuracy')[-1]) for out, _ in outputs]
+  assert accuracies[0] == accuracies[1]
+
+  single = train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=4), tmp_path / 'one')
+  two, one = _losses(tmp_path / 'two'), _losses(tmp_path / 'one')
+  assert sorted(two) == [1, 2, 3, 4]
+  np.testing.assert_allclose([two[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)
+  assert abs(single.eval_metrics['accuracy'] - accuracies[0]) < 1e-6

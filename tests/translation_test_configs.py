@@ -1,0 +1,43 @@
+"""Tiny translator configs for tests: one-layer models, a few steps, small evaluations (seconds on a CPU)."""
+
+from configs import transformer_scan
+
+
+def _override(config, overrides):
+  for key, value in overrides.items():
+    target = config
+    *path, last = key.split('.')
+    for part in path:
+      target = target[part]
+    target[last] = value
+  return config
+
+
+def tiny_translation_config(**overrides):
+  """SCAN simple with a one-layer model; evaluation on the first 48 test pairs."""
+  config = transformer_scan.get_config()
+  config.model.update(features=16, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=32, dropout=0.1)
+  config.data.max_eval_examples = 48
+  config.batch_size = 32
+  config.eval_batch_size = 64
+  config.total_steps = 4
+  config.log_every_steps = 1
+  config.eval_every_steps = 2
+  config.checkpoint_every_steps = 2
+  config.optimizer.warmup_steps = 2
+  config.decode.update(beam_size=1, num_samples=2)
+  return _override(config, overrides)
+
+
+def tiny_parallel_config(path, **overrides):
+  """A folder of parallel text with a small shared SentencePiece vocabulary and beam search."""
+  config = tiny_translation_config()
+  config.data.update(source='parallel', path=str(path), src_lang='de', tgt_lang='en', max_source_length=32,
+                     max_target_length=32)
+  config.data.tokenizer.update(kind='sentencepiece', shared=True, vocab_size=48, model_type='unigram')
+  config.model.update(share_embeddings=True)
+  config.batch_size = 8
+  config.eval_batch_size = 16
+  config.eval_split = 'val'
+  config.decode.update(beam_size=2, max_extra_length=5)
+  return _override(config, overrides)
