@@ -1,4 +1,4 @@
-"""Pictures of a sweep, or of one training run, from its saved workdir alone (PNG, matplotlib Agg).
+"""Pictures of a sweep, or of one training run, from its saved workdir alone (PNG, matplotlib's Agg).
 
   python -m ablation.plots --workdir runs/ablation      # a workdir written by ablate.py
   python -m ablation.plots --workdir runs/vit_digits    # or by train.py
@@ -25,18 +25,17 @@ import contextlib
 import pathlib
 from typing import Any
 
+import jax.numpy as jnp
 import matplotlib
+import numpy as np
+from absl import app, flags
+from matplotlib.figure import Figure
 
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
-
-from ablation import tables  # noqa: E402
-from trainer import workdir as workdir_lib  # noqa: E402
-from trainer.evaluation import restore_checkpoint  # noqa: E402
-from trainer.metrics_io import read_metrics  # noqa: E402
+from ablation import tables
+from trainer import workdir as workdir_lib
+from trainer.cli import quiet_library_logs, run_reporting_user_errors
+from trainer.evaluation import restore_checkpoint
+from trainer.metrics_io import read_metrics
 
 PLOTS_DIR = 'plots'
 LEARNED_TABLES = ('learn1d', 'learn2d')
@@ -53,7 +52,6 @@ def _metric_label(split: str, metric: str) -> str:
 def _save(figure, path: pathlib.Path) -> pathlib.Path:
   path.parent.mkdir(parents=True, exist_ok=True)
   figure.savefig(path, dpi=110, bbox_inches='tight')
-  plt.close(figure)
   return path
 
 
@@ -76,9 +74,10 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
     positions, hues = tables.all_combinations(summary), [()]
     labels = ['\n'.join(f'{_short(a)}={v}' for a, v in zip(axes, values)) for values in positions]
   width = 0.8 / len(hues)
-  figure, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(positions) * max(1, len(hues) / 2)), 4.2))
-  colors = plt.get_cmap('tab10').colors
-  tops = [0.0]
+  figure = Figure(figsize=(max(5.0, 1.2 * len(positions) * max(1, len(hues) / 2)), 4.2))
+  ax = figure.subplots()
+  colors = matplotlib.colormaps['tab10'].colors
+  tops, labelled = [0.0], set()
   for h, hue in enumerate(hues):
     for x, position in enumerate(positions):
       values = position + hue
@@ -90,8 +89,10 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
       if not seeds:
         continue
       mean, std = tables.mean_std(seeds)
+      label = str(hue[0]) if hue and hue not in labelled else None
+      labelled.add(hue)
       ax.bar(center, mean, width * 0.9, yerr=std if len(seeds) > 1 else None, capsize=3,
-             color=colors[h % len(colors)], label=str(hue[0]) if hue and x == 0 else None)
+             color=colors[h % len(colors)], label=label)
       ax.scatter([center] * len(seeds), seeds, s=9, color='black', zorder=3)
       ax.text(center, mean + std, f'{mean:.1f}' if scale > 1 else f'{mean:.3g}', ha='center', va='bottom',
               fontsize=8)
@@ -103,7 +104,8 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
   num_seeds = len(summary['seeds'])
   ax.set_title(f'{summary["task"]}: mean ± std over {num_seeds} seed{"s" if num_seeds > 1 else ""}', fontsize=10)
   if hues != [()]:
-    ax.legend(title=_short(tables.INJECTION), fontsize=8, title_fontsize=8, loc='lower right')
+    ax.legend(title=_short(tables.INJECTION), fontsize=8, title_fontsize=8, loc='upper left',
+              bbox_to_anchor=(1.01, 1.0))
   ax.grid(axis='y', alpha=0.3)
   return _save(figure, path)
 
@@ -119,20 +121,21 @@ def _curve(records: list[dict[str, Any]], split: str, metric: str) -> tuple[list
 def plot_training_curves(runs: list[tuple[str, pathlib.Path, str]], metric: str, split: str,
                          path: pathlib.Path) -> pathlib.Path:
   """``runs``: (label, workdir, colour group); runs of one group (the seeds) share a colour and a legend entry."""
-  figure, (loss_ax, metric_ax) = plt.subplots(1, 2, figsize=(11, 4))
-  colors = plt.get_cmap('tab10').colors
+  figure = Figure(figsize=(11, 4))
+  loss_ax, metric_ax = figure.subplots(1, 2)
+  colors = matplotlib.colormaps['tab10'].colors
   group_index: dict[str, int] = {}
   for label, workdir, group in runs:
     records = read_metrics(workdir)
     first = group not in group_index
     color = colors[group_index.setdefault(group, len(group_index)) % len(colors)]
     steps, losses = _curve(records, 'train', 'loss')
-    loss_ax.plot(steps, losses, color=color, linewidth=1, alpha=0.8, label=group if first else None)
+    loss_ax.plot(steps, losses, color=color, linewidth=1, alpha=0.8, marker='.' if len(steps) < 30 else None,
+                 label=group if first else None)
     steps, values = _curve(records, 'eval', metric)
     metric_ax.plot(steps, [value * _scale(metric) for value in values], color=color, linewidth=1, marker='.',
                    alpha=0.8, label=group if first else None)
   loss_ax.set(xlabel='step', ylabel='training loss', title='training loss')
-  loss_ax.set_yscale('log')
   metric_ax.set(xlabel='step', ylabel=_metric_label(split, metric), title=f'evaluation ({split})')
   for ax in (loss_ax, metric_ax):
     ax.grid(alpha=0.3)
@@ -160,13 +163,15 @@ def plot_posemb_similarity(table: np.ndarray, grid: tuple[int, int] | None, titl
                            path: pathlib.Path) -> pathlib.Path:
   similarity = cosine_similarity(table)
   if grid is None:
-    figure, ax = plt.subplots(figsize=(5, 4.3))
+    figure = Figure(figsize=(5, 4.3))
+    ax = figure.subplots()
     image = ax.imshow(similarity, vmin=-1, vmax=1, cmap='viridis')
     ax.set(xlabel='position', ylabel='position', title=title)
     figure.colorbar(image, ax=ax, label='cosine similarity')
     return _save(figure, path)
   height, width = grid
-  figure, tiles = plt.subplots(height, width, figsize=(0.8 * width + 1.6, 0.8 * height + 0.9), squeeze=False)
+  figure = Figure(figsize=(0.8 * width + 1.6, 0.8 * height + 0.9))
+  tiles = figure.subplots(height, width, squeeze=False)
   for row in range(height):
     for column in range(width):
       ax = tiles[row, column]
@@ -229,8 +234,8 @@ def plot_attention_maps(model, task, config, title: str, path: pathlib.Path) -> 
   grid = tuple(intermediates['grid'])
   rollouts = attention_rollout(weights)
   depth, heads = len(weights), weights[0].shape[0]
-  figure, axes = plt.subplots(depth + 1, heads + 2, figsize=(1.5 * (heads + 2), 1.5 * (depth + 1) + 0.4),
-                              squeeze=False)
+  figure = Figure(figsize=(1.5 * (heads + 2), 1.5 * (depth + 1) + 0.4))
+  axes = figure.subplots(depth + 1, heads + 2, squeeze=False)
   for ax in axes.flat:
     ax.set_xticks([])
     ax.set_yticks([])
@@ -276,7 +281,8 @@ def plot_cross_attention(model, task, config, title: str, path: pathlib.Path) ->
   source_labels = _token_labels(task.source_tokenizer, source_ids, EOS_ID)
   target_labels = _token_labels(task.target_tokenizer, output, EOS_ID)
   panel = (0.8 + 0.22 * len(source_labels), 0.8 + 0.22 * len(target_labels))
-  figure, axes = plt.subplots(1, len(layers), figsize=(panel[0] * len(layers) + 1.0, panel[1] + 1.2), squeeze=False)
+  figure = Figure(figsize=(panel[0] * len(layers) + 1.0, panel[1] + 1.2))
+  axes = figure.subplots(1, len(layers), squeeze=False)
   for layer, (ax, weights) in enumerate(zip(axes[0], layers)):
     image = ax.imshow(weights, cmap='viridis', vmin=0, vmax=1, aspect='auto')
     ax.set_xticks(range(len(source_labels)), source_labels, rotation=90, fontsize=7)
@@ -338,7 +344,6 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  from trainer.cli import quiet_library_logs, run_reporting_user_errors
   quiet_library_logs()
   for path in run_reporting_user_errors(plot_workdir, flags.FLAGS.workdir):
     print(path)

@@ -124,7 +124,8 @@ def _run_name(overrides: dict[str, Any]) -> str:
   parts = []
   for path, short in zip(overrides, last):
     key = short if last.count(short) == 1 else path
-    parts.append(f'{key}={re.sub(r"[^\w.+-]", "-", str(overrides[path]))}')
+    spelled = re.sub(r'[^\w.+-]', '-', str(overrides[path]))
+    parts.append(f'{key}={spelled}')
   return ','.join(parts)
 
 

@@ -62,12 +62,13 @@ def main(argv):
   batch = global_batch({'image': rng.normal(size=(_BATCH.value, 32, 32, 3)).astype(np.float32),
                         'label': rng.integers(0, 10, _BATCH.value).astype(np.int32)}, mesh)
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
+  metrics = jax.device_put(task.train_metrics.empty(), replicated(mesh))
   for _ in range(3):
-    state, metrics = step(state, batch)
+    state, metrics = step(state, metrics, batch)
   jax.block_until_ready(state)
   start = time.perf_counter()
   for _ in range(_STEPS.value):
-    state, metrics = step(state, batch)
+    state, metrics = step(state, metrics, batch)
   jax.block_until_ready(state)
   seconds = time.perf_counter() - start
   images_per_sec = _STEPS.value * _BATCH.value / seconds

@@ -63,7 +63,8 @@ def test_evaluate_reproduces_the_logged_metrics(scan_run):
 def test_parallel_folder_trains_with_sentencepiece_and_beam_search(tmp_path):
   write_corpus(tmp_path / 'corpus', 'train', 60, gzipped=True)
   write_corpus(tmp_path / 'corpus', 'val', 10, seed=1)
-  result = train_and_evaluate(tiny_parallel_config(tmp_path / 'corpus', total_steps=2), tmp_path / 'run')
+  config = tiny_parallel_config(tmp_path / 'corpus', total_steps=2, **{'decode.beam_size': 2})
+  result = train_and_evaluate(config, tmp_path / 'run')
   assert set(result.eval_metrics) >= FINAL_METRICS
   assert (tmp_path / 'run' / 'tokenizer' / 'spm.model').is_file()
 
@@ -150,7 +151,7 @@ def test_bad_parallel_text_fails_before_any_work(tmp_path, damage):
     ({'model.posemb': 'sincos2d'}, 'needs a 2-D patch grid'),
     ({'model.variant': 'huge'}, 'Unknown Transformer variant'),
     ({'model.share_embeddings': True}, 'tokenizer.shared=True'),
-    ({'model.max_length': 32}, 'model.max_length'),
+    ({'model.max_length': 8}, 'model.max_length'),
     ({'data.tokenizer.kind': 'bytes'}, 'Unknown tokenizer kind'),
 ])
 def test_bad_config_fails_before_any_work(tmp_path, overrides, message):

@@ -181,9 +181,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   try:
     with _StopRequest() as stop:
       while step < num_steps:
-        state, metrics = train_step(state, global_batch(next(batches), mesh))
+        if pending_metrics is None:
+          pending_metrics = jax.device_put(task.train_metrics.empty(), replicated(mesh))
+        state, pending_metrics = train_step(state, pending_metrics, global_batch(next(batches), mesh))
         step += 1
-        pending_metrics = metrics if pending_metrics is None else pending_metrics.merge(metrics)
         if step % config.log_every_steps == 0:
           flush_train_metrics()
         if step % config.eval_every_steps == 0 or step == num_steps:
