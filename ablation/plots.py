@@ -260,15 +260,16 @@ def plot_attention_maps(model, task, config, title: str, path: pathlib.Path) -> 
   return _save(figure, path)
 
 
-def _token_labels(tokenizer, ids: list[int], eos_id: int) -> list[str]:
-  return ['<eos>' if token == eos_id else tokenizer.decode([token]) or f'#{token}' for token in ids]
+def _token_labels(tokenizer, ids: list[int], special: dict[int, str]) -> list[str]:
+  return [special.get(token) or tokenizer.decode([token]) or f'#{token}' for token in ids]
 
 
 def plot_cross_attention(model, task, config, title: str, path: pathlib.Path) -> pathlib.Path:
   """The cross-attention of the first evaluation sentence, greedily translated (translators)."""
   # Imported here: only translator workdirs need the seq2seq package.
   from seq2seq.decoding import translate
-  from seq2seq.tokenizer import BOS_ID, EOS_ID
+  from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+  special = {PAD_ID: '<pad>', UNK_ID: '<unk>', BOS_ID: '<bos>', EOS_ID: '<eos>'}
   source, reference = task.eval_pairs(config.eval_split)[0]
   source_ids = task.source_tokenizer.encode(source)[:config.data.max_source_length]
   source_array = jnp.asarray([source_ids], jnp.int32)
@@ -278,19 +279,20 @@ def plot_cross_attention(model, task, config, title: str, path: pathlib.Path) ->
   decoder_input = jnp.asarray([[BOS_ID] + output[:-1]], jnp.int32)
   _, intermediates = model(source_array, decoder_input, return_weights=True)
   layers = [np.asarray(layer[0], np.float32).mean(axis=0) for layer in intermediates['cross_attention_weights']]
-  source_labels = _token_labels(task.source_tokenizer, source_ids, EOS_ID)
-  target_labels = _token_labels(task.target_tokenizer, output, EOS_ID)
+  source_labels = _token_labels(task.source_tokenizer, source_ids, special)
+  target_labels = _token_labels(task.target_tokenizer, output, special)
   panel = (0.8 + 0.22 * len(source_labels), 0.8 + 0.22 * len(target_labels))
   figure = Figure(figsize=(panel[0] * len(layers) + 1.0, panel[1] + 1.2))
   axes = figure.subplots(1, len(layers), squeeze=False)
+  top = max(float(weights.max()) for weights in layers)
   for layer, (ax, weights) in enumerate(zip(axes[0], layers)):
-    image = ax.imshow(weights, cmap='viridis', vmin=0, vmax=1, aspect='auto')
+    image = ax.imshow(weights, cmap='viridis', vmin=0, vmax=top, aspect='auto')
     ax.set_xticks(range(len(source_labels)), source_labels, rotation=90, fontsize=7)
     ax.set_yticks(range(len(target_labels)), target_labels, fontsize=7)
     ax.set_title(f'layer {layer + 1} (mean of heads)', fontsize=8)
     ax.set_xlabel('source')
   axes[0, 0].set_ylabel('translation')
-  figure.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label='attention weight')
+  figure.colorbar(image, ax=axes[0].tolist(), shrink=min(0.8, 4.0 / panel[1]), label='attention weight')
   hypothesis = task.target_tokenizer.decode(output)
   figure.suptitle(f'{title}\nreference: {reference}\nhypothesis: {hypothesis}', fontsize=8)
   return _save(figure, path)

@@ -10,7 +10,8 @@ Each pair falls into a length bucket by ``max(len(source), len(target) + 1)``; b
 boundaries grow by about 20% (8, 16, 24, 32, 40, 48, 64, 80, 96, 120, ...), so padding
 costs little, and there are few distinct shapes to compile. Buckets with fewer pairs than
 a batch are merged into a neighbour. A bucket's arrays are as wide as its longest source
-and longest target (rounded up to a multiple of 8), so each bucket is one shape.
+and longest target, rounded up to a multiple of ``pad_to_multiple`` (8 suits accelerators;
+1 wastes least on a CPU), so each bucket is one shape.
 
 Determinism: the global batch at step s depends on (seed, s) alone. Epoch e is planned
 from a generator seeded by (seed, e): each bucket's pairs are shuffled and cut into whole
@@ -139,7 +140,8 @@ class Bucket:
 class TrainingBatches:
   """The bucketed, shuffled batch plan of one training set and batch size (see the module docstring)."""
 
-  def __init__(self, pairs: TokenizedPairs, *, batch_size: int, max_source_length: int, max_target_length: int):
+  def __init__(self, pairs: TokenizedPairs, *, batch_size: int, max_source_length: int, max_target_length: int,
+               pad_to_multiple: int = WIDTH_MULTIPLE):
     self.pairs = pairs
     self.batch_size = batch_size
     source_lengths, target_lengths = pairs.source_lengths, pairs.target_lengths + 1
@@ -154,8 +156,9 @@ class TrainingBatches:
     bucket_of = np.searchsorted(boundaries, keys)
     groups = [kept[bucket_of == b] for b in range(len(boundaries))]
     self.buckets = [
-        Bucket(members, min(int(_round_up(max(source_lengths[members].max(), 1))), max_source_length),
-               min(int(_round_up(target_lengths[members].max())), max_target_length))
+        Bucket(members,
+               min(int(_round_up(max(source_lengths[members].max(), 1), pad_to_multiple)), max_source_length),
+               min(int(_round_up(target_lengths[members].max(), pad_to_multiple)), max_target_length))
         for members in self._merge_small(groups)]
     self.batches_per_bucket = [len(bucket.members) // batch_size for bucket in self.buckets]
     self.steps_per_epoch = sum(self.batches_per_bucket)

@@ -10,6 +10,7 @@ Config sections: ``data`` (below), ``data.tokenizer`` (``seq2seq.workdir_tokeniz
   max_source_length   training pairs with more source tokens are dropped; evaluation
                       sources are truncated to it. 64.
   max_target_length   the same for the target plus its BOS/EOS (``len(target) + 1``). 64.
+  pad_to_multiple     training batch widths are rounded up to a multiple of this. 8.
   max_eval_examples   evaluate on the first N pairs of a split only (0 = all of them). 0.
 
 ``decode`` fields (``default_decode_config()``): ``beam_size`` (1 = greedy), ``alpha``
@@ -74,7 +75,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       source='scan', split='simple', path=_optional_text(), name=_optional_text(), data_dir=_optional_text(),
       src_lang=_optional_text(), tgt_lang=_optional_text(), train_split='train', max_source_length=64,
-      max_target_length=64, max_eval_examples=0, tokenizer=default_tokenizer_config()))
+      max_target_length=64, pad_to_multiple=8, max_eval_examples=0, tokenizer=default_tokenizer_config()))
 
 
 def default_decode_config() -> ml_collections.ConfigDict:
@@ -121,8 +122,9 @@ class Translation(Task):
     check_tokenizer_config(data.tokenizer)
     if model.share_embeddings and not data.tokenizer.shared:
       raise ValueError('model.share_embeddings needs one vocabulary: set data.tokenizer.shared=True.')
-    if min(data.max_source_length, data.max_target_length) < 2:
-      raise ValueError('data.max_source_length and data.max_target_length must be at least 2.')
+    if min(data.max_source_length, data.max_target_length) < 2 or data.pad_to_multiple < 1:
+      raise ValueError('data.max_source_length and data.max_target_length must be at least 2, '
+                       'data.pad_to_multiple at least 1.')
     if model.max_length < max(data.max_source_length, data.max_target_length):
       raise ValueError(f'model.max_length ({model.max_length}) must cover data.max_source_length '
                        f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).')
@@ -176,7 +178,7 @@ class Translation(Task):
       pairs = input_pipeline.tokenize_pairs(self.train_pairs, self.source_tokenizer, self.target_tokenizer)
       self._training_batches[batch_size] = input_pipeline.TrainingBatches(
           pairs, batch_size=batch_size, max_source_length=data.max_source_length,
-          max_target_length=data.max_target_length)
+          max_target_length=data.max_target_length, pad_to_multiple=data.pad_to_multiple)
     return self._training_batches[batch_size].batches(seed=seed, start_step=start_step,
                                                       process_index=process_index, process_count=process_count)
 

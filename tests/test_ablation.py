@@ -13,14 +13,16 @@ import sys
 import numpy as np
 import pytest
 from absl import flags
+from flax import nnx
 from ml_collections import config_flags
 
 from ablation import sweep, tables
-from ablation.plots import attention_rollout, plot_workdir
+from ablation.plots import attention_rollout, plot_cross_attention, plot_workdir
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir
 from trainer.loop import TrainResult
+from trainer.task import load_task
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(total_steps=3, eval_every_steps=3, checkpoint_every_steps=3, log_every_steps=3)
@@ -158,16 +160,25 @@ def test_injection_axis_skips_combinations_that_do_not_exist(tmp_path):
   assert '| none | 90.5 ± 0.7 | N/A |' in table and '| learn1d | 92.5 ± 0.7 | 94.5 ± 0.7 |' in table
 
 
-def test_translator_table_and_cross_attention_picture(tmp_path):
-  config = tiny_translation_config(total_steps=2, eval_every_steps=2, checkpoint_every_steps=2)
-  plan = sweep.plan_sweep(config, ['model.posemb=sincos1d'], 1, tmp_path)
-  summary = sweep.run_sweep(plan, log=quiet)
-  table = tables.write_results(tmp_path, summary)
+def test_translator_table_has_perplexity_bleu_and_exact_match(tmp_path):
+  config = tiny_translation_config()
+  plan = sweep.plan_sweep(config, ['model.posemb=sincos1d,learn1d,none'], 2, tmp_path)
+  records = [dict(overrides=run.overrides, name=run.name, workdir=str(run.workdir),
+                  metrics={'perplexity': 2.0 + i, 'bleu': 40.0 + i, 'exact_match': 0.1, 'loss': 1.0, 'accuracy': 0.5})
+             for i, run in enumerate(plan.runs[:4])]
+  table = tables.markdown(sweep.summarize(plan, records))
   assert '| model.posemb | test PPL | test BLEU | test exact match (%) |' in table
-  assert re.search(r'^\| sincos1d \| \d+\.\d\d \| \d+\.\d \| \d+\.\d \|$', table, re.M)
-  names = {path.name for path in plot_workdir(tmp_path)}
-  assert 'cross_attention_posemb=sincos1d,seed=0.png' in names
-  assert _png(tmp_path / 'plots' / 'cross_attention_posemb=sincos1d,seed=0.png')
+  assert '| sincos1d | 2.50 ± 0.71 | 40.5 ± 0.7 | 10.0 ± 0.0 |' in table
+  assert '| none | not run | not run | not run |' in table
+
+
+def test_cross_attention_picture_of_a_translator(tmp_path):
+  config = tiny_translation_config()
+  task = load_task(config)
+  task.prepare(tmp_path)
+  model = task.make_model(nnx.Rngs(0))
+  path = plot_cross_attention(model, task, config, 'untrained', tmp_path / 'cross_attention.png')
+  assert _png(path)
 
 
 def _parse_train_command(argv):
