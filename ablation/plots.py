@@ -99,7 +99,7 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
       tops.append(mean + std)
   ax.set_xticks(range(len(positions)), labels)
   ax.set_ylim(0, max(tops) * 1.12 or 1.0)
-  ax.set_xlabel(', '.join(axes[:1]) if tables.family(summary) != 'generic' else 'combination')
+  ax.set_xlabel(tables.POSEMB if tables.family(summary) != 'generic' else 'combination')
   ax.set_ylabel(_metric_label(summary['eval_split'], metric))
   num_seeds = len(summary['seeds'])
   ax.set_title(f'{summary["task"]}: mean ± std over {num_seeds} seed{"s" if num_seeds > 1 else ""}', fontsize=10)
@@ -118,14 +118,14 @@ def _curve(records: list[dict[str, Any]], split: str, metric: str) -> tuple[list
   return steps, [by_step[step] for step in steps]
 
 
-def plot_training_curves(runs: list[tuple[str, pathlib.Path, str]], metric: str, split: str,
+def plot_training_curves(runs: list[tuple[pathlib.Path, str]], metric: str, split: str,
                          path: pathlib.Path) -> pathlib.Path:
-  """``runs``: (label, workdir, colour group); runs of one group (the seeds) share a colour and a legend entry."""
+  """``runs``: (workdir, group); the runs of a group (its seeds) share a colour and a legend entry."""
   figure = Figure(figsize=(11, 4))
   loss_ax, metric_ax = figure.subplots(1, 2)
   colors = matplotlib.colormaps['tab10'].colors
   group_index: dict[str, int] = {}
-  for label, workdir, group in runs:
+  for workdir, group in runs:
     records = read_metrics(workdir)
     first = group not in group_index
     color = colors[group_index.setdefault(group, len(group_index)) % len(colors)]
@@ -256,7 +256,8 @@ def plot_attention_maps(model, task, config, title: str, path: pathlib.Path) -> 
   for column, name in enumerate([f'head {head + 1}' for head in range(heads)] + ['mean of heads', 'rollout']):
     axes[1, column].set_title(name, fontsize=8)
   reader = 'class token' if weights[0].shape[-1] > grid[0] * grid[1] else 'average query'
-  figure.suptitle(f'{title}: attention of the {reader} to each patch', fontsize=10)
+  figure.suptitle(f'{title}: attention of the {reader} to each patch (each tile scaled to its maximum)',
+                  fontsize=10)
   return _save(figure, path)
 
 
@@ -326,8 +327,8 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
   if (workdir / tables.RESULTS_JSON).exists():
     summary = tables.read_results(workdir)
     axes = list(summary['axes'])
-    runs = [(run['name'], workdir / run['name'],
-             ','.join(f'{_short(path)}={run["overrides"][path]}' for path in axes)) for run in summary['runs']]
+    runs = [(workdir / run['name'], ','.join(f'{_short(path)}={run["overrides"][path]}' for path in axes))
+            for run in summary['runs']]
     paths = [plot_ablation(summary, out_dir / 'ablation.png'),
              plot_training_curves(runs, summary['best_metric'], summary['eval_split'],
                                   out_dir / 'training_curves.png')]
@@ -336,7 +337,7 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
     return paths
   if (workdir / workdir_lib.CONFIG_FILE).exists():
     config = workdir_lib.load_config(workdir)
-    paths = [plot_training_curves([(workdir.name, workdir, workdir.name)], config.best_metric, config.eval_split,
+    paths = [plot_training_curves([(workdir, workdir.name)], config.best_metric, config.eval_split,
                                   out_dir / 'training_curves.png')]
     return paths + plot_run_pictures(workdir, out_dir, workdir.name)
   raise FileNotFoundError(f'{workdir} has neither {tables.RESULTS_JSON} (written by ablate.py) nor '

@@ -1,1 +1,1 @@
-"""Encoder-decoder Transformer translation: data, tokenizers and model."""
+"""Encoder-decoder Transformer translation: data sources, tokenizers, batches, model, decoding and the task."""

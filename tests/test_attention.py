@@ -105,7 +105,7 @@ def test_masked_softmax_all_masked_row_is_zero_without_nan():
   weights = masked_softmax(logits, mask)
   np.testing.assert_array_equal(weights[0, 0, 1], np.zeros(4))
   np.testing.assert_allclose(weights.sum(-1)[0, 0], [1, 0, 1], atol=1e-6)
-  grad = jax.grad(lambda l: jnp.sum(masked_softmax(l, mask) * jnp.arange(4.0)))(logits)
+  grad = jax.grad(lambda x: jnp.sum(masked_softmax(x, mask) * jnp.arange(4.0)))(logits)
   assert np.all(np.isfinite(grad))
   np.testing.assert_array_equal(np.asarray(grad)[~np.broadcast_to(np.asarray(mask), grad.shape)], 0.0)
 

@@ -14,7 +14,7 @@ VOCAB = 24
 
 
 def tiny_transformer(posemb='sincos1d', **options):
-  options = dict(dict(features=8, encoder_layers=2, decoder_layers=2, num_heads=2, mlp_features=16,
+  options = dict(dict(features=8, encoder_layers=1, decoder_layers=2, num_heads=2, mlp_features=16,
                       max_length=40, dropout=0.0), **options)
   return Transformer(source_vocab_size=VOCAB, target_vocab_size=VOCAB, posemb=posemb, rngs=nnx.Rngs(0), **options)
 
@@ -79,7 +79,7 @@ def _sequence_log_prob(model, src, tokens):
 
 
 def test_beam_search_against_greedy_search_and_its_own_scores():
-  model = tiny_transformer('rope')
+  model = tiny_transformer('rope', decoder_layers=1)
   src = sources(2)
 
   @jax.jit
@@ -116,6 +116,7 @@ def test_cross_attention_weights_are_returned_when_asked():
   assert logits.shape == (3, 5, VOCAB) and logits.dtype == jnp.float32
   weights = intermediates['cross_attention_weights']
   assert len(weights) == 2 and weights[0].shape == (3, 2, 5, 7)
+  assert len(intermediates['encoder_attention_weights']) == 1
   np.testing.assert_allclose(weights[0].sum(-1), 1.0, atol=1e-5)
   assert float(jnp.abs(weights[0][2, :, :, 2:]).max()) == 0.0  # padded source keys get no weight
 
