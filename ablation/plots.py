@@ -166,7 +166,8 @@ def plot_posemb_similarity(table: np.ndarray, grid: tuple[int, int] | None, titl
     figure = Figure(figsize=(5, 4.3))
     ax = figure.subplots()
     image = ax.imshow(similarity, vmin=-1, vmax=1, cmap='viridis')
-    ax.set(xlabel='position', ylabel='position', title=title)
+    ax.set(xlabel='position', ylabel='position')
+    ax.set_title(title, fontsize=10)
     figure.colorbar(image, ax=ax, label='cosine similarity')
     return _save(figure, path)
   height, width = grid
@@ -283,13 +284,14 @@ def plot_cross_attention(model, task, config, title: str, path: pathlib.Path) ->
   source_labels = _token_labels(task.source_tokenizer, source_ids, special)
   target_labels = _token_labels(task.target_tokenizer, output, special)
   panel = (0.8 + 0.22 * len(source_labels), 0.8 + 0.22 * len(target_labels))
-  figure = Figure(figsize=(panel[0] * len(layers) + 1.0, panel[1] + 1.2))
-  axes = figure.subplots(1, len(layers), squeeze=False)
+  figure = Figure(figsize=(panel[0] * len(layers) + 2.0, panel[1] + 1.2), layout='constrained')
+  axes = figure.subplots(1, len(layers), squeeze=False, sharey=True)
   top = max(float(weights.max()) for weights in layers)
   for layer, (ax, weights) in enumerate(zip(axes[0], layers)):
     image = ax.imshow(weights, cmap='viridis', vmin=0, vmax=top, aspect='auto')
     ax.set_xticks(range(len(source_labels)), source_labels, rotation=90, fontsize=7)
     ax.set_yticks(range(len(target_labels)), target_labels, fontsize=7)
+    ax.tick_params(axis='y', labelleft=layer == 0)
     ax.set_title(f'layer {layer + 1} (mean of heads)', fontsize=8)
     ax.set_xlabel('source')
   axes[0, 0].set_ylabel('translation')
@@ -308,9 +310,9 @@ def plot_run_pictures(run_dir: pathlib.Path, out_dir: pathlib.Path, name: str) -
   table = learned_table(model)
   if table is not None:
     values, kind = table
-    where = ' (first layer)' if len(model.encoder.positional.tables) > 1 else ''
+    where = 'encoder, first layer' if len(model.encoder.positional.tables) > 1 else 'encoder'
     paths.append(plot_posemb_similarity(values, getattr(model, 'grid', None),
-                                        f'{name}: {kind} position embedding similarity{where}, step {step}',
+                                        f'{name}, step {step}: {kind} position embedding similarity ({where})',
                                         out_dir / f'posemb_similarity_{name}.png'))
   if config.task.startswith('vit.'):
     paths.append(plot_attention_maps(model, task, config, f'{name}, step {step}', out_dir / f'attention_{name}.png'))

@@ -6,11 +6,13 @@
 This is vit_digits with batch 64 for 50 epochs (1,123 steps) instead of batch 128 for 150
 epochs (1,684 steps): the same as ``--config configs/vit_digits.py --config.batch_size=64
 --config.num_epochs=50``. Steps of 64 images run about 2.5 times as many per second as
-steps of 128 on a CPU, so a run takes under 2 minutes instead of about 5, and the 15 runs
-fit in about half an hour. The learned encodings end a few points below the full recipe
-(about 93% instead of 98.6% test accuracy for learn1d); without positions the model sees
-a bag of 2x2 patches and stays near 50%.
-Runtime and result: see the README's results table.
+steps of 128 on a CPU, so a run takes about 1.5 minutes instead of about 5. The learned
+encodings end a few points below the full recipe (98.6% for learn1d); without positions the
+model sees a bag of 2x2 patches.
+
+Measured on a shared 2-core CPU: 22.4 minutes for the 15 runs (60-96 s each), test accuracy
+(%) over seeds 0-2: none 53.8 ± 2.1, learn1d 93.6 ± 1.3, learn2d 92.7 ± 2.0,
+sincos2d 93.6 ± 1.2, relative 90.3 ± 3.2.
 """
 
 from configs import vit_digits

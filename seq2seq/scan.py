@@ -36,87 +36,86 @@ ADDPRIM_PRIMITIVES = {'addprim_jump': 'jump', 'addprim_turn_left': 'turn left'}
 
 
 def _verb_phrases() -> list[tuple[str, list[str]]]:
-    """Every V of the grammar with its action list."""
-    phrases = []
-    for verb, action in PRIMITIVE_ACTIONS.items():
-        phrases.append((verb, [action]))
-    for verb in (*PRIMITIVE_ACTIONS, 'turn'):
-        verb_actions = [] if verb == 'turn' else [PRIMITIVE_ACTIONS[verb]]
-        for direction in DIRECTIONS:
-            turn = TURN_ACTIONS[direction]
-            phrases.append((f'{verb} {direction}', [turn] + verb_actions))
-            phrases.append((f'{verb} opposite {direction}', [turn, turn] + verb_actions))
-            phrases.append((f'{verb} around {direction}', ([turn] + verb_actions) * 4))
-    return phrases
+  """Every V of the grammar with its action list."""
+  phrases = []
+  for verb, action in PRIMITIVE_ACTIONS.items():
+    phrases.append((verb, [action]))
+  for verb in (*PRIMITIVE_ACTIONS, 'turn'):
+    verb_actions = [] if verb == 'turn' else [PRIMITIVE_ACTIONS[verb]]
+    for direction in DIRECTIONS:
+      turn = TURN_ACTIONS[direction]
+      phrases.append((f'{verb} {direction}', [turn] + verb_actions))
+      phrases.append((f'{verb} opposite {direction}', [turn, turn] + verb_actions))
+      phrases.append((f'{verb} around {direction}', ([turn] + verb_actions) * 4))
+  return phrases
 
 
 def _sentences() -> list[tuple[str, list[str]]]:
-    """Every S of the grammar: a V, optionally repeated twice or thrice."""
-    sentences = []
-    for phrase, actions in _verb_phrases():
-        sentences.append((phrase, actions))
-        for word, count in REPETITIONS.items():
-            sentences.append((f'{phrase} {word}', actions * count))
-    return sentences
+  """Every S of the grammar: a V, optionally repeated twice or thrice."""
+  sentences = []
+  for phrase, actions in _verb_phrases():
+    sentences.append((phrase, actions))
+    for word, count in REPETITIONS.items():
+      sentences.append((f'{phrase} {word}', actions * count))
+  return sentences
 
 
 def generate_scan() -> list[tuple[str, str]]:
-    """All 20,910 SCAN commands with their action sequences, in a fixed order."""
-    sentences = _sentences()
-    examples = list(sentences)
-    for (first, first_actions), (second, second_actions) in itertools.product(sentences, repeat=2):
-        examples.append((f'{first} and {second}', first_actions + second_actions))
-        examples.append((f'{first} after {second}', second_actions + first_actions))
-    return [(command, ' '.join(actions)) for command, actions in examples]
+  """All 20,910 SCAN commands with their action sequences, in a fixed order."""
+  sentences = _sentences()
+  examples = list(sentences)
+  for (first, first_actions), (second, second_actions) in itertools.product(sentences, repeat=2):
+    examples.append((f'{first} and {second}', first_actions + second_actions))
+    examples.append((f'{first} after {second}', second_actions + first_actions))
+  return [(command, ' '.join(actions)) for command, actions in examples]
 
 
 def _has_primitive(command: str, primitive: str) -> bool:
-    return f' {primitive} ' in f' {command} '
+  return f' {primitive} ' in f' {command} '
 
 
 def _addprim_train_test(examples, primitive: str):
-    primitive_example = next(e for e in examples if e[0] == primitive)
-    test = [e for e in examples if _has_primitive(e[0], primitive) and e[0] != primitive]
-    train = [e for e in examples if not _has_primitive(e[0], primitive)]
-    copies = round(len(train) * ADDPRIM_PRIMITIVE_FRACTION / (1 - ADDPRIM_PRIMITIVE_FRACTION))
-    return train + [primitive_example] * copies, test
+  primitive_example = next(e for e in examples if e[0] == primitive)
+  test = [e for e in examples if _has_primitive(e[0], primitive) and e[0] != primitive]
+  train = [e for e in examples if not _has_primitive(e[0], primitive)]
+  copies = round(len(train) * ADDPRIM_PRIMITIVE_FRACTION / (1 - ADDPRIM_PRIMITIVE_FRACTION))
+  return train + [primitive_example] * copies, test
 
 
 def scan_split(split: str, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
-    """{'train': [...], 'test': [...]} for one of SCAN_SPLITS, each list shuffled with `seed`.
+  """{'train': [...], 'test': [...]} for one of SCAN_SPLITS, each list shuffled with `seed`.
 
-    'simple' is a random 80/20 split drawn with `seed`; the other splits have the same
-    contents for every seed.
-    """
-    if split not in SCAN_SPLITS:
-        raise ValueError(f'unknown SCAN split {split!r}; expected one of {", ".join(SCAN_SPLITS)}')
-    examples = generate_scan()
-    rng = random.Random(seed)
-    if split == 'simple':
-        rng.shuffle(examples)
-        num_train = round(len(examples) * SIMPLE_TRAIN_FRACTION)
-        return {'train': examples[:num_train], 'test': examples[num_train:]}
-    if split == 'length':
-        is_short = [len(actions.split()) <= LENGTH_SPLIT_MAX_TRAIN_ACTIONS for _, actions in examples]
-        train = [e for e, short in zip(examples, is_short) if short]
-        test = [e for e, short in zip(examples, is_short) if not short]
-    else:
-        train, test = _addprim_train_test(examples, ADDPRIM_PRIMITIVES[split])
-    rng.shuffle(train)
-    rng.shuffle(test)
-    return {'train': train, 'test': test}
+  'simple' is a random 80/20 split drawn with `seed`; the other splits have the same
+  contents for every seed.
+  """
+  if split not in SCAN_SPLITS:
+    raise ValueError(f'unknown SCAN split {split!r}; expected one of {", ".join(SCAN_SPLITS)}')
+  examples = generate_scan()
+  rng = random.Random(seed)
+  if split == 'simple':
+    rng.shuffle(examples)
+    num_train = round(len(examples) * SIMPLE_TRAIN_FRACTION)
+    return {'train': examples[:num_train], 'test': examples[num_train:]}
+  if split == 'length':
+    is_short = [len(actions.split()) <= LENGTH_SPLIT_MAX_TRAIN_ACTIONS for _, actions in examples]
+    train = [e for e, short in zip(examples, is_short) if short]
+    test = [e for e, short in zip(examples, is_short) if not short]
+  else:
+    train, test = _addprim_train_test(examples, ADDPRIM_PRIMITIVES[split])
+  rng.shuffle(train)
+  rng.shuffle(test)
+  return {'train': train, 'test': test}
 
 
 def read_scan_file(path) -> list[tuple[str, str]]:
-    """Read an official SCAN file: one `IN: <command> OUT: <actions>` a line."""
-    path = Path(path)
-    examples = []
-    with path.open(encoding='utf-8') as lines:
-        for line_number, line in enumerate(lines, start=1):
-            text = line.rstrip('\r\n')
-            command, separator, actions = text.removeprefix('IN: ').partition(' OUT: ')
-            if not text.startswith('IN: ') or not separator or not command.strip() or not actions.strip():
-                raise ValueError(
-                    f'{path}:{line_number}: expected "IN: <command> OUT: <actions>", got {text[:80]!r}')
-            examples.append((command.strip(), actions.strip()))
-    return examples
+  """Read an official SCAN file: one `IN: <command> OUT: <actions>` a line."""
+  path = Path(path)
+  examples = []
+  with path.open(encoding='utf-8') as lines:
+    for line_number, line in enumerate(lines, start=1):
+      text = line.rstrip('\r\n')
+      command, separator, actions = text.removeprefix('IN: ').partition(' OUT: ')
+      if not text.startswith('IN: ') or not separator or not command.strip() or not actions.strip():
+        raise ValueError(f'{path}:{line_number}: expected "IN: <command> OUT: <actions>", got {text[:80]!r}')
+      examples.append((command.strip(), actions.strip()))
+  return examples

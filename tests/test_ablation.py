@@ -160,6 +160,17 @@ def test_injection_axis_skips_combinations_that_do_not_exist(tmp_path):
   assert '| none | 90.5 ± 0.7 | N/A |' in table and '| learn1d | 92.5 ± 0.7 | 94.5 ± 0.7 |' in table
 
 
+def test_other_axes_get_one_row_per_combination(tmp_path):
+  plan = sweep.plan_sweep(tiny_config(), ['model.width=16,32', 'optimizer.learning_rate=0.001,0.01'], 1, tmp_path)
+  assert [run.name for run in plan.runs][:2] == ['width=16,learning_rate=0.001,seed=0',
+                                                 'width=16,learning_rate=0.01,seed=0']
+  records = [dict(overrides=run.overrides, name=run.name, workdir=str(run.workdir),
+                  metrics={'accuracy': 0.25 * i, 'loss': 1.0}) for i, run in enumerate(plan.runs[:3])]
+  table = tables.markdown(sweep.summarize(plan, records))
+  assert '| model.width | optimizer.learning_rate | accuracy | loss |' in table
+  assert '| 16 | 0.01 | 0.2500 | 1.0000 |' in table and '| 32 | 0.01 | not run | not run |' in table
+
+
 def test_translator_table_has_perplexity_bleu_and_exact_match(tmp_path):
   config = tiny_translation_config()
   plan = sweep.plan_sweep(config, ['model.posemb=sincos1d,learn1d,none'], 2, tmp_path)

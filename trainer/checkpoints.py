@@ -15,14 +15,17 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 
-class _WithoutMissingMetricsWarning(logging.Filter):
-  """Checkpoints between evaluations carry no metrics by design; orbax warns about each one."""
+class _ExpectedOrbaxWarnings(logging.Filter):
+  """Drops orbax warnings about what we do on purpose: checkpoints between evaluations
+  carry no metrics, and evaluation opens the checkpoints read-only."""
 
   def filter(self, record):
-    return 'did not provide metrics' not in record.getMessage()
+    message = record.getMessage()
+    return not ('did not provide metrics' in message or 'read_only=True' in message
+                or 'directory is read only' in message)
 
 
-logging.getLogger('absl').addFilter(_WithoutMissingMetricsWarning())
+logging.getLogger('absl').addFilter(_ExpectedOrbaxWarnings())
 
 
 class Checkpoints:

@@ -27,164 +27,154 @@ _BILINEAR = Image.Resampling.BILINEAR
 
 
 def _grey(image: Image.Image) -> tuple[int, ...]:
-    return (_GREY,) * len(image.getbands())
+  return (_GREY,) * len(image.getbands())
 
 
 def _affine(image: Image.Image, coefficients: tuple[float, ...]) -> Image.Image:
-    return image.transform(
-        image.size, Image.Transform.AFFINE, coefficients, resample=_BILINEAR,
-        fillcolor=_grey(image),
-    )
+  return image.transform(
+    image.size,
+    Image.Transform.AFFINE,
+    coefficients,
+    resample=_BILINEAR,
+    fillcolor=_grey(image),
+  )
 
 
 def _enhance(enhancer: type) -> Callable:
-    return lambda image, level, sign: enhancer(image).enhance(max(0.0, 1 + sign * 0.9 * level))
+  return lambda image, level, sign: enhancer(image).enhance(max(0.0, 1 + sign * 0.9 * level))
 
 
 # Each op takes (PIL image, level = magnitude / 10, random sign +1 or -1).
 RANDAUGMENT_OPS = {
-    "identity": lambda image, level, sign: image,
-    "auto_contrast": lambda image, level, sign: ImageOps.autocontrast(image),
-    "equalize": lambda image, level, sign: ImageOps.equalize(image),
-    "rotate": lambda image, level, sign: image.rotate(
-        sign * 30 * level, resample=_BILINEAR, fillcolor=_grey(image)
-    ),
-    "solarize": lambda image, level, sign: ImageOps.solarize(
-        image, threshold=int(256 - 128 * min(level, 2.0))
-    ),
-    "posterize": lambda image, level, sign: ImageOps.posterize(image, max(1, 8 - int(4 * level))),
-    "color": _enhance(ImageEnhance.Color),
-    "contrast": _enhance(ImageEnhance.Contrast),
-    "brightness": _enhance(ImageEnhance.Brightness),
-    "sharpness": _enhance(ImageEnhance.Sharpness),
-    "shear_x": lambda image, level, sign: _affine(image, (1, sign * 0.3 * level, 0, 0, 1, 0)),
-    "shear_y": lambda image, level, sign: _affine(image, (1, 0, 0, sign * 0.3 * level, 1, 0)),
-    "translate_x": lambda image, level, sign: _affine(
-        image, (1, 0, sign * 0.45 * level * image.width, 0, 1, 0)
-    ),
-    "translate_y": lambda image, level, sign: _affine(
-        image, (1, 0, 0, 0, 1, sign * 0.45 * level * image.height)
-    ),
+  "identity": lambda image, level, sign: image,
+  "auto_contrast": lambda image, level, sign: ImageOps.autocontrast(image),
+  "equalize": lambda image, level, sign: ImageOps.equalize(image),
+  "rotate": lambda image, level, sign: image.rotate(
+    sign * 30 * level, resample=_BILINEAR, fillcolor=_grey(image)
+  ),
+  "solarize": lambda image, level, sign: ImageOps.solarize(image, threshold=int(256 - 128 * min(level, 2.0))),
+  "posterize": lambda image, level, sign: ImageOps.posterize(image, max(1, 8 - int(4 * level))),
+  "color": _enhance(ImageEnhance.Color),
+  "contrast": _enhance(ImageEnhance.Contrast),
+  "brightness": _enhance(ImageEnhance.Brightness),
+  "sharpness": _enhance(ImageEnhance.Sharpness),
+  "shear_x": lambda image, level, sign: _affine(image, (1, sign * 0.3 * level, 0, 0, 1, 0)),
+  "shear_y": lambda image, level, sign: _affine(image, (1, 0, 0, sign * 0.3 * level, 1, 0)),
+  "translate_x": lambda image, level, sign: _affine(
+    image, (1, 0, sign * 0.45 * level * image.width, 0, 1, 0)
+  ),
+  "translate_y": lambda image, level, sign: _affine(
+    image, (1, 0, 0, 0, 1, sign * 0.45 * level * image.height)
+  ),
 }
 _OP_FUNCTIONS = tuple(RANDAUGMENT_OPS.values())
 
 
 @dataclasses.dataclass(frozen=True)
 class AugmentationDraw:
-    """Random choices for every row of one global batch; None where that part is off."""
+  """Random choices for every row of one global batch; None where that part is off."""
 
-    crop_offsets: np.ndarray | None = None  # int [B, 2]: top and left of the crop
-    flips: np.ndarray | None = None  # bool [B]
-    randaugment_ops: np.ndarray | None = None  # int [B, layers]: indices into the ops
-    randaugment_signs: np.ndarray | None = None  # +1/-1 [B, layers]
-    mix_partner: np.ndarray | None = None  # int [B]: a permutation of the rows
-    mix_weight: np.ndarray | None = None  # float32 [B]: the weight of a row's own image
+  crop_offsets: np.ndarray | None = None  # int [B, 2]: top and left of the crop
+  flips: np.ndarray | None = None  # bool [B]
+  randaugment_ops: np.ndarray | None = None  # int [B, layers]: indices into the ops
+  randaugment_signs: np.ndarray | None = None  # +1/-1 [B, layers]
+  mix_partner: np.ndarray | None = None  # int [B]: a permutation of the rows
+  mix_weight: np.ndarray | None = None  # float32 [B]: the weight of a row's own image
 
 
 @dataclasses.dataclass(frozen=True)
 class Augmentation:
-    """The training augmentation settings: the data config's `augment` fields."""
+  """The training augmentation settings: the data config's `augment` fields."""
 
-    crop_padding: int = 0
-    crop_pad_mode: str = "reflect"
-    flip: bool = False
-    randaugment_layers: int = 0
-    randaugment_magnitude: int = 10
-    mixup_alpha: float = 0.0
+  crop_padding: int = 0
+  crop_pad_mode: str = "reflect"
+  flip: bool = False
+  randaugment_layers: int = 0
+  randaugment_magnitude: int = 10
+  mixup_alpha: float = 0.0
 
-    @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict) -> Augmentation:
-        augmentation = cls(
-            crop_padding=int(config.crop_padding),
-            crop_pad_mode=config.crop_pad_mode,
-            flip=bool(config.flip),
-            randaugment_layers=int(config.randaugment_layers),
-            randaugment_magnitude=int(config.randaugment_magnitude),
-            mixup_alpha=float(config.mixup_alpha),
-        )
-        if augmentation.crop_padding < 0:
-            raise ValueError(f"augment.crop_padding must be >= 0, got {config.crop_padding}")
-        if augmentation.crop_pad_mode not in ("reflect", "constant"):
-            raise ValueError(
-                "augment.crop_pad_mode must be 'reflect' or 'constant', "
-                f"got {config.crop_pad_mode!r}"
-            )
-        if augmentation.randaugment_layers < 0:
-            raise ValueError(
-                f"augment.randaugment_layers must be >= 0, got {config.randaugment_layers}"
-            )
-        if not 0 <= augmentation.randaugment_magnitude <= 30:
-            raise ValueError(
-                "augment.randaugment_magnitude must be in 0..30, "
-                f"got {config.randaugment_magnitude}"
-            )
-        if augmentation.mixup_alpha < 0:
-            raise ValueError(f"augment.mixup_alpha must be >= 0, got {config.mixup_alpha}")
-        return augmentation
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> Augmentation:
+    augmentation = cls(
+      crop_padding=int(config.crop_padding),
+      crop_pad_mode=config.crop_pad_mode,
+      flip=bool(config.flip),
+      randaugment_layers=int(config.randaugment_layers),
+      randaugment_magnitude=int(config.randaugment_magnitude),
+      mixup_alpha=float(config.mixup_alpha),
+    )
+    if augmentation.crop_padding < 0:
+      raise ValueError(f"augment.crop_padding must be >= 0, got {config.crop_padding}")
+    if augmentation.crop_pad_mode not in ("reflect", "constant"):
+      raise ValueError(f"augment.crop_pad_mode must be 'reflect' or 'constant', got {config.crop_pad_mode!r}")
+    if augmentation.randaugment_layers < 0:
+      raise ValueError(f"augment.randaugment_layers must be >= 0, got {config.randaugment_layers}")
+    if not 0 <= augmentation.randaugment_magnitude <= 30:
+      raise ValueError(f"augment.randaugment_magnitude must be in 0..30, got {config.randaugment_magnitude}")
+    if augmentation.mixup_alpha < 0:
+      raise ValueError(f"augment.mixup_alpha must be >= 0, got {config.mixup_alpha}")
+    return augmentation
 
-    @property
-    def mixup(self) -> bool:
-        return self.mixup_alpha > 0
+  @property
+  def mixup(self) -> bool:
+    return self.mixup_alpha > 0
 
-    def draw(self, rng: np.random.Generator, batch_size: int) -> AugmentationDraw:
-        """Draws the random choices for a global batch, always in the same order."""
-        choices = {}
-        if self.crop_padding:
-            choices["crop_offsets"] = rng.integers(0, 2 * self.crop_padding + 1, (batch_size, 2))
-        if self.flip:
-            choices["flips"] = rng.random(batch_size) < 0.5
-        if self.randaugment_layers:
-            shape = (batch_size, self.randaugment_layers)
-            choices["randaugment_ops"] = rng.integers(0, len(_OP_FUNCTIONS), shape)
-            choices["randaugment_signs"] = np.where(rng.random(shape) < 0.5, -1, 1)
-        if self.mixup:
-            choices["mix_partner"] = rng.permutation(batch_size)
-            choices["mix_weight"] = rng.beta(self.mixup_alpha, self.mixup_alpha, batch_size)
-            choices["mix_weight"] = choices["mix_weight"].astype(np.float32)
-        return AugmentationDraw(**choices)
+  def draw(self, rng: np.random.Generator, batch_size: int) -> AugmentationDraw:
+    """Draws the random choices for a global batch, always in the same order."""
+    choices = {}
+    if self.crop_padding:
+      choices["crop_offsets"] = rng.integers(0, 2 * self.crop_padding + 1, (batch_size, 2))
+    if self.flip:
+      choices["flips"] = rng.random(batch_size) < 0.5
+    if self.randaugment_layers:
+      shape = (batch_size, self.randaugment_layers)
+      choices["randaugment_ops"] = rng.integers(0, len(_OP_FUNCTIONS), shape)
+      choices["randaugment_signs"] = np.where(rng.random(shape) < 0.5, -1, 1)
+    if self.mixup:
+      choices["mix_partner"] = rng.permutation(batch_size)
+      choices["mix_weight"] = rng.beta(self.mixup_alpha, self.mixup_alpha, batch_size)
+      choices["mix_weight"] = choices["mix_weight"].astype(np.float32)
+    return AugmentationDraw(**choices)
 
-    def apply(self, images: np.ndarray, draw: AugmentationDraw, rows: np.ndarray) -> np.ndarray:
-        """Crops, flips and RandAugments uint8 images [n, H, W, C], which are global `rows`."""
-        if draw.crop_offsets is not None:
-            images = random_crop(images, draw.crop_offsets[rows], self.crop_padding,
-                                 self.crop_pad_mode)
-        if draw.flips is not None:
-            images = horizontal_flip(images, draw.flips[rows])
-        if draw.randaugment_ops is not None:
-            images = np.stack([
-                randaugment(image, ops, signs, self.randaugment_magnitude)
-                for image, ops, signs in zip(
-                    images, draw.randaugment_ops[rows], draw.randaugment_signs[rows]
-                )
-            ])
-        return images
+  def apply(self, images: np.ndarray, draw: AugmentationDraw, rows: np.ndarray) -> np.ndarray:
+    """Crops, flips and RandAugments uint8 images [n, H, W, C], which are global `rows`."""
+    if draw.crop_offsets is not None:
+      images = random_crop(images, draw.crop_offsets[rows], self.crop_padding, self.crop_pad_mode)
+    if draw.flips is not None:
+      images = horizontal_flip(images, draw.flips[rows])
+    if draw.randaugment_ops is not None:
+      images = np.stack(
+        [
+          randaugment(image, ops, signs, self.randaugment_magnitude)
+          for image, ops, signs in zip(images, draw.randaugment_ops[rows], draw.randaugment_signs[rows])
+        ]
+      )
+    return images
 
 
 def random_crop(images: np.ndarray, offsets: np.ndarray, padding: int, mode: str) -> np.ndarray:
-    """Pads [n, H, W, C] images by `padding` and crops [H, W] windows at (top, left) offsets."""
-    height, width = images.shape[1:3]
-    pad = (padding, padding)
-    padded = np.pad(images, ((0, 0), pad, pad, (0, 0)), mode=mode)
-    cropped = np.empty_like(images)
-    # A loop of contiguous row copies beats one fancy-index gather of 3-byte pixels.
-    for index, (top, left) in enumerate(offsets):
-        cropped[index] = padded[index, top:top + height, left:left + width]
-    return cropped
+  """Pads [n, H, W, C] images by `padding` and crops [H, W] windows at (top, left) offsets."""
+  height, width = images.shape[1:3]
+  pad = (padding, padding)
+  padded = np.pad(images, ((0, 0), pad, pad, (0, 0)), mode=mode)
+  cropped = np.empty_like(images)
+  # A loop of contiguous row copies beats one fancy-index gather of 3-byte pixels.
+  for index, (top, left) in enumerate(offsets):
+    cropped[index] = padded[index, top : top + height, left : left + width]
+  return cropped
 
 
 def horizontal_flip(images: np.ndarray, flips: np.ndarray) -> np.ndarray:
-    """Mirrors the [n, H, W, C] images whose entry in the boolean `flips` [n] is set."""
-    flipped = images.copy()
-    flipped[flips] = images[flips, :, ::-1]
-    return flipped
+  """Mirrors the [n, H, W, C] images whose entry in the boolean `flips` [n] is set."""
+  flipped = images.copy()
+  flipped[flips] = images[flips, :, ::-1]
+  return flipped
 
 
-def randaugment(
-    image: np.ndarray, ops: np.ndarray, signs: np.ndarray, magnitude: int
-) -> np.ndarray:
-    """Applies the RandAugment ops `ops` (indices) in turn to one uint8 [H, W, C] image."""
-    pil_image = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
-    for op, sign in zip(ops, signs):
-        pil_image = _OP_FUNCTIONS[op](pil_image, magnitude / 10, sign)
-    augmented = np.asarray(pil_image)
-    return augmented[..., None] if augmented.ndim == 2 else augmented
+def randaugment(image: np.ndarray, ops: np.ndarray, signs: np.ndarray, magnitude: int) -> np.ndarray:
+  """Applies the RandAugment ops `ops` (indices) in turn to one uint8 [H, W, C] image."""
+  pil_image = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
+  for op, sign in zip(ops, signs):
+    pil_image = _OP_FUNCTIONS[op](pil_image, magnitude / 10, sign)
+  augmented = np.asarray(pil_image)
+  return augmented[..., None] if augmented.ndim == 2 else augmented

@@ -66,327 +66,321 @@ from vit.image_augmentation import Augmentation, AugmentationDraw
 from vit.image_sources import InMemoryImages, LabelledImages
 
 _LOADERS = {
-    "digits": image_sources.load_digits_source,
-    "tfds": tfds_source.load_tfds_source,
-    "folder": image_sources.load_folder_source,
-    "idx": image_sources.load_idx_source,
+  "digits": image_sources.load_digits_source,
+  "tfds": tfds_source.load_tfds_source,
+  "folder": image_sources.load_folder_source,
+  "idx": image_sources.load_idx_source,
 }
 # Tags keep the shuffling and augmentation random streams apart for equal (seed, number).
 _SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
 
 
 def default_data_config() -> ml_collections.ConfigDict:
-    """All data config fields with their defaults (see the module docstring)."""
-    config = ml_collections.ConfigDict()
-    config.source = "digits"
-    config.name = ml_collections.FieldReference(None, field_type=str)
-    config.data_dir = ml_collections.FieldReference(None, field_type=str)
-    config.streaming = ml_collections.FieldReference(None, field_type=bool)
-    config.path = ml_collections.FieldReference(None, field_type=str)
-    config.cache_dir = ml_collections.FieldReference(None, field_type=str)
-    config.image_size = ml_collections.FieldReference(None, field_type=tuple)
-    config.mean = ml_collections.FieldReference(None, field_type=tuple)
-    config.std = ml_collections.FieldReference(None, field_type=tuple)
-    config.prefetch_batches = 4
-    config.num_threads = 2
-    config.augment = ml_collections.ConfigDict()
-    config.augment.crop_padding = 0
-    config.augment.crop_pad_mode = "reflect"
-    config.augment.flip = False
-    config.augment.randaugment_layers = 0
-    config.augment.randaugment_magnitude = 10
-    config.augment.mixup_alpha = 0.0
-    return config
+  """All data config fields with their defaults (see the module docstring)."""
+  config = ml_collections.ConfigDict()
+  config.source = "digits"
+  config.name = ml_collections.FieldReference(None, field_type=str)
+  config.data_dir = ml_collections.FieldReference(None, field_type=str)
+  config.streaming = ml_collections.FieldReference(None, field_type=bool)
+  config.path = ml_collections.FieldReference(None, field_type=str)
+  config.cache_dir = ml_collections.FieldReference(None, field_type=str)
+  config.image_size = ml_collections.FieldReference(None, field_type=tuple)
+  config.mean = ml_collections.FieldReference(None, field_type=tuple)
+  config.std = ml_collections.FieldReference(None, field_type=tuple)
+  config.prefetch_batches = 4
+  config.num_threads = 2
+  config.augment = ml_collections.ConfigDict()
+  config.augment.crop_padding = 0
+  config.augment.crop_pad_mode = "reflect"
+  config.augment.flip = False
+  config.augment.randaugment_layers = 0
+  config.augment.randaugment_magnitude = 10
+  config.augment.mixup_alpha = 0.0
+  return config
 
 
 def load_image_data(data_config: ml_collections.ConfigDict) -> ImageData:
-    """Checks the config and the data, loads it and returns the batch maker."""
-    config = _with_defaults(data_config)
-    if config.source not in _LOADERS:
-        raise ValueError(f"data.source {config.source!r} is not one of {sorted(_LOADERS)}")
-    if config.image_size is not None and (
-        len(config.image_size) != 2 or min(config.image_size) < 1
-    ):
-        raise ValueError(f"data.image_size must be (height, width), got {config.image_size}")
-    if config.prefetch_batches < 1 or config.num_threads < 1:
-        raise ValueError("data.prefetch_batches and data.num_threads must be >= 1")
-    augmentation = Augmentation.from_config(config.augment)
+  """Checks the config and the data, loads it and returns the batch maker."""
+  config = _with_defaults(data_config)
+  if config.source not in _LOADERS:
+    raise ValueError(f"data.source {config.source!r} is not one of {sorted(_LOADERS)}")
+  if config.image_size is not None and (len(config.image_size) != 2 or min(config.image_size) < 1):
+    raise ValueError(f"data.image_size must be (height, width), got {config.image_size}")
+  if config.prefetch_batches < 1 or config.num_threads < 1:
+    raise ValueError("data.prefetch_batches and data.num_threads must be >= 1")
+  augmentation = Augmentation.from_config(config.augment)
 
-    source = _LOADERS[config.source](config)
-    height, width, channels = source.image_shape
-    if augmentation.crop_padding >= min(height, width):
-        raise ValueError(
-            f"augment.crop_padding {augmentation.crop_padding} must be below the image "
-            f"side {min(height, width)}"
-        )
-    mean, std = _normalisation(config, source, channels)
-    return ImageData(
-        num_classes=len(source.class_names),
-        image_shape=(height, width, channels),
-        num_train=source.num_examples("train"),
-        class_names=list(source.class_names),
-        mean=mean,
-        std=std,
-        _source=source,
-        _augmentation=augmentation,
-        _prefetch_batches=config.prefetch_batches,
-        _num_threads=config.num_threads,
+  source = _LOADERS[config.source](config)
+  height, width, channels = source.image_shape
+  if augmentation.crop_padding >= min(height, width):
+    raise ValueError(
+      f"augment.crop_padding {augmentation.crop_padding} must be below the image side {min(height, width)}"
     )
+  mean, std = _normalisation(config, source, channels)
+  return ImageData(
+    num_classes=len(source.class_names),
+    image_shape=(height, width, channels),
+    num_train=source.num_examples("train"),
+    class_names=list(source.class_names),
+    mean=mean,
+    std=std,
+    _source=source,
+    _augmentation=augmentation,
+    _prefetch_batches=config.prefetch_batches,
+    _num_threads=config.num_threads,
+  )
 
 
 def _with_defaults(data_config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    config = default_data_config()
-    for key, value in data_config.items():
-        if key not in config:
-            raise ValueError(f"unknown data config field {key!r}; known: {sorted(config)}")
-        if key != "augment":
-            config[key] = value
-            continue
-        for augment_key, augment_value in value.items():
-            if augment_key not in config.augment:
-                raise ValueError(
-                    f"unknown data config field 'augment.{augment_key}'; "
-                    f"known: {sorted(config.augment)}"
-                )
-            config.augment[augment_key] = augment_value
-    return config
+  config = default_data_config()
+  for key, value in data_config.items():
+    if key not in config:
+      raise ValueError(f"unknown data config field {key!r}; known: {sorted(config)}")
+    if key != "augment":
+      config[key] = value
+      continue
+    for augment_key, augment_value in value.items():
+      if augment_key not in config.augment:
+        raise ValueError(
+          f"unknown data config field 'augment.{augment_key}'; known: {sorted(config.augment)}"
+        )
+      config.augment[augment_key] = augment_value
+  return config
 
 
 @dataclasses.dataclass
 class ImageData:
-    """A loaded data set that makes training and evaluation batches (see module docstring)."""
+  """A loaded data set that makes training and evaluation batches (see module docstring)."""
 
-    num_classes: int
-    image_shape: tuple[int, int, int]  # (H, W, C) as the model sees it
-    num_train: int
-    class_names: list[str]
-    mean: tuple[float, ...]  # per channel, in [0, 1] pixel units
-    std: tuple[float, ...]
-    _source: InMemoryImages | tfds_source.TfdsStream = dataclasses.field(repr=False)
-    _augmentation: Augmentation = dataclasses.field(default_factory=Augmentation, repr=False)
-    _prefetch_batches: int = dataclasses.field(default=4, repr=False)
-    _num_threads: int = dataclasses.field(default=2, repr=False)
+  num_classes: int
+  image_shape: tuple[int, int, int]  # (H, W, C) as the model sees it
+  num_train: int
+  class_names: list[str]
+  mean: tuple[float, ...]  # per channel, in [0, 1] pixel units
+  std: tuple[float, ...]
+  _source: InMemoryImages | tfds_source.TfdsStream = dataclasses.field(repr=False)
+  _augmentation: Augmentation = dataclasses.field(default_factory=Augmentation, repr=False)
+  _prefetch_batches: int = dataclasses.field(default=4, repr=False)
+  _num_threads: int = dataclasses.field(default=2, repr=False)
 
-    @property
-    def split_names(self) -> tuple[str, ...]:
-        if isinstance(self._source, InMemoryImages):
-            return tuple(self._source.splits)
-        return tuple(self._source.split_sizes)
+  @property
+  def split_names(self) -> tuple[str, ...]:
+    if isinstance(self._source, InMemoryImages):
+      return tuple(self._source.splits)
+    return tuple(self._source.split_sizes)
 
-    def num_examples(self, split: str) -> int:
-        self._check_split(split)
-        return self._source.num_examples(split)
+  def num_examples(self, split: str) -> int:
+    self._check_split(split)
+    return self._source.num_examples(split)
 
-    def train_batches(
-        self, *, batch_size: int, seed: int, start_step: int = 0, process_index: int = 0,
-        process_count: int = 1,
-    ) -> Iterator[dict[str, np.ndarray]]:
-        """Endless batches of this process's rows of the global batch, from start_step on.
+  def train_batches(
+    self,
+    *,
+    batch_size: int,
+    seed: int,
+    start_step: int = 0,
+    process_index: int = 0,
+    process_count: int = 1,
+  ) -> Iterator[dict[str, np.ndarray]]:
+    """Endless batches of this process's rows of the global batch, from start_step on.
 
-        Yields 'image' float32 [b, H, W, C] and 'label' int32 [b], where b = batch_size /
-        process_count; with mixup also 'mix_label' int32 [b] and 'mix_weight' float32 [b]
-        (loss = w * CE(label) + (1 - w) * CE(mix_label)).
-        """
-        rows = _process_rows(batch_size, process_index, process_count)
-        if seed < 0 or start_step < 0:
-            raise ValueError(f"seed and start_step must be >= 0, got {seed} and {start_step}")
-        steps = itertools.count(start_step)
-        if isinstance(self._source, InMemoryImages):
-            make_batch = functools.partial(
-                self._in_memory_train_batch, batch_size=batch_size, seed=seed, rows=rows
-            )
-            return self._prefetched(make_batch, zip(steps))
-        streamed = self._source.train_batches(
-            len(rows), seed=seed, start_step=start_step, process_index=process_index,
-            process_count=process_count,
-        )
-        make_batch = functools.partial(
-            self._streamed_train_batch, batch_size=batch_size, seed=seed, rows=rows
-        )
-        return self._prefetched(make_batch, zip(steps, streamed))
+    Yields 'image' float32 [b, H, W, C] and 'label' int32 [b], where b = batch_size /
+    process_count; with mixup also 'mix_label' int32 [b] and 'mix_weight' float32 [b]
+    (loss = w * CE(label) + (1 - w) * CE(mix_label)).
+    """
+    rows = _process_rows(batch_size, process_index, process_count)
+    if seed < 0 or start_step < 0:
+      raise ValueError(f"seed and start_step must be >= 0, got {seed} and {start_step}")
+    steps = itertools.count(start_step)
+    if isinstance(self._source, InMemoryImages):
+      make_batch = functools.partial(self._in_memory_train_batch, batch_size=batch_size, seed=seed, rows=rows)
+      return self._prefetched(make_batch, zip(steps))
+    streamed = self._source.train_batches(
+      len(rows),
+      seed=seed,
+      start_step=start_step,
+      process_index=process_index,
+      process_count=process_count,
+    )
+    make_batch = functools.partial(self._streamed_train_batch, batch_size=batch_size, seed=seed, rows=rows)
+    return self._prefetched(make_batch, zip(steps, streamed))
 
-    def eval_batches(
-        self, split: str, *, batch_size: int, process_index: int = 0, process_count: int = 1
-    ) -> Iterator[dict[str, np.ndarray]]:
-        """One ordered pass over `split`: this process's rows of each global batch.
+  def eval_batches(
+    self, split: str, *, batch_size: int, process_index: int = 0, process_count: int = 1
+  ) -> Iterator[dict[str, np.ndarray]]:
+    """One ordered pass over `split`: this process's rows of each global batch.
 
-        The last global batch is padded to full size; 'mask' float32 [b] is 1 for real
-        examples and 0 for padding. No augmentation.
-        """
-        self._check_split(split)
-        rows = _process_rows(batch_size, process_index, process_count)
-        global_batches = self._source.eval_batches(split, batch_size)
-        make_batch = functools.partial(self._eval_batch, rows=rows)
-        return self._prefetched(make_batch, zip(global_batches))
+    The last global batch is padded to full size; 'mask' float32 [b] is 1 for real
+    examples and 0 for padding. No augmentation.
+    """
+    self._check_split(split)
+    rows = _process_rows(batch_size, process_index, process_count)
+    global_batches = self._source.eval_batches(split, batch_size)
+    make_batch = functools.partial(self._eval_batch, rows=rows)
+    return self._prefetched(make_batch, zip(global_batches))
 
-    def _check_split(self, split: str) -> None:
-        if split not in self.split_names:
-            raise ValueError(f"unknown split {split!r}; available: {list(self.split_names)}")
+  def _check_split(self, split: str) -> None:
+    if split not in self.split_names:
+      raise ValueError(f"unknown split {split!r}; available: {list(self.split_names)}")
 
-    def _in_memory_train_batch(
-        self, step: int, *, batch_size: int, seed: int, rows: range
-    ) -> dict[str, np.ndarray]:
-        train = self._source.splits["train"]
-        example_ids = _example_ids(seed, step, batch_size, len(train.labels))
-        draw = self._augmentation.draw(
-            np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size
-        )
-        own = np.arange(rows.start, rows.stop)
-        partner = None if draw.mix_partner is None else draw.mix_partner[own]
-        # Mixup partners may be other processes' rows: augment those here too.
-        needed = own if partner is None else np.union1d(own, partner)
-        examples = LabelledImages(
-            train.images[example_ids[needed]], train.labels[example_ids[needed]]
-        )
-        return self._augmented_batch(examples, needed, own, partner, draw)
+  def _in_memory_train_batch(
+    self, step: int, *, batch_size: int, seed: int, rows: range
+  ) -> dict[str, np.ndarray]:
+    train = self._source.splits["train"]
+    example_ids = _example_ids(seed, step, batch_size, len(train.labels))
+    draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
+    own = np.arange(rows.start, rows.stop)
+    partner = None if draw.mix_partner is None else draw.mix_partner[own]
+    # Mixup partners may be other processes' rows: augment those here too.
+    needed = own if partner is None else np.union1d(own, partner)
+    examples = LabelledImages(train.images[example_ids[needed]], train.labels[example_ids[needed]])
+    return self._augmented_batch(examples, needed, own, partner, draw)
 
-    def _streamed_train_batch(
-        self, step: int, examples: LabelledImages, *, batch_size: int, seed: int, rows: range
-    ) -> dict[str, np.ndarray]:
-        draw = self._augmentation.draw(
-            np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size
-        )
-        own = np.arange(rows.start, rows.stop)
-        partner = None if draw.mix_partner is None else own[::-1]
-        return self._augmented_batch(examples, own, own, partner, draw)
+  def _streamed_train_batch(
+    self, step: int, examples: LabelledImages, *, batch_size: int, seed: int, rows: range
+  ) -> dict[str, np.ndarray]:
+    draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
+    own = np.arange(rows.start, rows.stop)
+    partner = None if draw.mix_partner is None else own[::-1]
+    return self._augmented_batch(examples, own, own, partner, draw)
 
-    def _augmented_batch(
-        self, examples: LabelledImages, positions: np.ndarray, own: np.ndarray,
-        partner: np.ndarray | None, draw: AugmentationDraw,
-    ) -> dict[str, np.ndarray]:
-        """Augments `examples` (global batch rows `positions`, sorted); returns rows `own`."""
-        images = self._augmentation.apply(examples.images, draw, positions)
-        if partner is None:  # then positions are exactly the own rows
-            return {"image": self._normalise(images), "label": examples.labels}
-        own_at = np.searchsorted(positions, own)
-        partner_at = np.searchsorted(positions, partner)
-        weight = draw.mix_weight[own]
-        # w * own + (1 - w) * partner, computed in place before the (affine) normalisation:
-        # float temporaries cost more here than the arithmetic.
-        flat_images = images.reshape(len(images), -1)  # long inner loops for numpy
-        partner_images = flat_images[partner_at]
-        mixed = flat_images[own_at].astype(np.float32)
-        mixed -= partner_images
-        mixed *= weight[:, None]
-        mixed += partner_images
-        return {
-            "image": self._normalise(mixed.reshape(len(own), *images.shape[1:])),
-            "label": examples.labels[own_at],
-            "mix_label": examples.labels[partner_at],
-            "mix_weight": weight,
-        }
+  def _augmented_batch(
+    self,
+    examples: LabelledImages,
+    positions: np.ndarray,
+    own: np.ndarray,
+    partner: np.ndarray | None,
+    draw: AugmentationDraw,
+  ) -> dict[str, np.ndarray]:
+    """Augments `examples` (global batch rows `positions`, sorted); returns rows `own`."""
+    images = self._augmentation.apply(examples.images, draw, positions)
+    if partner is None:  # then positions are exactly the own rows
+      return {"image": self._normalise(images), "label": examples.labels}
+    own_at = np.searchsorted(positions, own)
+    partner_at = np.searchsorted(positions, partner)
+    weight = draw.mix_weight[own]
+    # w * own + (1 - w) * partner, computed in place before the (affine) normalisation:
+    # float temporaries cost more here than the arithmetic.
+    flat_images = images.reshape(len(images), -1)  # long inner loops for numpy
+    partner_images = flat_images[partner_at]
+    mixed = flat_images[own_at].astype(np.float32)
+    mixed -= partner_images
+    mixed *= weight[:, None]
+    mixed += partner_images
+    return {
+      "image": self._normalise(mixed.reshape(len(own), *images.shape[1:])),
+      "label": examples.labels[own_at],
+      "mix_label": examples.labels[partner_at],
+      "mix_weight": weight,
+    }
 
-    def _eval_batch(self, global_batch: LabelledImages, *, rows: range) -> dict[str, np.ndarray]:
-        size = len(rows)
-        real = slice(rows.start, rows.stop)
-        count = len(global_batch.labels[real])
-        batch = {
-            "image": np.zeros((size, *self.image_shape), np.float32),
-            "label": np.zeros(size, np.int32),
-            "mask": np.zeros(size, np.float32),
-        }
-        batch["image"][:count] = self._normalise(global_batch.images[real])
-        batch["label"][:count] = global_batch.labels[real]
-        batch["mask"][:count] = 1
-        return batch
+  def _eval_batch(self, global_batch: LabelledImages, *, rows: range) -> dict[str, np.ndarray]:
+    size = len(rows)
+    real = slice(rows.start, rows.stop)
+    count = len(global_batch.labels[real])
+    batch = {
+      "image": np.zeros((size, *self.image_shape), np.float32),
+      "label": np.zeros(size, np.int32),
+      "mask": np.zeros(size, np.float32),
+    }
+    batch["image"][:count] = self._normalise(global_batch.images[real])
+    batch["label"][:count] = global_batch.labels[real]
+    batch["mask"][:count] = 1
+    return batch
 
-    def _normalise(self, images: np.ndarray) -> np.ndarray:
-        """Pixels [n, H, W, C] in 0..255 -> float32 (pixel / 255 - mean) / std; float32
-        input is normalised in place."""
-        # Per-channel constants tiled along a whole row: numpy is slow on 3-long inner loops.
-        width = images.shape[2]
-        scale = np.tile(1 / (255 * np.asarray(self.std)), width).astype(np.float32)
-        shift = np.tile(-np.asarray(self.mean) / np.asarray(self.std), width).astype(np.float32)
-        rows = images.reshape(*images.shape[:2], -1).astype(np.float32, copy=False)
-        rows *= scale
-        rows += shift
-        return rows.reshape(images.shape)
+  def _normalise(self, images: np.ndarray) -> np.ndarray:
+    """Pixels [n, H, W, C] in 0..255 -> float32 (pixel / 255 - mean) / std; float32
+    input is normalised in place."""
+    # Per-channel constants tiled along a whole row: numpy is slow on 3-long inner loops.
+    width = images.shape[2]
+    scale = np.tile(1 / (255 * np.asarray(self.std)), width).astype(np.float32)
+    shift = np.tile(-np.asarray(self.mean) / np.asarray(self.std), width).astype(np.float32)
+    rows = images.reshape(*images.shape[:2], -1).astype(np.float32, copy=False)
+    rows *= scale
+    rows += shift
+    return rows.reshape(images.shape)
 
-    def _prefetched(self, make_batch: Callable, arguments: Iterable[tuple]) -> Iterator:
-        return _prefetched(make_batch, arguments, self._prefetch_batches, self._num_threads)
+  def _prefetched(self, make_batch: Callable, arguments: Iterable[tuple]) -> Iterator:
+    return _prefetched(make_batch, arguments, self._prefetch_batches, self._num_threads)
 
 
 def _process_rows(batch_size: int, process_index: int, process_count: int) -> range:
-    if process_count < 1 or not 0 <= process_index < process_count:
-        raise ValueError(f"bad process_index {process_index} of process_count {process_count}")
-    if batch_size < 1 or batch_size % process_count:
-        raise ValueError(
-            f"batch_size {batch_size} must be a positive multiple of process_count {process_count}"
-        )
-    per_process = batch_size // process_count
-    return range(process_index * per_process, (process_index + 1) * per_process)
+  if process_count < 1 or not 0 <= process_index < process_count:
+    raise ValueError(f"bad process_index {process_index} of process_count {process_count}")
+  if batch_size < 1 or batch_size % process_count:
+    raise ValueError(f"batch_size {batch_size} must be a positive multiple of process_count {process_count}")
+  per_process = batch_size // process_count
+  return range(process_index * per_process, (process_index + 1) * per_process)
 
 
 @functools.lru_cache(maxsize=8)
 def _epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
-    permutation = np.random.default_rng([_SHUFFLE_STREAM, seed, epoch]).permutation(num_examples)
-    permutation.flags.writeable = False
-    return permutation
+  permutation = np.random.default_rng([_SHUFFLE_STREAM, seed, epoch]).permutation(num_examples)
+  permutation.flags.writeable = False
+  return permutation
 
 
 def _example_ids(seed: int, step: int, batch_size: int, num_examples: int) -> np.ndarray:
-    """Training example indices of the global batch at `step` of the endless epoch sequence."""
-    epochs, offsets = np.divmod(step * batch_size + np.arange(batch_size), num_examples)
-    ids = np.empty(batch_size, np.int64)
-    for epoch in np.unique(epochs):
-        in_epoch = epochs == epoch
-        ids[in_epoch] = _epoch_permutation(seed, int(epoch), num_examples)[offsets[in_epoch]]
-    return ids
+  """Training example indices of the global batch at `step` of the endless epoch sequence."""
+  epochs, offsets = np.divmod(step * batch_size + np.arange(batch_size), num_examples)
+  ids = np.empty(batch_size, np.int64)
+  for epoch in np.unique(epochs):
+    in_epoch = epochs == epoch
+    ids[in_epoch] = _epoch_permutation(seed, int(epoch), num_examples)[offsets[in_epoch]]
+  return ids
 
 
 def _normalisation(
-    config: ml_collections.ConfigDict, source: InMemoryImages | tfds_source.TfdsStream,
-    channels: int,
+  config: ml_collections.ConfigDict,
+  source: InMemoryImages | tfds_source.TfdsStream,
+  channels: int,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and std in [0, 1] units: from the config, else from the train split."""
-    if (config.mean is None) != (config.std is None):
-        raise ValueError("set both data.mean and data.std, or neither")
-    if config.mean is not None:
-        mean, std = (
-            np.broadcast_to(np.asarray(values, np.float64), (channels,))
-            for values in (config.mean, config.std)
-        )
-        if min(std) <= 0:
-            raise ValueError(f"data.std must be positive, got {config.std}")
-    elif isinstance(source, InMemoryImages):
-        mean, std = _channel_statistics(source.splits["train"].images)
-    else:
-        raise ValueError("streamed data sets need data.mean and data.std set explicitly")
-    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+  """Per-channel mean and std in [0, 1] units: from the config, else from the train split."""
+  if (config.mean is None) != (config.std is None):
+    raise ValueError("set both data.mean and data.std, or neither")
+  if config.mean is not None:
+    mean, std = (
+      np.broadcast_to(np.asarray(values, np.float64), (channels,)) for values in (config.mean, config.std)
+    )
+    if min(std) <= 0:
+      raise ValueError(f"data.std must be positive, got {config.std}")
+  elif isinstance(source, InMemoryImages):
+    mean, std = _channel_statistics(source.splits["train"].images)
+  else:
+    raise ValueError("streamed data sets need data.mean and data.std set explicitly")
+  return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
 def _channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact per-channel mean and std of uint8 images [N, H, W, C], in [0, 1] units."""
-    channels = images.shape[-1]
-    rows = images.reshape(-1, images.shape[-2] * channels)  # long rows: fast reductions
-    squares = np.arange(256, dtype=np.uint64) ** 2
-    total = np.zeros(rows.shape[1], np.uint64)
-    total_of_squares = np.zeros(rows.shape[1], np.uint64)
-    for start in range(0, len(rows), 65536):
-        chunk = rows[start:start + 65536]
-        total += chunk.sum(axis=0, dtype=np.uint64)
-        total_of_squares += squares[chunk].sum(axis=0, dtype=np.uint64)
-    count = images.size // channels
-    mean = total.reshape(-1, channels).sum(axis=0) / count
-    variance = total_of_squares.reshape(-1, channels).sum(axis=0) / count - mean**2
-    std = np.maximum(np.sqrt(np.maximum(variance, 0)), 0.255)  # constant images: avoid 0
-    return mean / 255, std / 255
+  """Exact per-channel mean and std of uint8 images [N, H, W, C], in [0, 1] units."""
+  channels = images.shape[-1]
+  rows = images.reshape(-1, images.shape[-2] * channels)  # long rows: fast reductions
+  squares = np.arange(256, dtype=np.uint64) ** 2
+  total = np.zeros(rows.shape[1], np.uint64)
+  total_of_squares = np.zeros(rows.shape[1], np.uint64)
+  for start in range(0, len(rows), 65536):
+    chunk = rows[start : start + 65536]
+    total += chunk.sum(axis=0, dtype=np.uint64)
+    total_of_squares += squares[chunk].sum(axis=0, dtype=np.uint64)
+  count = images.size // channels
+  mean = total.reshape(-1, channels).sum(axis=0) / count
+  variance = total_of_squares.reshape(-1, channels).sum(axis=0) / count - mean**2
+  std = np.maximum(np.sqrt(np.maximum(variance, 0)), 0.255)  # constant images: avoid 0
+  return mean / 255, std / 255
 
 
-def _prefetched(
-    make_batch: Callable, arguments: Iterable[tuple], depth: int, num_threads: int
-) -> Iterator:
-    """Yields make_batch(*args) for each args in order, keeping `depth` calls running ahead."""
-    pool = concurrent.futures.ThreadPoolExecutor(num_threads, thread_name_prefix="image-batches")
-    pending = collections.deque()
-    try:
-        for args in arguments:
-            pending.append(pool.submit(make_batch, *args))
-            if len(pending) > depth:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for future in pending:
-            future.cancel()
-        pool.shutdown(wait=False)
+def _prefetched(make_batch: Callable, arguments: Iterable[tuple], depth: int, num_threads: int) -> Iterator:
+  """Yields make_batch(*args) for each args in order, keeping `depth` calls running ahead."""
+  pool = concurrent.futures.ThreadPoolExecutor(num_threads, thread_name_prefix="image-batches")
+  pending = collections.deque()
+  try:
+    for args in arguments:
+      pending.append(pool.submit(make_batch, *args))
+      if len(pending) > depth:
+        yield pending.popleft().result()
+    while pending:
+      yield pending.popleft().result()
+  finally:
+    for future in pending:
+      future.cancel()
+    pool.shutdown(wait=False)

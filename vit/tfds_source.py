@@ -37,146 +37,145 @@ _STREAM_SHUFFLE_BUFFER = 4096
 
 @functools.cache
 def import_tensorflow_on_cpu() -> Any:
-    """Imports TensorFlow and hides every GPU from it, leaving accelerators to JAX."""
-    import tensorflow as tf
+  """Imports TensorFlow and hides every GPU from it, leaving accelerators to JAX."""
+  import tensorflow as tf
 
-    try:
-        tf.config.set_visible_devices([], "GPU")
-    except RuntimeError:  # TensorFlow was initialised elsewhere; too late to change.
-        pass
-    return tf
+  try:
+    tf.config.set_visible_devices([], "GPU")
+  except RuntimeError:  # TensorFlow was initialised elsewhere; too late to change.
+    pass
+  return tf
 
 
 def load_tfds_source(config: ml_collections.ConfigDict) -> InMemoryImages | TfdsStream:
-    """Opens TFDS data set `config.name` from `config.data_dir`, loading or streaming it."""
-    import_tensorflow_on_cpu()
-    import tensorflow_datasets as tfds
+  """Opens TFDS data set `config.name` from `config.data_dir`, loading or streaming it."""
+  import_tensorflow_on_cpu()
+  import tensorflow_datasets as tfds
 
-    if not config.name:
-        raise ValueError("data.name must be set for source 'tfds' (e.g. 'cifar10')")
-    try:
-        builder = tfds.builder(config.name, data_dir=config.data_dir)
-    except tfds.core.registered.DatasetNotFoundError:
-        raise ValueError(f"unknown tfds data set {config.name!r}") from None
-    _check_prepared(builder, config)
+  if not config.name:
+    raise ValueError("data.name must be set for source 'tfds' (e.g. 'cifar10')")
+  try:
+    builder = tfds.builder(config.name, data_dir=config.data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise ValueError(f"unknown tfds data set {config.name!r}") from None
+  _check_prepared(builder, config)
 
-    features = builder.info.features
-    if "image" not in features or "label" not in features:
-        raise ValueError(
-            f"tfds data set {config.name!r} needs 'image' and 'label' features, "
-            f"it has {sorted(features)}"
-        )
-    # Mocked data sets (tfds.testing.mock_data) carry no split metadata.
-    split_sizes = {
-        name: split.num_examples for name, split in builder.info.splits.items()
-        if name in SPLIT_NAMES
-    } or {"train": 0, "test": 0}
-    if "train" not in split_sizes:
-        raise ValueError(f"tfds data set {config.name!r} has no 'train' split")
-
-    stored_height, stored_width, channels = features["image"].shape
-    height, width = config.image_size or (stored_height, stored_width)
-    if height is None or width is None:
-        raise ValueError(
-            f"tfds data set {config.name!r} has images of varying size; set data.image_size"
-        )
-    resize_to = None if (height, width) == (stored_height, stored_width) else (height, width)
-    class_names = list(features["label"].names)
-
-    streaming = config.streaming
-    if streaming is None:
-        streaming = split_sizes["train"] * height * width * channels > _STREAM_ABOVE_BYTES
-    if streaming:
-        return TfdsStream(builder, class_names, (height, width, channels), split_sizes, resize_to)
-    return InMemoryImages(
-        class_names, {split: _load_split(builder, split, resize_to) for split in split_sizes}
+  features = builder.info.features
+  if "image" not in features or "label" not in features:
+    raise ValueError(
+      f"tfds data set {config.name!r} needs 'image' and 'label' features, it has {sorted(features)}"
     )
+  # Mocked data sets (tfds.testing.mock_data) carry no split metadata.
+  split_sizes = {
+    name: split.num_examples for name, split in builder.info.splits.items() if name in SPLIT_NAMES
+  } or {"train": 0, "test": 0}
+  if "train" not in split_sizes:
+    raise ValueError(f"tfds data set {config.name!r} has no 'train' split")
+
+  stored_height, stored_width, channels = features["image"].shape
+  height, width = config.image_size or (stored_height, stored_width)
+  if height is None or width is None:
+    raise ValueError(f"tfds data set {config.name!r} has images of varying size; set data.image_size")
+  resize_to = None if (height, width) == (stored_height, stored_width) else (height, width)
+  class_names = list(features["label"].names)
+
+  streaming = config.streaming
+  if streaming is None:
+    streaming = split_sizes["train"] * height * width * channels > _STREAM_ABOVE_BYTES
+  if streaming:
+    return TfdsStream(builder, class_names, (height, width, channels), split_sizes, resize_to)
+  return InMemoryImages(class_names, {split: _load_split(builder, split, resize_to) for split in split_sizes})
 
 
 def _check_prepared(builder: Any, config: ml_collections.ConfigDict) -> None:
-    # as_dataset, not builder.is_prepared(): tfds.testing.mock_data fakes only as_dataset.
-    try:
-        builder.as_dataset(split="train")
-    except AssertionError:
-        data_dir = builder.data_dir_root
-        raise FileNotFoundError(
-            f"tfds data set {config.name!r} is not prepared in {data_dir} and this project "
-            f"never downloads: on a machine with internet run "
-            f"`tfds build {config.name} --data_dir {data_dir}` (sets like imagenet2012 also "
-            f"need --manual_dir), then copy {data_dir}/{config.name} here"
-        ) from None
+  # as_dataset, not builder.is_prepared(): tfds.testing.mock_data fakes only as_dataset.
+  try:
+    builder.as_dataset(split="train")
+  except AssertionError:
+    data_dir = builder.data_dir_root
+    raise FileNotFoundError(
+      f"tfds data set {config.name!r} is not prepared in {data_dir} and this project "
+      f"never downloads: on a machine with internet run "
+      f"`tfds build {config.name} --data_dir {data_dir}` (sets like imagenet2012 also "
+      f"need --manual_dir), then copy {data_dir}/{config.name} here"
+    ) from None
 
 
 def _decode_example(example: dict[str, Any], resize_to: tuple[int, int] | None) -> tuple:
-    tf = import_tensorflow_on_cpu()
-    image = example["image"]
-    if resize_to is not None:
-        image = tf.image.resize(image, resize_to, antialias=True)
-        image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-    return image, tf.cast(example["label"], tf.int32)
+  tf = import_tensorflow_on_cpu()
+  image = example["image"]
+  if resize_to is not None:
+    image = tf.image.resize(image, resize_to, antialias=True)
+    image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+  return image, tf.cast(example["label"], tf.int32)
 
 
 def _decoded_batches(
-    dataset: Any, batch_size: int, resize_to: tuple[int, int] | None,
-    shuffle_seed: int | None = None,
+  dataset: Any,
+  batch_size: int,
+  resize_to: tuple[int, int] | None,
+  shuffle_seed: int | None = None,
 ) -> Iterator[LabelledImages]:
-    """Batches of (resized) uint8 images; with a shuffle_seed, shuffled and no short last one."""
-    import tensorflow_datasets as tfds
+  """Batches of (resized) uint8 images; with a shuffle_seed, shuffled and no short last one."""
+  import tensorflow_datasets as tfds
 
-    tf = import_tensorflow_on_cpu()
-    dataset = dataset.map(
-        functools.partial(_decode_example, resize_to=resize_to),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    if shuffle_seed is not None:  # after resizing, so the buffer holds small images
-        dataset = dataset.shuffle(_STREAM_SHUFFLE_BUFFER, seed=shuffle_seed)
-    dataset = dataset.batch(batch_size, drop_remainder=shuffle_seed is not None).prefetch(2)
-    for images, labels in tfds.as_numpy(dataset):
-        yield LabelledImages(images, labels)
+  tf = import_tensorflow_on_cpu()
+  dataset = dataset.map(
+    functools.partial(_decode_example, resize_to=resize_to),
+    num_parallel_calls=tf.data.AUTOTUNE,
+  )
+  if shuffle_seed is not None:  # after resizing, so the buffer holds small images
+    dataset = dataset.shuffle(_STREAM_SHUFFLE_BUFFER, seed=shuffle_seed)
+  dataset = dataset.batch(batch_size, drop_remainder=shuffle_seed is not None).prefetch(2)
+  for images, labels in tfds.as_numpy(dataset):
+    yield LabelledImages(images, labels)
 
 
 def _load_split(builder: Any, split: str, resize_to: tuple[int, int] | None) -> LabelledImages:
-    dataset = builder.as_dataset(split=split, shuffle_files=False)
-    batches = list(_decoded_batches(dataset, _LOAD_BATCH_SIZE, resize_to))
-    if not batches:
-        raise ValueError(f"tfds data set {builder.name!r} split {split!r} is empty")
-    return LabelledImages(
-        np.concatenate([batch.images for batch in batches]),
-        np.concatenate([batch.labels for batch in batches]),
-    )
+  dataset = builder.as_dataset(split=split, shuffle_files=False)
+  batches = list(_decoded_batches(dataset, _LOAD_BATCH_SIZE, resize_to))
+  if not batches:
+    raise ValueError(f"tfds data set {builder.name!r} split {split!r} is empty")
+  return LabelledImages(
+    np.concatenate([batch.images for batch in batches]),
+    np.concatenate([batch.labels for batch in batches]),
+  )
 
 
 @dataclasses.dataclass(frozen=True)
 class TfdsStream:
-    """A TFDS data set read from disk batch by batch (see the module docstring)."""
+  """A TFDS data set read from disk batch by batch (see the module docstring)."""
 
-    builder: Any
-    class_names: list[str]
-    image_shape: tuple[int, int, int]
-    split_sizes: dict[str, int]
-    resize_to: tuple[int, int] | None
+  builder: Any
+  class_names: list[str]
+  image_shape: tuple[int, int, int]
+  split_sizes: dict[str, int]
+  resize_to: tuple[int, int] | None
 
-    def num_examples(self, split: str) -> int:
-        return self.split_sizes[split]
+  def num_examples(self, split: str) -> int:
+    return self.split_sizes[split]
 
-    def train_batches(
-        self, batch_size: int, *, seed: int, start_step: int, process_index: int,
-        process_count: int,
-    ) -> Iterator[LabelledImages]:
-        """Endless shuffled batches of `batch_size` (per process) from this process's share."""
-        import tensorflow_datasets as tfds
+  def train_batches(
+    self,
+    batch_size: int,
+    *,
+    seed: int,
+    start_step: int,
+    process_index: int,
+    process_count: int,
+  ) -> Iterator[LabelledImages]:
+    """Endless shuffled batches of `batch_size` (per process) from this process's share."""
+    import tensorflow_datasets as tfds
 
-        shuffle_seed = int(
-            np.random.SeedSequence([seed, start_step, process_index]).generate_state(1)[0]
-        )
-        dataset = self.builder.as_dataset(
-            split=tfds.even_splits("train", n=process_count)[process_index],
-            shuffle_files=True,
-            read_config=tfds.ReadConfig(shuffle_seed=shuffle_seed),
-        )
-        return _decoded_batches(dataset.repeat(), batch_size, self.resize_to, shuffle_seed)
+    shuffle_seed = int(np.random.SeedSequence([seed, start_step, process_index]).generate_state(1)[0])
+    dataset = self.builder.as_dataset(
+      split=tfds.even_splits("train", n=process_count)[process_index],
+      shuffle_files=True,
+      read_config=tfds.ReadConfig(shuffle_seed=shuffle_seed),
+    )
+    return _decoded_batches(dataset.repeat(), batch_size, self.resize_to, shuffle_seed)
 
-    def eval_batches(self, split: str, batch_size: int) -> Iterator[LabelledImages]:
-        """Consecutive global batches of `split` in order; the last one may be short."""
-        dataset = self.builder.as_dataset(split=split, shuffle_files=False)
-        return _decoded_batches(dataset, batch_size, self.resize_to)
+  def eval_batches(self, split: str, batch_size: int) -> Iterator[LabelledImages]:
+    """Consecutive global batches of `split` in order; the last one may be short."""
+    dataset = self.builder.as_dataset(split=split, shuffle_files=False)
+    return _decoded_batches(dataset, batch_size, self.resize_to)
