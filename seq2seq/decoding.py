@@ -10,8 +10,11 @@ Beam search keeps ``beam_size`` live hypotheses per sentence; of the ``2 * beam_
 best extensions, the non-EOS ones refill the beam and EOS ones among the first
 ``beam_size`` are finished (as in fairseq, so beam size 1 is exactly greedy search).
 Finished hypotheses are ranked by log-probability / ((5 + length) / 6)^alpha (GNMT;
-length counts the EOS). A sentence is done when it has ``beam_size`` finished hypotheses
-and no live one can still beat the worst of them.
+length counts the EOS). A sentence is done when no live hypothesis can beat its best
+finished one any more (even at its length limit, where the penalty favours it most), or
+when it has ``beam_size`` finished hypotheses (fairseq's early stop: waiting for the bound
+alone decodes most sentences nearly to their length limit). A done sentence's result is
+frozen, so it does not depend on the other sentences of its batch.
 
 ``uncached_greedy_search`` reruns the whole decoder over the growing prefix at every
 step: it is the reference that the cached search must equal, and the baseline of
@@ -140,14 +143,11 @@ def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, a
   cache = model.init_decode_cache(jnp.repeat(model.encode(src_ids), k, axis=0), out_length)
 
   def not_done(state):
-    step, _, alive_logp, _, finished_scores, _ = state
-    best_alive = alive_logp[:, 0] / best_possible_penalty
-    worst_finished = finished_scores[:, -1]  # NEG_INF until the beam has k finished hypotheses
-    sentence_done = (alive_logp[:, 0] <= NEG_INF / 2) | (worst_finished > best_alive)
-    return (step < out_length) & ~jnp.all(sentence_done)
+    step, done = state[0], state[5]
+    return (step < out_length) & ~jnp.all(done)
 
   def extend(state):
-    step, alive, alive_logp, finished, finished_scores, cache = state
+    step, alive, alive_logp, finished, finished_scores, done, cache = state
     last = jnp.where(step == 0, bos_id, jax.lax.dynamic_index_in_dim(alive, step - 1, axis=2, keepdims=False))
     logits, cache = model.decode_step(last.reshape(batch_size * k, 1), cache, src_mask)
     logp = jax.nn.log_softmax(logits[:, 0]).reshape(batch_size, k, -1)
@@ -165,20 +165,24 @@ def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, a
     alive = _gather_beams(top_seqs, live_pick)
     cache = _reorder_self_attention_cache(cache, _gather_beams(top_beam, live_pick), k)
 
-    # Finished: EOS among the k best extensions joins the k best finished so far.
-    new_scores = jnp.where(is_eos[:, :k] & (top_logp[:, :k] > NEG_INF / 2),
+    # Finished: EOS among the k best extensions joins the k best finished so far, until the
+    # sentence is done (so its result does not depend on how long other sentences run).
+    new_scores = jnp.where(is_eos[:, :k] & (top_logp[:, :k] > NEG_INF / 2) & ~done[:, None],
                            top_logp[:, :k] / length_penalty(step + 1.0, alpha), NEG_INF)
     merged_scores = jnp.concatenate([finished_scores, new_scores], axis=1)
     merged_seqs = jnp.concatenate([finished, top_seqs[:, :k]], axis=1)
     finished_scores, finished_pick = jax.lax.top_k(merged_scores, k)
     finished = _gather_beams(merged_seqs, finished_pick)
-    return step + 1, alive, live_logp, finished, finished_scores, cache
+    best_possible = live_logp[:, 0] / best_possible_penalty
+    done = (done | (finished_scores[:, -1] > NEG_INF / 2) | (finished_scores[:, 0] > best_possible)
+            | (live_logp[:, 0] <= NEG_INF / 2))
+    return step + 1, alive, live_logp, finished, finished_scores, done, cache
 
   alive_logp = jnp.tile(jnp.asarray([0.0] + [NEG_INF] * (k - 1), jnp.float32), (batch_size, 1))
   empty = jnp.zeros((batch_size, k, out_length), jnp.int32)
-  state = (jnp.zeros((), jnp.int32), empty, alive_logp, empty,
-           jnp.full((batch_size, k), NEG_INF, jnp.float32), cache)
-  _, _, _, finished, finished_scores, _ = jax.lax.while_loop(not_done, extend, state)
+  state = (jnp.zeros((), jnp.int32), empty, alive_logp, empty, jnp.full((batch_size, k), NEG_INF, jnp.float32),
+           jnp.zeros((batch_size,), bool), cache)
+  _, _, _, finished, finished_scores, _, _ = jax.lax.while_loop(not_done, extend, state)
   return finished[:, 0], finished_scores[:, 0]
 
 

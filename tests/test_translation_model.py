@@ -87,12 +87,15 @@ def test_beam_search_against_greedy_search_and_its_own_scores():
     greedy = greedy_search(model, src, max_extra_length=6)
     beam_of_one, _ = beam_search(model, src, beam_size=1, alpha=0.0, max_extra_length=6)
     beam, scores = beam_search(model, src, beam_size=3, alpha=0.6, max_extra_length=6)
+    shortest_alone, _ = beam_search(model, src[2:], beam_size=3, alpha=0.6, max_extra_length=6)
     def normalised(tokens):
       return _sequence_log_prob(model, src, tokens) / length_penalty(jnp.sum(tokens != 0, axis=1), 0.6)
-    return greedy, beam_of_one, beam, scores, normalised(beam), normalised(greedy)
+    return greedy, beam_of_one, beam, shortest_alone, scores, normalised(beam), normalised(greedy)
 
-  greedy, beam_of_one, beam, scores, beam_scores, greedy_scores = searches(src)
+  greedy, beam_of_one, beam, shortest_alone, scores, beam_scores, greedy_scores = searches(src)
   np.testing.assert_array_equal(beam_of_one, greedy)  # beam size 1 is greedy search
+  # A sentence's result does not depend on the others in its batch.
+  np.testing.assert_array_equal(shortest_alone[0], beam[2])
   np.testing.assert_allclose(scores, beam_scores, rtol=1e-4)
   assert np.all(np.asarray(scores) >= np.asarray(greedy_scores) - 1e-5)
   assert np.all(np.asarray(beam)[:, 0] != 0)
