@@ -10,7 +10,8 @@ standard deviation over seeds:
 - a ViT sweep over ``model.posemb`` (and ``model.posemb_injection``): rows are encodings, columns
   injections, cells the accuracy in %, N/A where the combination does not exist (ViT Table 8);
 - a translator sweep over ``model.posemb``: rows are encodings, columns the perplexity, BLEU and
-  exact match on the evaluation split (Vaswani et al. Table 3, row (E));
+  exact match on the evaluation split (Vaswani et al. Table 3, row (E)); with a ``data.split``
+  axis too (SCAN's simple and length splits), one group of those columns per split;
 - any other sweep: one row per combination, one column per metric.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 RESULTS_JSON, RESULTS_CSV, RESULTS_MD = 'results.json', 'results.csv', 'results.md'
-POSEMB, INJECTION = 'model.posemb', 'model.posemb_injection'
+POSEMB, INJECTION, DATA_SPLIT = 'model.posemb', 'model.posemb_injection', 'data.split'
 PERCENT_METRICS = ('accuracy', 'exact_match')
 _NOT_METRICS = ('step', 'split', 'checkpoint')
 _TRANSLATOR_COLUMNS = (('perplexity', 'PPL'), ('bleu', 'BLEU'), ('exact_match', 'exact match (%)'))
@@ -36,7 +37,7 @@ def family(summary: dict[str, Any]) -> str:
   task = summary['task']
   if task.startswith('vit.') and POSEMB in axes and axes <= {POSEMB, INJECTION}:
     return 'vit'
-  if task.startswith('seq2seq.') and axes == {POSEMB}:
+  if task.startswith('seq2seq.') and POSEMB in axes and axes <= {POSEMB, DATA_SPLIT}:
     return 'translator'
   return 'generic'
 
@@ -107,14 +108,21 @@ def _translator_table(summary: dict[str, Any]) -> str:
   groups, num_seeds, split = group_runs(summary), len(summary['seeds']), summary['eval_split']
   present = {name for run in summary['runs'] for name in run['metrics']}
   columns = [(name, label) for name, label in _TRANSLATOR_COLUMNS if name in present]
-  header = [POSEMB] + [f'{split} {label}' for _, label in columns]
+  data_splits = summary['axes'].get(DATA_SPLIT)
+  header = [POSEMB] + [f'{data_split + " " if data_splits else ""}{split} {label}'
+                       for data_split in data_splits or [None] for _, label in columns]
   rows = []
   for posemb in summary['axes'][POSEMB]:
-    runs = groups.get((posemb,), [])
-    rows.append([posemb] + [_cell(metric_values(runs, name), num_seeds, scale=100 if name in PERCENT_METRICS else 1,
-                                  digits=2 if name == 'perplexity' else 1) for name, _ in columns])
-  caption = (f'{summary["task"]}: {split} perplexity, BLEU and exact match, mean ± std over '
-             f'{num_seeds} seed{"s" if num_seeds > 1 else ""}.')
+    row = [posemb]
+    for data_split in data_splits or [None]:
+      values = tuple(posemb if path == POSEMB else data_split for path in summary['axes'])
+      runs = groups.get(values, [])
+      row += [_cell(metric_values(runs, name), num_seeds, scale=100 if name in PERCENT_METRICS else 1,
+                    digits=2 if name == 'perplexity' else 1) for name, _ in columns]
+    rows.append(row)
+  caption = (f'{summary["task"]}: {split} perplexity, BLEU and exact match' +
+             (f' for each {DATA_SPLIT}' if data_splits else '') +
+             f', mean ± std over {num_seeds} seed{"s" if num_seeds > 1 else ""}.')
   return caption + '\n\n' + _markdown_rows(header, rows)
 
 

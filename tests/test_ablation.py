@@ -183,6 +183,18 @@ def test_translator_table_has_perplexity_bleu_and_exact_match(tmp_path):
   assert '| none | not run | not run | not run |' in table
 
 
+def test_translator_table_puts_each_data_split_in_its_own_columns(tmp_path):
+  config = tiny_translation_config()
+  plan = sweep.plan_sweep(config, ['model.posemb=sincos1d,none', 'data.split=simple,length'], 1, tmp_path)
+  records = [dict(overrides=run.overrides, name=run.name, workdir=str(run.workdir),
+                  metrics={'perplexity': 1.0 + i, 'exact_match': 0.25 * i}) for i, run in enumerate(plan.runs)]
+  table = tables.markdown(sweep.summarize(plan, records))
+  assert ('| model.posemb | simple test PPL | simple test exact match (%) | length test PPL '
+          '| length test exact match (%) |') in table
+  assert '| sincos1d | 1.00 | 0.0 | 2.00 | 25.0 |' in table
+  assert '| none | 3.00 | 50.0 | 4.00 | 75.0 |' in table
+
+
 def test_cross_attention_picture_of_a_translator(tmp_path):
   config = tiny_translation_config()
   task = load_task(config)

@@ -1,0 +1,22 @@
+"""The positional-encoding ablation on SCAN, sized for a 2-core CPU (Vaswani et al. Table 3, row (E)).
+
+  python ablate.py --config configs/transformer_scan_ablation.py --workdir runs/ablation_scan \
+      --axis model.posemb=none,learn1d,sincos1d,relative,rope --axis data.split=simple,length
+
+This is transformer_scan with 1,200 steps instead of 2,400 (the same as ``--config
+configs/transformer_scan.py --config.total_steps=1200``), evaluated with greedy decoding on
+each split's test set. The length split trains on action sequences of at most 22 actions and
+tests on longer ones (24 to 48).
+
+Runtime and result: not yet measured.
+"""
+
+from configs import transformer_scan
+
+
+def get_config():
+  config = transformer_scan.get_config()
+  config.total_steps = 1200
+  config.eval_every_steps = 1200
+  config.checkpoint_every_steps = 600
+  return config
