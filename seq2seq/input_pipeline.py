@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from trainer.partitioning import process_rows
 
 WIDTH_MULTIPLE = 8
 BUCKET_GROWTH = 1.2
@@ -121,15 +122,6 @@ def _batch(pairs: TokenizedPairs, rows: np.ndarray, source_width: int, target_wi
   }
 
 
-def process_rows(batch_size: int, process_index: int, process_count: int) -> slice:
-  if process_count < 1 or not 0 <= process_index < process_count:
-    raise ValueError(f'bad process_index {process_index} of process_count {process_count}')
-  if batch_size < 1 or batch_size % process_count:
-    raise ValueError(f'batch_size {batch_size} must be a positive multiple of process_count {process_count}')
-  per_process = batch_size // process_count
-  return slice(process_index * per_process, (process_index + 1) * per_process)
-
-
 @dataclasses.dataclass(frozen=True)
 class Bucket:
   members: np.ndarray  # indices of the training pairs in this bucket
@@ -175,7 +167,7 @@ class TrainingBatches:
       merged[-1] = np.concatenate([merged[-1], pending])
     return merged
 
-  @functools.lru_cache(maxsize=4)
+  @functools.lru_cache(maxsize=4)  # noqa: B019 (one plan per epoch; the pipeline lives as long as the run)
   def _epoch_plan(self, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """``(bucket index [N], example indices [N, batch_size])`` of every batch of one epoch, in order."""
     rng = np.random.default_rng([seed, epoch])

@@ -19,14 +19,13 @@ Sources (``data.source``):
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
-from typing import Any
 
 import ml_collections
 
 from seq2seq.parallel_text import read_parallel
 from seq2seq.scan import SCAN_SPLITS, read_scan_file, scan_split
+from trainer.tfds_import import import_tfds_on_cpu
 
 SOURCES = ('scan', 'parallel', 'tfds')
 SCAN_FILES = {
@@ -102,23 +101,11 @@ def _parallel_source(config: ml_collections.ConfigDict) -> PairSource:
                     lambda split: read_parallel(config.path, split, config.src_lang, config.tgt_lang))
 
 
-@functools.cache
-def _tensorflow_datasets() -> Any:
-  """Imports TFDS with every GPU hidden from TensorFlow, leaving accelerators to JAX."""
-  import tensorflow as tf
-  try:
-    tf.config.set_visible_devices([], 'GPU')
-  except RuntimeError:  # TensorFlow was initialised elsewhere; too late to change.
-    pass
-  import tensorflow_datasets as tfds
-  return tfds
-
-
 def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
   _check_languages(config)
   if not config.name:
     raise ValueError("data.name must be set for source 'tfds' (e.g. 'wmt14_translate/de-en')")
-  tfds = _tensorflow_datasets()
+  tfds = import_tfds_on_cpu()
   try:
     builder = tfds.builder(config.name, data_dir=config.data_dir)
   except tfds.core.registered.DatasetNotFoundError:

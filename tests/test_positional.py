@@ -8,9 +8,19 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention import (INJECTIONS, POSEMB_KINDS, DecoderBlock, Encoder, PositionalEncoding, causal_mask,
-                       combination_exists, resample_axis_table, resample_grid_table, sincos_1d_table,
-                       sincos_2d_table)
+from attention import (
+  INJECTIONS,
+  POSEMB_KINDS,
+  DecoderBlock,
+  Encoder,
+  PositionalEncoding,
+  causal_mask,
+  combination_exists,
+  resample_axis_table,
+  resample_grid_table,
+  sincos_1d_table,
+  sincos_2d_table,
+)
 
 GRID = (3, 4)
 FEATURES, HEADS = 16, 2

@@ -1,16 +1,7 @@
 """Tiny translator configs for tests: one-layer models, a few steps, small evaluations (seconds on a CPU)."""
 
 from configs import transformer_scan
-
-
-def _override(config, overrides):
-  for key, value in overrides.items():
-    target = config
-    *path, last = key.split('.')
-    for part in path:
-      target = target[part]
-    target[last] = value
-  return config
+from tests.config_overrides import override
 
 
 def tiny_translation_config(**overrides):
@@ -27,7 +18,7 @@ def tiny_translation_config(**overrides):
   config.checkpoint_every_steps = 2
   config.optimizer.warmup_steps = 2
   config.decode.update(beam_size=1, num_samples=2)
-  return _override(config, overrides)
+  return override(config, overrides)
 
 
 def tiny_parallel_config(path, **overrides):
@@ -41,4 +32,4 @@ def tiny_parallel_config(path, **overrides):
   config.eval_batch_size = 16
   config.eval_split = 'val'
   config.decode.update(max_extra_length=5)
-  return _override(config, overrides)
+  return override(config, overrides)

@@ -1,6 +1,7 @@
 """A tiny ViT config for tests: digits, one layer, a few steps (seconds on a CPU)."""
 
 from configs import vit_digits
+from tests.config_overrides import override
 
 
 def tiny_vit_config(**overrides):
@@ -14,10 +15,4 @@ def tiny_vit_config(**overrides):
   config.eval_every_steps = 4
   config.checkpoint_every_steps = 2
   config.optimizer.warmup_steps = 2
-  for key, value in overrides.items():
-    target = config
-    *path, last = key.split('.')
-    for part in path:
-      target = target[part]
-    target[last] = value
-  return config
+  return override(config, overrides)

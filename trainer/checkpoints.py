@@ -5,10 +5,9 @@ The dropout randomness and the data position are functions of the step and the
 seed, so restoring the step restores them too.
 """
 
+import logging
 import pathlib
 from typing import Any
-
-import logging
 
 import jax
 import orbax.checkpoint as ocp

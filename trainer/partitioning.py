@@ -36,3 +36,13 @@ def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, ja
   sharding = batch_sharding(mesh)
   return {name: jax.make_array_from_process_local_data(sharding, value)
           for name, value in local_batch.items()}
+
+
+def process_rows(batch_size: int, process_index: int, process_count: int) -> slice:
+  """The rows of a global batch of ``batch_size`` that process ``process_index`` feeds."""
+  if process_count < 1 or not 0 <= process_index < process_count:
+    raise ValueError(f'bad process_index {process_index} of process_count {process_count}')
+  if batch_size < 1 or batch_size % process_count:
+    raise ValueError(f'batch_size {batch_size} must be a positive multiple of process_count {process_count}')
+  per_process = batch_size // process_count
+  return slice(process_index * per_process, (process_index + 1) * per_process)

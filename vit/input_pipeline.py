@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable, Iterator
 import ml_collections
 import numpy as np
 
+from trainer.partitioning import process_rows
 from vit import image_sources, tfds_source
 from vit.image_augmentation import Augmentation, AugmentationDraw
 from vit.image_sources import InMemoryImages, LabelledImages
@@ -188,7 +189,7 @@ class ImageData:
     process_count; with mixup also 'mix_label' int32 [b] and 'mix_weight' float32 [b]
     (loss = w * CE(label) + (1 - w) * CE(mix_label)).
     """
-    rows = _process_rows(batch_size, process_index, process_count)
+    rows = process_rows(batch_size, process_index, process_count)
     if seed < 0 or start_step < 0:
       raise ValueError(f"seed and start_step must be >= 0, got {seed} and {start_step}")
     steps = itertools.count(start_step)
@@ -196,7 +197,7 @@ class ImageData:
       make_batch = functools.partial(self._in_memory_train_batch, batch_size=batch_size, seed=seed, rows=rows)
       return self._prefetched(make_batch, zip(steps))
     streamed = self._source.train_batches(
-      len(rows),
+      rows.stop - rows.start,
       seed=seed,
       start_step=start_step,
       process_index=process_index,
@@ -214,7 +215,7 @@ class ImageData:
     examples and 0 for padding. No augmentation.
     """
     self._check_split(split)
-    rows = _process_rows(batch_size, process_index, process_count)
+    rows = process_rows(batch_size, process_index, process_count)
     global_batches = self._source.eval_batches(split, batch_size)
     make_batch = functools.partial(self._eval_batch, rows=rows)
     return self._prefetched(make_batch, zip(global_batches))
@@ -224,7 +225,7 @@ class ImageData:
       raise ValueError(f"unknown split {split!r}; available: {list(self.split_names)}")
 
   def _in_memory_train_batch(
-    self, step: int, *, batch_size: int, seed: int, rows: range
+    self, step: int, *, batch_size: int, seed: int, rows: slice
   ) -> dict[str, np.ndarray]:
     train = self._source.splits["train"]
     example_ids = _example_ids(seed, step, batch_size, len(train.labels))
@@ -237,7 +238,7 @@ class ImageData:
     return self._augmented_batch(examples, needed, own, partner, draw)
 
   def _streamed_train_batch(
-    self, step: int, examples: LabelledImages, *, batch_size: int, seed: int, rows: range
+    self, step: int, examples: LabelledImages, *, batch_size: int, seed: int, rows: slice
   ) -> dict[str, np.ndarray]:
     draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
     own = np.arange(rows.start, rows.stop)
@@ -274,8 +275,8 @@ class ImageData:
       "mix_weight": weight,
     }
 
-  def _eval_batch(self, global_batch: LabelledImages, *, rows: range) -> dict[str, np.ndarray]:
-    size = len(rows)
+  def _eval_batch(self, global_batch: LabelledImages, *, rows: slice) -> dict[str, np.ndarray]:
+    size = rows.stop - rows.start
     real = slice(rows.start, rows.stop)
     count = len(global_batch.labels[real])
     batch = {
@@ -302,15 +303,6 @@ class ImageData:
 
   def _prefetched(self, make_batch: Callable, arguments: Iterable[tuple]) -> Iterator:
     return _prefetched(make_batch, arguments, self._prefetch_batches, self._num_threads)
-
-
-def _process_rows(batch_size: int, process_index: int, process_count: int) -> range:
-  if process_count < 1 or not 0 <= process_index < process_count:
-    raise ValueError(f"bad process_index {process_index} of process_count {process_count}")
-  if batch_size < 1 or batch_size % process_count:
-    raise ValueError(f"batch_size {batch_size} must be a positive multiple of process_count {process_count}")
-  per_process = batch_size // process_count
-  return range(process_index * per_process, (process_index + 1) * per_process)
 
 
 @functools.lru_cache(maxsize=8)

@@ -28,6 +28,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from trainer.tfds_import import import_tensorflow_on_cpu, import_tfds_on_cpu
 from vit.image_sources import SPLIT_NAMES, InMemoryImages, LabelledImages
 
 _STREAM_ABOVE_BYTES = 4 * 2**30
@@ -35,23 +36,9 @@ _LOAD_BATCH_SIZE = 1024
 _STREAM_SHUFFLE_BUFFER = 4096
 
 
-@functools.cache
-def import_tensorflow_on_cpu() -> Any:
-  """Imports TensorFlow and hides every GPU from it, leaving accelerators to JAX."""
-  import tensorflow as tf
-
-  try:
-    tf.config.set_visible_devices([], "GPU")
-  except RuntimeError:  # TensorFlow was initialised elsewhere; too late to change.
-    pass
-  return tf
-
-
 def load_tfds_source(config: ml_collections.ConfigDict) -> InMemoryImages | TfdsStream:
   """Opens TFDS data set `config.name` from `config.data_dir`, loading or streaming it."""
-  import_tensorflow_on_cpu()
-  import tensorflow_datasets as tfds
-
+  tfds = import_tfds_on_cpu()
   if not config.name:
     raise ValueError("data.name must be set for source 'tfds' (e.g. 'cifar10')")
   try:
@@ -117,8 +104,7 @@ def _decoded_batches(
   shuffle_seed: int | None = None,
 ) -> Iterator[LabelledImages]:
   """Batches of (resized) uint8 images; with a shuffle_seed, shuffled and no short last one."""
-  import tensorflow_datasets as tfds
-
+  tfds = import_tfds_on_cpu()
   tf = import_tensorflow_on_cpu()
   dataset = dataset.map(
     functools.partial(_decode_example, resize_to=resize_to),
@@ -165,8 +151,7 @@ class TfdsStream:
     process_count: int,
   ) -> Iterator[LabelledImages]:
     """Endless shuffled batches of `batch_size` (per process) from this process's share."""
-    import tensorflow_datasets as tfds
-
+    tfds = import_tfds_on_cpu()
     shuffle_seed = int(np.random.SeedSequence([seed, start_step, process_index]).generate_state(1)[0])
     dataset = self.builder.as_dataset(
       split=tfds.even_splits("train", n=process_count)[process_index],
