@@ -66,13 +66,22 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
   metric, scale = summary['best_metric'], _scale(summary['best_metric'])
   axes = list(summary['axes'])
   groups = tables.group_runs(summary)
+  # Encodings along x; the second axis of a paper-shaped sweep (injection, or SCAN's split) as colours.
+  hue_axis = tables.INJECTION if tables.family(summary) == 'vit' else tables.DATA_SPLIT
   if tables.family(summary) in ('vit', 'translator'):
     positions = [(value,) for value in summary['axes'][tables.POSEMB]]
-    hues = [(value,) for value in summary['axes'].get(tables.INJECTION, [])] or [()]
+    hues = [(value,) for value in summary['axes'].get(hue_axis, [])] or [()]
     labels = [str(value) for value in summary['axes'][tables.POSEMB]]
+
+    def combination_of(position, hue):  # in the sweep's axis order
+      named = {tables.POSEMB: position[0], **({hue_axis: hue[0]} if hue else {})}
+      return tuple(named[path] for path in axes)
   else:
     positions, hues = tables.all_combinations(summary), [()]
     labels = ['\n'.join(f'{_short(a)}={v}' for a, v in zip(axes, values)) for values in positions]
+
+    def combination_of(position, hue):
+      return position
   width = 0.8 / len(hues)
   figure = Figure(figsize=(max(5.0, 1.2 * len(positions) * max(1, len(hues) / 2)), 4.2))
   ax = figure.subplots()
@@ -80,7 +89,7 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
   tops, labelled = [0.0], set()
   for h, hue in enumerate(hues):
     for x, position in enumerate(positions):
-      values = position + hue
+      values = combination_of(position, hue)
       center = x - 0.4 + width * (h + 0.5)
       if tables.is_not_applicable(summary, values):
         ax.text(center, 0, 'N/A', ha='center', va='bottom', fontsize=8, rotation=90 if len(hues) > 2 else 0)
@@ -104,7 +113,7 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
   num_seeds = len(summary['seeds'])
   ax.set_title(f'{summary["task"]}: mean ± std over {num_seeds} seed{"s" if num_seeds > 1 else ""}', fontsize=10)
   if hues != [()]:
-    ax.legend(title=_short(tables.INJECTION), fontsize=8, title_fontsize=8, loc='upper left',
+    ax.legend(title=_short(hue_axis), fontsize=8, title_fontsize=8, loc='upper left',
               bbox_to_anchor=(1.01, 1.0))
   ax.grid(axis='y', alpha=0.3)
   return _save(figure, path)

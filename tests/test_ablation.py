@@ -17,7 +17,7 @@ from flax import nnx
 from ml_collections import config_flags
 
 from ablation import sweep, tables
-from ablation.plots import attention_rollout, plot_cross_attention, plot_workdir
+from ablation.plots import attention_rollout, plot_ablation, plot_cross_attention, plot_workdir
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir
@@ -193,6 +193,7 @@ def test_translator_table_puts_each_data_split_in_its_own_columns(tmp_path):
           '| length test exact match (%) |') in table
   assert '| sincos1d | 1.00 | 0.0 | 2.00 | 25.0 |' in table
   assert '| none | 3.00 | 50.0 | 4.00 | 75.0 |' in table
+  assert _png(plot_ablation(sweep.summarize(plan, records), tmp_path / 'ablation.png'))
 
 
 def test_cross_attention_picture_of_a_translator(tmp_path):
