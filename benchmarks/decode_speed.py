@@ -1,13 +1,14 @@
-"""How much the key/value cache speeds up decoding: cached vs uncached greedy search.
+"""How much the key/value cache speeds up decoding: cached vs uncached beam or greedy search.
 
-  python -m benchmarks.decode_speed       # variant small, batch 32, 20 source tokens, 50 output tokens
-  python -m benchmarks.decode_speed --variant base --batch_size 64
+  python -m benchmarks.decode_speed       # beam 4, variant small, batch 32, 20 source tokens, 50 output tokens
+  python -m benchmarks.decode_speed --beam_size 1 --variant base --batch_size 64
 
-Both searches are compiled once, then timed over ``--repeats`` runs (the median is shown).
-Every sentence decodes exactly ``--output_length`` tokens (no early stop at EOS), with a
-randomly initialised model: the speed does not depend on the weights. The uncached search
-reruns the decoder over the whole output buffer at every step; the cached one runs one
-position per step against the stored keys and values.
+Both searches are compiled once, checked to give the same output, then timed over
+``--repeats`` runs (the median is shown). Every sentence decodes exactly
+``--output_length`` tokens (no hypothesis ends at EOS), with a randomly initialised model:
+the speed does not depend on the weights. The uncached search reruns the decoder over the
+whole output buffer at every step; the cached one runs one position per step against the
+stored keys and values.
 """
 
 import statistics
@@ -18,7 +19,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from seq2seq.decoding import greedy_search, uncached_greedy_search
+from seq2seq.decoding import beam_search, greedy_search, uncached_greedy_search
 from seq2seq.model import Transformer, decode_variant
 
 _VARIANT = flags.DEFINE_string('variant', 'small', 'Model variant (seq2seq.model.VARIANTS).')
@@ -27,6 +28,7 @@ _BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'Sentences decoded together
 _SOURCE_LENGTH = flags.DEFINE_integer('source_length', 20, 'Source tokens per sentence.')
 _OUTPUT_LENGTH = flags.DEFINE_integer('output_length', 50, 'Tokens decoded per sentence.')
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed runs of each search after compiling.')
+_BEAM_SIZE = flags.DEFINE_integer('beam_size', 4, 'Beam size; 1 times greedy search.')
 
 
 def _median_seconds(function, src) -> float:
@@ -50,13 +52,19 @@ def main(argv):
   # The output buffer holds source length + extra + 1 positions; all of them are decoded.
   extra = _OUTPUT_LENGTH.value - 1 - _SOURCE_LENGTH.value
   settings = dict(max_extra_length=extra, eos_id=None)
-  cached = jax.jit(lambda s: greedy_search(model, s, **settings))
-  uncached = jax.jit(lambda s: uncached_greedy_search(model, s, **settings))
+  if _BEAM_SIZE.value == 1:
+    search = 'greedy search'
+    cached = jax.jit(lambda s: greedy_search(model, s, **settings))
+    uncached = jax.jit(lambda s: uncached_greedy_search(model, s, **settings))
+  else:
+    search = f'beam search, beam {_BEAM_SIZE.value}'
+    cached = jax.jit(lambda s: beam_search(model, s, beam_size=_BEAM_SIZE.value, **settings)[0])
+    uncached = jax.jit(lambda s: beam_search(model, s, beam_size=_BEAM_SIZE.value, use_cache=False, **settings)[0])
   assert cached(src).shape[1] == _OUTPUT_LENGTH.value
   np.testing.assert_array_equal(cached(src), uncached(src))
   cached_seconds = _median_seconds(cached, src)
   uncached_seconds = _median_seconds(uncached, src)
-  print(f'{jax.devices()[0].device_kind}, variant {_VARIANT.value} ({shape["features"]} features, '
+  print(f'{search}, {jax.devices()[0].device_kind}, variant {_VARIANT.value} ({shape["features"]} features, '
         f'{shape["decoder_layers"]} decoder layers), batch {_BATCH_SIZE.value}, source {_SOURCE_LENGTH.value} '
         f'tokens, {_OUTPUT_LENGTH.value} output tokens')
   print(f'cached:   {cached_seconds * 1e3:8.1f} ms per batch')

@@ -16,9 +16,9 @@ when it has ``beam_size`` finished hypotheses (fairseq's early stop: waiting for
 alone decodes most sentences nearly to their length limit). A done sentence's result is
 frozen, so it does not depend on the other sentences of its batch.
 
-``uncached_greedy_search`` reruns the whole decoder over the growing prefix at every
-step: it is the reference that the cached search must equal, and the baseline of
-``benchmarks/decode_speed.py``.
+``uncached_greedy_search`` and ``beam_search(use_cache=False)`` rerun the whole decoder
+over the growing prefix at every step: they are the references that the cached searches
+must equal, and the baselines of ``benchmarks/decode_speed.py``.
 """
 
 import functools
@@ -49,6 +49,13 @@ def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
   return ((5.0 + length) / 6.0) ** alpha
 
 
+def _never_special(logits: jax.Array, bos_id: int) -> jax.Array:
+  """Logits ``[..., vocab]`` with padding and BOS ruled out as next tokens (a decoder that
+  met padding in its own prefix would mask it, so cached and uncached decoding would differ)."""
+  vocab = jnp.arange(logits.shape[-1])
+  return jnp.where((vocab == PAD_ID) | (vocab == bos_id), NEG_INF, logits)
+
+
 def greedy_search(model: Transformer, src_ids: jax.Array, *, max_extra_length: int = 50,
                   eos_id: int | None = EOS_ID, bos_id: int = BOS_ID) -> jax.Array:
   """The most likely token at each step, with the cache. ``eos_id=None`` never stops early
@@ -66,7 +73,7 @@ def greedy_search(model: Transformer, src_ids: jax.Array, *, max_extra_length: i
   def next_token(state):
     step, last, tokens, finished, cache = state
     logits, cache = model.decode_step(last[:, None], cache, src_mask)
-    token = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+    token = jnp.argmax(_never_special(logits[:, 0], bos_id), axis=-1).astype(jnp.int32)
     if eos_id is not None:
       token = jnp.where(step >= eos_at, eos_id, token)
     token = jnp.where(finished, PAD_ID, token)
@@ -96,7 +103,8 @@ def uncached_greedy_search(model: Transformer, src_ids: jax.Array, *, max_extra_
     step, tokens, finished = state
     tgt_in = jnp.concatenate([jnp.full((batch_size, 1), bos_id, jnp.int32), tokens[:, :-1]], axis=1)
     logits, _ = model.decode(encoded, src_ids, tgt_in)
-    token = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, step, axis=1, keepdims=False), axis=-1)
+    logits = jax.lax.dynamic_index_in_dim(logits, step, axis=1, keepdims=False)
+    token = jnp.argmax(_never_special(logits, bos_id), axis=-1)
     token = token.astype(jnp.int32)
     if eos_id is not None:
       token = jnp.where(step >= eos_at, eos_id, token)
@@ -130,9 +138,15 @@ def _reorder_self_attention_cache(cache: list[dict], beams: jax.Array, beam_size
 
 
 def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, alpha: float = 0.6,
-                max_extra_length: int = 50, eos_id: int = EOS_ID, bos_id: int = BOS_ID
-                ) -> tuple[jax.Array, jax.Array]:
-  """The best finished hypothesis per sentence ``[batch, out_length]`` and its score ``[batch]``."""
+                max_extra_length: int = 50, eos_id: int | None = EOS_ID, bos_id: int = BOS_ID,
+                use_cache: bool = True) -> tuple[jax.Array, jax.Array]:
+  """The best finished hypothesis per sentence ``[batch, out_length]`` and its score ``[batch]``.
+
+  ``use_cache=False`` reruns the decoder over every hypothesis's whole prefix at each step
+  instead of reading the key/value cache (the same result, slowly: the reference and the
+  baseline of ``benchmarks/decode_speed.py``). ``eos_id=None`` never ends a hypothesis (for
+  timing: every sentence fills the output buffer) and returns the best live one.
+  """
   batch_size = src_ids.shape[0]
   k = beam_size
   out_length = output_length(model, src_ids.shape[1], max_extra_length)
@@ -140,7 +154,19 @@ def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, a
   best_possible_penalty = length_penalty(eos_at + 1.0, alpha)
   src_per_beam = jnp.repeat(src_ids, k, axis=0)
   src_mask = src_per_beam != PAD_ID
-  cache = model.init_decode_cache(jnp.repeat(model.encode(src_ids), k, axis=0), out_length)
+  encoded_per_beam = jnp.repeat(model.encode(src_ids), k, axis=0)
+  cache = model.init_decode_cache(encoded_per_beam, out_length) if use_cache else None
+
+  def next_token_logits(step, alive, cache):
+    """``[batch * k, vocab]`` logits of each live hypothesis's next token, and the new cache."""
+    if use_cache:
+      last = jnp.where(step == 0, bos_id, jax.lax.dynamic_index_in_dim(alive, step - 1, axis=2, keepdims=False))
+      logits, cache = model.decode_step(last.reshape(batch_size * k, 1), cache, src_mask)
+      return logits[:, 0], cache
+    prefixes = alive.reshape(batch_size * k, out_length)
+    tgt_in = jnp.concatenate([jnp.full((batch_size * k, 1), bos_id, jnp.int32), prefixes[:, :-1]], axis=1)
+    logits, _ = model.decode(encoded_per_beam, src_per_beam, tgt_in)
+    return jax.lax.dynamic_index_in_dim(logits, step, axis=1, keepdims=False), cache
 
   def not_done(state):
     step, done = state[0], state[5]
@@ -148,22 +174,23 @@ def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, a
 
   def extend(state):
     step, alive, alive_logp, finished, finished_scores, done, cache = state
-    last = jnp.where(step == 0, bos_id, jax.lax.dynamic_index_in_dim(alive, step - 1, axis=2, keepdims=False))
-    logits, cache = model.decode_step(last.reshape(batch_size * k, 1), cache, src_mask)
-    logp = jax.nn.log_softmax(logits[:, 0]).reshape(batch_size, k, -1)
+    logits, cache = next_token_logits(step, alive, cache)
+    logp = jax.nn.log_softmax(_never_special(logits, bos_id)).reshape(batch_size, k, -1)
     vocab_size = logp.shape[-1]
-    only_eos = (jnp.arange(vocab_size) == eos_id)[None, None, :]
-    logp = jnp.where((step >= eos_at)[:, None, None] & ~only_eos, NEG_INF, logp)
+    if eos_id is not None:
+      only_eos = (jnp.arange(vocab_size) == eos_id)[None, None, :]
+      logp = jnp.where((step >= eos_at)[:, None, None] & ~only_eos, NEG_INF, logp)
     candidates = (alive_logp[:, :, None] + logp).reshape(batch_size, k * vocab_size)
     top_logp, top_index = jax.lax.top_k(candidates, 2 * k)
     top_beam, top_token = top_index // vocab_size, (top_index % vocab_size).astype(jnp.int32)
     top_seqs = _gather_beams(alive, top_beam).at[:, :, step].set(top_token)
-    is_eos = top_token == eos_id
+    is_eos = (top_token == eos_id) if eos_id is not None else jnp.zeros_like(top_token, bool)
 
     # Live beam: the k best extensions that do not end here.
     live_logp, live_pick = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)
     alive = _gather_beams(top_seqs, live_pick)
-    cache = _reorder_self_attention_cache(cache, _gather_beams(top_beam, live_pick), k)
+    if use_cache:
+      cache = _reorder_self_attention_cache(cache, _gather_beams(top_beam, live_pick), k)
 
     # Finished: EOS among the k best extensions joins the k best finished so far, until the
     # sentence is done (so its result does not depend on how long other sentences run).
@@ -182,7 +209,9 @@ def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, a
   empty = jnp.zeros((batch_size, k, out_length), jnp.int32)
   state = (jnp.zeros((), jnp.int32), empty, alive_logp, empty, jnp.full((batch_size, k), NEG_INF, jnp.float32),
            jnp.zeros((batch_size,), bool), cache)
-  _, _, _, finished, finished_scores, _, _ = jax.lax.while_loop(not_done, extend, state)
+  _, alive, alive_logp, finished, finished_scores, _, _ = jax.lax.while_loop(not_done, extend, state)
+  if eos_id is None:
+    return alive[:, 0], alive_logp[:, 0] / length_penalty(out_length, alpha)
   return finished[:, 0], finished_scores[:, 0]
 
 

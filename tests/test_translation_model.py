@@ -51,6 +51,21 @@ def test_cached_greedy_search_equals_rerunning_the_decoder(posemb):
     assert end <= length + 6 and not row[end + 1:].any()
 
 
+@pytest.mark.parametrize('posemb', ['sincos1d', 'relative'])
+def test_cached_beam_search_equals_rerunning_the_decoder(posemb):
+  model = tiny_transformer(posemb)
+  src = sources()
+  search = jax.jit(lambda s, eos: [beam_search(model, s, beam_size=3, alpha=0.6, max_extra_length=6, eos_id=eos,
+                                               use_cache=use_cache) for use_cache in (True, False)],
+                   static_argnums=1)
+  for eos_id in (EOS_ID, None):  # None: no hypothesis ends, every step of the buffer is decoded
+    (cached, cached_scores), (uncached, uncached_scores) = search(src, eos_id)
+    np.testing.assert_array_equal(cached, uncached)
+    np.testing.assert_allclose(cached_scores, uncached_scores, rtol=1e-5)
+  assert not np.any(np.asarray(cached) == 0)  # never padding: the whole buffer was decoded
+  assert not np.any(np.asarray(cached) == BOS_ID)
+
+
 def test_decode_step_gives_the_teacher_forced_logits():
   model = tiny_transformer('relative')
   src = sources()
@@ -71,9 +86,11 @@ def test_decode_step_gives_the_teacher_forced_logits():
 
 
 def _sequence_log_prob(model, src, tokens):
-  """Teacher-forced log-probability of each output (up to and including its EOS)."""
+  """Teacher-forced log-probability of each output (up to and including its EOS), with padding
+  and BOS ruled out as the searches rule them out."""
   tgt_in = jnp.concatenate([jnp.full((tokens.shape[0], 1), BOS_ID), tokens[:, :-1]], axis=1)
   logits, _ = model(src, tgt_in)
+  logits = logits.at[..., jnp.asarray([0, BOS_ID])].set(-1e9)
   token_logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[..., None], axis=-1)[..., 0]
   return jnp.sum(jnp.where(tokens != 0, token_logp, 0.0), axis=1)
 
