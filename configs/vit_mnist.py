@@ -8,7 +8,10 @@ t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz (gzipped or not). With a
 prepared tfds copy instead: --config.data.source=tfds --config.data.name=mnist
 [--config.data.data_dir=DIR].
 
-Patches of 7x7 pixels make a 4x4 grid. Runtime and result: see the README's results table.
+Patches of 7x7 pixels make a 4x4 grid; 5 epochs (2,344 steps of 128).
+
+Measured on a 2-core AMD EPYC CPU shared with other training jobs (load average 5-9):
+98.56% test accuracy, 22 minutes for the training command. Not yet timed alone.
 """
 
 from configs.common import trainer_config
