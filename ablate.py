@@ -20,6 +20,11 @@ of an existing workdir.
 import pathlib
 import sys
 
+from trainer import host_memory
+
+if __name__ == '__main__':
+  host_memory.reexec_with_huge_page_malloc()  # before JAX starts; see trainer/host_memory.py
+
 from absl import app, flags
 from ml_collections import config_flags
 

@@ -6,6 +6,11 @@ same object to ``<workdir>/eval_<split>_step<N>.json``.
 
 import json
 
+from trainer import host_memory
+
+if __name__ == '__main__':
+  host_memory.reexec_with_huge_page_malloc()  # before JAX starts; see trainer/host_memory.py
+
 from absl import app, flags
 
 from trainer.cli import quiet_library_logs, run_reporting_user_errors

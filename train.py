@@ -6,6 +6,11 @@ Rerunning the same command resumes from the workdir's latest checkpoint.
 
 import sys
 
+from trainer import host_memory
+
+if __name__ == '__main__':
+  host_memory.reexec_with_huge_page_malloc()  # before JAX starts; see trainer/host_memory.py
+
 import jax
 from absl import app, flags
 from ml_collections import config_flags

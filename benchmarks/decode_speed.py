@@ -14,6 +14,11 @@ stored keys and values.
 import statistics
 import time
 
+from trainer import host_memory
+
+if __name__ == '__main__':
+  host_memory.reexec_with_huge_page_malloc()  # before JAX starts; see trainer/host_memory.py
+
 import jax
 import numpy as np
 from absl import app, flags
