@@ -1,7 +1,9 @@
 """The PyTorch baseline of ``benchmarks.vit_throughput``: timm's VisionTransformer of the same shape.
 
-  python -m venv /tmp/torch-env && /tmp/torch-env/bin/pip install torch timm
+  python -m venv /tmp/torch-env && /tmp/torch-env/bin/pip install torch torchvision timm
   /tmp/torch-env/bin/python benchmarks/timm_vit_throughput.py
+
+(timm imports torchvision; measured with torch 2.15.0, torchvision 0.29.2, timm 1.0.31.)
 
 Not part of the project's requirements (it needs PyTorch and timm, nothing of ours): it
 exists so that our throughput can be compared with the library most ViT users train with,

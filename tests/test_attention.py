@@ -92,9 +92,11 @@ def test_fused_and_explicit_paths_agree(kind):
   valid[0, 5:] = False
   mask = padding_mask(jnp.asarray(valid), jnp.asarray(valid)) & causal_mask(TK)
   bias = jnp.asarray(rng.normal(size=(1, H, TK, TK)).astype(np.float32))
-  mha = MultiHeadAttention(H, 12, score=kind, rngs=nnx.Rngs(0))
+  mha = MultiHeadAttention(H, 12, score=kind, fused_kernel=True, rngs=nnx.Rngs(0))
   fused, _ = mha(x, mask=mask, bias=bias)
   explicit, weights = mha(x, mask=mask, bias=bias, return_weights=True)
+  mha.fused_kernel = False
+  np.testing.assert_allclose(mha(x, mask=mask, bias=bias)[0], explicit, atol=1e-6)
   assert weights.shape == (B, H, TK, TK)
   np.testing.assert_allclose(fused, explicit, atol=1e-5)
 
