@@ -70,18 +70,19 @@ class MultiHeadAttention(nnx.Module):
   def _split_heads(self, x: jax.Array) -> jax.Array:
     return x.reshape(*x.shape[:-1], self.num_heads, self.head_dim)
 
+  def _rotate(self, x: jax.Array, positions: jax.Array | None) -> jax.Array:
+    """RoPE on heads-split queries or keys (positions ``0 .. length - 1`` by default), if enabled."""
+    if not self.rope:
+      return x
+    return apply_rope(x, jnp.arange(x.shape[1]) if positions is None else positions)
+
   def _project_kv(self, inputs_kv: jax.Array, positions: jax.Array | None) -> tuple[jax.Array, jax.Array]:
     key = self._split_heads(self.key(inputs_kv))
     value = self._split_heads(self.value(inputs_kv))
-    if self.rope:
-      key = apply_rope(key, jnp.arange(key.shape[1]) if positions is None else positions)
-    return key, value
+    return self._rotate(key, positions), value
 
   def _project_q(self, inputs_q: jax.Array, positions: jax.Array | None) -> jax.Array:
-    query = self._split_heads(self.query(inputs_q))
-    if self.rope:
-      query = apply_rope(query, jnp.arange(query.shape[1]) if positions is None else positions)
-    return query
+    return self._rotate(self._split_heads(self.query(inputs_q)), positions)
 
   def _project_qkv(self, inputs: jax.Array, positions: jax.Array | None) -> tuple[jax.Array, ...]:
     """Self-attention's three projections as one matmul with the kernels side by side.
@@ -100,10 +101,7 @@ class MultiHeadAttention(nnx.Module):
     if bias is not None:
       packed = packed + bias
     query, key, value = (self._split_heads(x) for x in jnp.split(packed, 3, axis=-1))
-    if self.rope:
-      query_positions = jnp.arange(query.shape[1]) if positions is None else positions
-      query, key = apply_rope(query, query_positions), apply_rope(key, query_positions)
-    return query, key, value
+    return self._rotate(query, positions), self._rotate(key, positions), value
 
   def _attend(self, query, key, value, mask, bias, deterministic, rngs, return_weights):
     """Heads-split q/k/v -> (``[batch, q_len, features]``, weights or ``None``)."""
