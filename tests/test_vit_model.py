@@ -1,0 +1,70 @@
+"""The ViT model on its own: variants, heads, intermediates and the patch embedding."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from vit.model import VisionTransformer, decode_variant
+
+
+def tiny_vit(**overrides):
+  shape = dict(num_classes=5, image_shape=(12, 8, 3), patch_size=4, width=16, depth=2, num_heads=2, mlp_dim=32,
+               head_zero_init=False)
+  return VisionTransformer(**{**shape, **overrides}, rngs=nnx.Rngs(params=0))
+
+
+@pytest.mark.parametrize('patch_size', [4, (3, 2), 1])
+def test_patch_embedding_matmul_equals_the_strided_convolution(patch_size):
+  model = tiny_vit(patch_size=patch_size)
+  model.patch_embedding.bias[...] = jax.random.normal(jax.random.key(1), model.patch_embedding.bias.shape)
+  images = jax.random.normal(jax.random.key(2), (3, 12, 8, 3))
+  by_conv = model.patch_embedding(images)
+  assert by_conv.shape[1:3] == model.grid
+  by_matmul = model.embed_patches(images)
+  np.testing.assert_allclose(by_matmul, by_conv.reshape(3, -1, 16), rtol=1e-5, atol=1e-5)
+
+
+def test_patch_embedding_gradient_equals_the_convolution_gradient():
+  graphdef, params = nnx.split(tiny_vit(), nnx.Param)
+  images = jax.random.normal(jax.random.key(2), (2, 12, 8, 3))
+  target = jax.random.normal(jax.random.key(3), (2, 6, 16))
+
+  def loss(params, by_conv):
+    model = nnx.merge(graphdef, params)
+    tokens = model.patch_embedding(images) if by_conv else model.embed_patches(images)
+    return jnp.sum((tokens.reshape(target.shape) - target) ** 2)
+
+  by_conv = jax.grad(loss)(params, True)['patch_embedding']
+  by_matmul = jax.grad(loss)(params, False)['patch_embedding']
+  for name in ('kernel', 'bias'):
+    np.testing.assert_allclose(by_matmul[name][...], by_conv[name][...], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('pool', ['cls', 'gap', 'map'])
+def test_forward_returns_logits_and_intermediates(pool):
+  model = tiny_vit(pool=pool)
+  logits, intermediates = model(jnp.ones((2, 12, 8, 3)), return_weights=True)
+  assert logits.shape == (2, 5) and logits.dtype == jnp.float32
+  assert intermediates['pre_logits'].shape == (2, 16)
+  assert intermediates['grid'] == (3, 2)
+  tokens = 6 + (pool == 'cls')
+  weights = intermediates['attention_weights']
+  assert len(weights) == 2 and weights[0].shape == (2, 2, tokens, tokens)
+  np.testing.assert_allclose(jnp.sum(weights[0], axis=-1), 1.0, rtol=1e-5)
+  if pool == 'map':
+    assert intermediates['pool_attention_weights'].shape == (2, 2, 1, tokens)
+
+
+def test_variants_decode_and_unknown_ones_are_refused():
+  assert decode_variant('S/16') == dict(width=384, depth=12, mlp_dim=1536, num_heads=6, patch_size=16)
+  assert decode_variant('Ti/4')['patch_size'] == 4
+  for bad in ('X/16', 'S', 'S/0', 'S/a'):
+    with pytest.raises(ValueError, match='Unknown ViT variant'):
+      decode_variant(bad)
+
+
+def test_image_not_divisible_by_the_patch_is_refused():
+  with pytest.raises(ValueError, match='not divisible by the patch size'):
+    tiny_vit(patch_size=5)
