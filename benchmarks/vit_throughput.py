@@ -15,8 +15,8 @@ Times the compiled train step (forward, backward, AdamW update) on random images
 already on the device, so it measures the model, not the input pipeline; with
 ``--image_folder``, also times the input pipeline alone on that folder. The first
 steps (compilation) are excluded. Like ``train.py``, it re-executes itself once with
-glibc's huge-page malloc (``trainer/host_memory.py``); without that, XLA:CPU's
-per-step scratch buffer costs about a quarter of each step in page faults.
+glibc's huge-page malloc (``trainer/host_memory.py``); on some machines XLA:CPU's
+per-step scratch buffer otherwise costs about a quarter of each step in page faults.
 """
 
 import time

@@ -7,10 +7,13 @@ kernel zero-fills the whole buffer again, one 4 KiB page fault at a time: about 
 faults and 0.55 s of system time per 1.4 s step on a 2-core machine.
 
 glibc 2.35 and newer can back such blocks with 2 MiB transparent huge pages
-(``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``): 512 times fewer faults, a 20-25% faster step,
-and freed memory still goes back to the system. glibc reads its tunables only when a
-process starts, so the command-line entry points re-execute themselves once with the
-tunable set, before importing anything heavy. No library does this for us.
+(``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``): 512 times fewer faults, and freed memory still
+goes back to the system. On a 2-core AVX-512 machine the step got 20-25% faster; on a 2-core
+AVX2 machine it did not, because there zero-filling the memory, not faulting it, is the cost
+(smaller micro-batches help there: see ``benchmarks/vit_throughput.py``).
+
+glibc reads its tunables only when a process starts, so the command-line entry points
+re-execute themselves once with the tunable set, before importing anything heavy. No library does this for us.
 
 The run-time alternative, ``mallopt`` (one arena, no ``mmap``, no trimming), removes the
 faults too, but the single arena fragments: the benchmark's resident memory grew from
