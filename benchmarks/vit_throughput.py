@@ -7,8 +7,8 @@
 
 The last line is the same update (batch 128, AdamW) computed as four micro-batches of 32,
 with XLA's matmuls done by Eigen instead of YNNPACK. On a 2-core AVX2 CPU it measured 37%
-faster than the first (84.9 vs 61.9 images/s, README). Micro-batches shrink the scratch memory that the kernel
-zero-fills every step; Eigen takes the transposed operands of the weight-gradient and
+faster than the first (84.9 vs 61.9 images/s, README). Micro-batches shrink the scratch
+memory that the kernel zero-fills every step; Eigen takes the transposed operands of the weight-gradient and
 attention-backward matmuls as they are, where XLA first copies them for YNNPACK.
 
 Times the compiled train step (forward, backward, AdamW update) on random images

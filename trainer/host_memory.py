@@ -13,7 +13,8 @@ AVX2 machine it did not, because there zero-filling the memory, not faulting it,
 (smaller micro-batches help there: see ``benchmarks/vit_throughput.py``).
 
 glibc reads its tunables only when a process starts, so the command-line entry points
-re-execute themselves once with the tunable set, before importing anything heavy. No library does this for us.
+re-execute themselves once with the tunable set, before importing anything heavy. No
+library does this for us.
 
 The run-time alternative, ``mallopt`` (one arena, no ``mmap``, no trimming), removes the
 faults too, but the single arena fragments: the benchmark's resident memory grew from
