@@ -1,22 +1,30 @@
 """Training throughput of a ViT through the project's own train step, in images per second.
 
   python -m benchmarks.vit_throughput                 # width 192, depth 6, 3 heads, patch 4, 32x32x3, batch 128
-  python -m benchmarks.vit_throughput --dtype bfloat16 --batch_size 256
+  python -m benchmarks.vit_throughput --grad_accum_steps 4   # the same update as 4 micro-batches of 32
   XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_dot \
-    python -m benchmarks.vit_throughput --grad_accum_steps 4      # fastest on a 2-core CPU
+    python -m benchmarks.vit_throughput --grad_accum_steps 4   # and XLA's matmuls done by Eigen
+  python -m benchmarks.vit_throughput --dtype bfloat16 --batch_size 256
 
-The last line is the same update (batch 128, AdamW) computed as four micro-batches of 32,
-with XLA's matmuls done by Eigen instead of YNNPACK. On a 2-core AVX2 CPU it measured 37%
-faster than the first (84.9 vs 61.9 images/s, README). Micro-batches shrink the scratch
-memory that the kernel zero-fills every step; Eigen takes the transposed operands of the weight-gradient and
-attention-backward matmuls as they are, where XLA first copies them for YNNPACK.
+On a 2-core AVX2 EPYC (README; medians of five alternating runs) the first line gave 59.2
+images/s, the second 80.3 and the third 87.8, against 82.9 for timm's step
+(``benchmarks/timm_vit_throughput.py``). Both settings compute the same update, up to float
+rounding:
+- Micro-batches shrink the scratch memory that XLA:CPU allocates afresh each step and that the
+  kernel zero-fills every time: 1.16 GB at batch 128, a fifth of all CPU time on an AVX2 EPYC.
+  The accumulation is the trainer's own (``--config.grad_accum_steps=4`` for ``train.py``).
+- The flag gives all matmuls to Eigen. YNNPACK, XLA's default, takes a matmul only when its
+  operands are in YNNPACK's layout, so XLA first copies the operands of the weight-gradient
+  and attention-backward matmuls into a transposed layout; Eigen takes them as they are. It is
+  not a default of ours: it did not speed up the small models (``configs/vit_digits.py``: 2 min
+  1-5 s a run either way; ``configs/transformer_scan.py``: 6.2 vs 6.9 steps/s without it, two
+  runs each), and the flag is experimental in XLA.
 
 Times the compiled train step (forward, backward, AdamW update) on random images
 already on the device, so it measures the model, not the input pipeline; with
 ``--image_folder``, also times the input pipeline alone on that folder. The first
 steps (compilation) are excluded. Like ``train.py``, it re-executes itself once with
-glibc's huge-page malloc (``trainer/host_memory.py``); on some machines XLA:CPU's
-per-step scratch buffer otherwise costs about a quarter of each step in page faults.
+glibc's huge-page malloc (``trainer/host_memory.py``).
 """
 
 import time
