@@ -71,6 +71,14 @@ class Task(abc.ABC):
     del model, split, output_dir
     return {}
 
+  def eval_split_names(self) -> tuple[str, ...]:
+    """The split names ``eval_batches`` accepts (checked against ``eval_split`` before training)."""
+    raise NotImplementedError
+
+  def eval_metric_names(self) -> tuple[str, ...]:
+    """The scalar metric names an evaluation returns (``best_metric`` must be one of them)."""
+    raise NotImplementedError
+
   def num_train_examples(self) -> int:
     """Training-set size, for durations given in epochs."""
     raise NotImplementedError(f'{type(self).__name__} does not know its training-set size; set total_steps.')
