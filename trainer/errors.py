@@ -29,3 +29,7 @@ class CheckpointError(UserError, ValueError):
 
 class TrainingDiverged(UserError, FloatingPointError):
   """The training loss became NaN or infinite."""
+
+
+class MissingFileError(DataError, FileNotFoundError):
+  """A data, tokenizer or workdir file that does not exist; ``except FileNotFoundError`` catches it too."""
