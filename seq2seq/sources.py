@@ -25,6 +25,7 @@ import ml_collections
 
 from seq2seq.parallel_text import read_parallel
 from seq2seq.scan import SCAN_SPLITS, read_scan_file, scan_split
+from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.tfds_import import import_tfds_on_cpu
 
 SOURCES = ('scan', 'parallel', 'tfds')
@@ -43,19 +44,26 @@ Pairs = list[tuple[str, str]]
 class PairSource:
   """Reads each split once and keeps it."""
 
-  def __init__(self, description: str, reader, splits: tuple[str, ...] | None = None):
+  def __init__(self, description: str, reader, splits: tuple[str, ...] | None = None, list_splits=None):
     self.description = description
     self._reader = reader
     self._splits = splits
+    self._list_splits = list_splits
     self._read = {}
+
+  def split_names(self) -> tuple[str, ...]:
+    """The splits this source has (for a folder: the names with files in both languages), and those read."""
+    if self._splits is not None:
+      return self._splits
+    return tuple(sorted({*self._list_splits(), *self._read}))
 
   def read(self, split: str) -> Pairs:
     if self._splits is not None and split not in self._splits:
-      raise ValueError(f'{self.description} has no split {split!r}; available: {", ".join(self._splits)}')
+      raise ConfigError(f'{self.description} has no split {split!r}; available: {", ".join(self._splits)}')
     if split not in self._read:
       pairs = self._reader(split)
       if not pairs:
-        raise ValueError(f'{self.description}: split {split!r} is empty')
+        raise DataError(f'{self.description}: split {split!r} is empty')
       self._read[split] = pairs
     return self._read[split]
 
@@ -67,12 +75,12 @@ def open_source(config: ml_collections.ConfigDict) -> PairSource:
     return _parallel_source(config)
   if config.source == 'tfds':
     return _tfds_source(config)
-  raise ValueError(f'Unknown data.source {config.source!r}; allowed values: {", ".join(SOURCES)}.')
+  raise ConfigError(f'Unknown data.source {config.source!r}; allowed values: {", ".join(SOURCES)}.')
 
 
 def _scan_source(config: ml_collections.ConfigDict) -> PairSource:
   if config.split not in SCAN_SPLITS:
-    raise ValueError(f'Unknown SCAN split {config.split!r}; allowed values: {", ".join(SCAN_SPLITS)}.')
+    raise ConfigError(f'Unknown SCAN split {config.split!r}; allowed values: {", ".join(SCAN_SPLITS)}.')
   if config.path is None:
     generated = scan_split(config.split)
     return PairSource(f'SCAN {config.split} (generated)', generated.__getitem__, ('train', 'test'))
@@ -80,7 +88,7 @@ def _scan_source(config: ml_collections.ConfigDict) -> PairSource:
   def read(part):
     path = Path(config.path) / SCAN_FILES[config.split].format(part=part)
     if not path.is_file():
-      raise FileNotFoundError(f'SCAN file {path} not found (data.path should be the root of brendenlake/SCAN)')
+      raise MissingFileError(f'SCAN file {path} not found (data.path should be the root of brendenlake/SCAN)')
     return read_scan_file(path)
 
   return PairSource(f'SCAN {config.split} in {config.path}', read, ('train', 'test'))
@@ -88,37 +96,45 @@ def _scan_source(config: ml_collections.ConfigDict) -> PairSource:
 
 def _check_languages(config: ml_collections.ConfigDict) -> None:
   if not config.src_lang or not config.tgt_lang:
-    raise ValueError(f'data.src_lang and data.tgt_lang must be set for source {config.source!r}')
+    raise ConfigError(f'data.src_lang and data.tgt_lang must be set for source {config.source!r}')
 
 
 def _parallel_source(config: ml_collections.ConfigDict) -> PairSource:
   _check_languages(config)
   if config.path is None:
-    raise ValueError("data.path must be set for source 'parallel' (a folder of {split}.{lang}[.gz] files)")
+    raise ConfigError("data.path must be set for source 'parallel' (a folder of {split}.{lang}[.gz] files)")
   if not Path(config.path).is_dir():
-    raise FileNotFoundError(f'data.path {config.path} is not a folder')
+    raise MissingFileError(f'data.path {config.path} is not a folder')
+  def list_splits():
+    folder = Path(config.path)
+    names = {path.name.removesuffix('.gz').removesuffix(f'.{config.src_lang}')
+             for suffix in ('', '.gz') for path in folder.glob(f'*.{config.src_lang}{suffix}')}
+    return [name for name in names
+            if (folder / f'{name}.{config.tgt_lang}').is_file() or (folder / f'{name}.{config.tgt_lang}.gz').is_file()]
+
   return PairSource(f'parallel text in {config.path}',
-                    lambda split: read_parallel(config.path, split, config.src_lang, config.tgt_lang))
+                    lambda split: read_parallel(config.path, split, config.src_lang, config.tgt_lang),
+                    list_splits=list_splits)
 
 
 def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
   _check_languages(config)
   if not config.name:
-    raise ValueError("data.name must be set for source 'tfds' (e.g. 'wmt14_translate/de-en')")
+    raise ConfigError("data.name must be set for source 'tfds' (e.g. 'wmt14_translate/de-en')")
   tfds = import_tfds_on_cpu()
   try:
     builder = tfds.builder(config.name, data_dir=config.data_dir)
   except tfds.core.registered.DatasetNotFoundError:
-    raise ValueError(f'unknown tfds data set {config.name!r}') from None
+    raise DataError(f'unknown tfds data set {config.name!r}') from None
   languages = sorted(builder.info.features.keys())
   for language in (config.src_lang, config.tgt_lang):
     if language not in languages:
-      raise ValueError(f'tfds data set {config.name!r} has no language {language!r}; it has {", ".join(languages)}')
+      raise DataError(f'tfds data set {config.name!r} has no language {language!r}; it has {", ".join(languages)}')
   try:  # as_dataset, not is_prepared(): tfds.testing.mock_data fakes only as_dataset
     builder.as_dataset(split='train')
   except AssertionError:
     data_dir = builder.data_dir_root
-    raise FileNotFoundError(
+    raise MissingFileError(
         f'tfds data set {config.name!r} is not prepared in {data_dir} and this project never downloads: '
         f'on a machine with internet run `tfds build {config.name} --data_dir {data_dir}`, then copy '
         f'{data_dir} here (or point data.data_dir at it)') from None
@@ -127,11 +143,11 @@ def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
     try:
       dataset = builder.as_dataset(split=split, shuffle_files=False)
     except (KeyError, ValueError) as error:
-      raise ValueError(f'tfds data set {config.name!r} has no split {split!r} ({error})') from None
+      raise DataError(f'tfds data set {config.name!r} has no split {split!r} ({error})') from None
     pairs = []
     for batch in tfds.as_numpy(dataset.batch(_TFDS_READ_BATCH)):
       pairs.extend((source.decode('utf-8'), target.decode('utf-8'))
                    for source, target in zip(batch[config.src_lang], batch[config.tgt_lang]))
     return pairs
 
-  return PairSource(f'tfds data set {config.name!r}', read)
+  return PairSource(f'tfds data set {config.name!r}', read, list_splits=lambda: sorted(builder.info.splits))

@@ -42,8 +42,10 @@ from seq2seq.model import PAD_ID, make_transformer
 from seq2seq.sources import open_source
 from seq2seq.text_metrics import corpus_scores
 from seq2seq.workdir_tokenizers import check_tokenizer_config, default_tokenizer_config, prepare_tokenizers
+from trainer.errors import ConfigError
 from trainer.partitioning import global_batch, make_mesh
 from trainer.task import Task
+from trainer.validation import check_split_name
 
 
 @flax.struct.dataclass
@@ -118,22 +120,25 @@ class Translation(Task):
     data, model = config.data, config.model
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
-      raise ValueError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+      raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     check_tokenizer_config(data.tokenizer)
     if model.share_embeddings and not data.tokenizer.shared:
-      raise ValueError('model.share_embeddings needs one vocabulary: set data.tokenizer.shared=True.')
+      raise ConfigError('model.share_embeddings needs one vocabulary: set data.tokenizer.shared=True.')
     if min(data.max_source_length, data.max_target_length) < 2 or data.pad_to_multiple < 1:
-      raise ValueError('data.max_source_length and data.max_target_length must be at least 2, '
-                       'data.pad_to_multiple at least 1.')
+      raise ConfigError('data.max_source_length and data.max_target_length must be at least 2, '
+                        'data.pad_to_multiple at least 1.')
     if model.max_length < max(data.max_source_length, data.max_target_length):
-      raise ValueError(f'model.max_length ({model.max_length}) must cover data.max_source_length '
-                       f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).')
+      raise ConfigError(f'model.max_length ({model.max_length}) must cover data.max_source_length '
+                        f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).')
     decode = config.decode
     if decode.beam_size < 1 or decode.max_extra_length < 0:
-      raise ValueError(f'decode.beam_size must be >= 1 and decode.max_extra_length >= 0, got '
-                       f'{decode.beam_size} and {decode.max_extra_length}.')
+      raise ConfigError(f'decode.beam_size must be >= 1 and decode.max_extra_length >= 0, got '
+                        f'{decode.beam_size} and {decode.max_extra_length}.')
     # Build the model abstractly now, so a bad model option fails before any real work.
-    nnx.eval_shape(lambda: make_transformer(model, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0)))
+    try:
+      nnx.eval_shape(lambda: make_transformer(model, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0)))
+    except ValueError as error:
+      raise ConfigError(f'model: {error}') from error
     self.source = open_source(data)
     self.train_pairs = self.source.read(data.train_split)
     self.source.read(config.eval_split)
@@ -157,7 +162,14 @@ class Translation(Task):
     """Training pairs before length filtering (the filter needs the tokenizer, made later)."""
     return len(self.train_pairs)
 
+  def eval_split_names(self) -> tuple[str, ...]:
+    return self.source.split_names()
+
+  def eval_metric_names(self) -> tuple[str, ...]:
+    return (*self.eval_metrics.__annotations__, 'bleu', 'chrf', 'exact_match')
+
   def eval_pairs(self, split: str) -> list[tuple[str, str]]:
+    check_split_name(split, 'split')
     pairs = self.source.read(split)
     limit = self.config.data.max_eval_examples
     return pairs[:limit] if limit else pairs

@@ -11,8 +11,8 @@ import jax
 import ml_collections
 import optax
 
-OPTIMIZERS = ('adamw', 'sgd')
-SCHEDULES = ('constant', 'cosine', 'linear', 'rsqrt')
+from trainer.errors import ConfigError
+from trainer.validation import OPTIMIZERS, SCHEDULES
 
 
 def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
@@ -33,7 +33,7 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) 
     def decay(step):
       return peak * jax.lax.rsqrt((step + max(warmup, 1)) / max(warmup, 1))
   else:
-    raise ValueError(f'Unknown schedule {config.schedule!r}; allowed values: {", ".join(SCHEDULES)}.')
+    raise ConfigError(f'Unknown schedule {config.schedule!r}; allowed values: {", ".join(SCHEDULES)}.')
   if warmup == 0:
     return decay
   return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), decay], [warmup])
@@ -53,7 +53,7 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
         optax.add_decayed_weights(config.weight_decay, mask=_decay_mask),
         optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov))
   else:
-    raise ValueError(f'Unknown optimizer {config.name!r}; allowed values: {", ".join(OPTIMIZERS)}.')
+    raise ConfigError(f'Unknown optimizer {config.name!r}; allowed values: {", ".join(OPTIMIZERS)}.')
   if config.grad_clip_norm:
     optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), optimizer)
   return optimizer

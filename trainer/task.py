@@ -15,6 +15,9 @@ import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
+from trainer import validation
+from trainer.errors import ConfigError
+
 Batch = dict[str, np.ndarray]
 
 
@@ -89,10 +92,12 @@ class Task(abc.ABC):
 
 
 def load_task(config: ml_collections.ConfigDict) -> Task:
-  """Imports ``config.task`` (``'package.module:ClassName'``) and builds it from ``config``."""
+  """Checks the trainer's fields, imports ``config.task`` (``'package.module:ClassName'``), builds it
+  from ``config`` (which checks the rest), then checks ``eval_split`` and ``best_metric`` against it."""
+  validation.check_trainer_fields(config)
   spec = config.task
   if ':' not in spec:
-    raise ValueError(f"config.task must look like 'package.module:ClassName', got {spec!r}.")
+    raise ConfigError(f"config.task must look like 'package.module:ClassName', got {spec!r}.")
   module_name, class_name = spec.split(':', 1)
   try:
     module = importlib.import_module(module_name)
@@ -100,5 +105,7 @@ def load_task(config: ml_collections.ConfigDict) -> Task:
     raise ValueError(f'config.task {spec!r}: cannot import module {module_name!r} ({error}).') from None
   task_class = getattr(module, class_name, None)
   if task_class is None or not (isinstance(task_class, type) and issubclass(task_class, Task)):
-    raise ValueError(f'config.task {spec!r}: {module_name} has no Task subclass named {class_name!r}.')
-  return task_class(config)
+    raise ConfigError(f'config.task {spec!r}: {module_name} has no Task subclass named {class_name!r}.')
+  task = task_class(config)
+  validation.check_task_names(config, task)
+  return task

@@ -1,8 +1,11 @@
 """A workdir describes itself: the resolved config is saved there, and a rerun checks it.
 
-Rerunning in a workdir resumes training. The task, model and data fields must
-match what the workdir was written with (otherwise the checkpoints belong to a
-different model); the schedule, logging and evaluation fields may change.
+Rerunning in a workdir resumes training. The fields that change what is learned (the
+task, the model, the data) must match what the workdir was written with, otherwise
+the checkpoints belong to a different model. Where the data lies (``data.path``,
+``data_dir``, ``cache_dir``, a tokenizer file), how fast it is read (``num_threads``,
+``prefetch_batches``), how much of a split is evaluated, and the schedule, logging and
+evaluation fields may change.
 """
 
 import json
@@ -10,8 +13,14 @@ import pathlib
 
 import ml_collections
 
+from trainer import validation
+from trainer.errors import MissingFileError, WorkdirError
+
 CONFIG_FILE = 'config.json'
 IDENTITY_FIELDS = ('task', 'model', 'data')
+# Under IDENTITY_FIELDS, but they do not change what is learned.
+NOT_IDENTITY_FIELDS = ('data.path', 'data.data_dir', 'data.cache_dir', 'data.num_threads', 'data.prefetch_batches',
+                       'data.max_eval_examples', 'data.tokenizer.model_file', 'data.tokenizer.target_model_file')
 
 
 def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> None:
@@ -21,11 +30,23 @@ def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> Non
   temporary.replace(path)
 
 
+def _read_saved(workdir: pathlib.Path) -> dict:
+  path = pathlib.Path(workdir) / CONFIG_FILE
+  try:
+    saved = json.loads(path.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    raise WorkdirError(f'{path} is damaged ({error}); it is the config this workdir was trained with. '
+                       'Restore it, or use a new --workdir.') from None
+  if not isinstance(saved, dict):
+    raise WorkdirError(f'{path} is damaged (not a JSON object); restore it, or use a new --workdir.')
+  return saved
+
+
 def load_config(workdir: pathlib.Path) -> ml_collections.ConfigDict:
   path = pathlib.Path(workdir) / CONFIG_FILE
   if not path.exists():
-    raise FileNotFoundError(f'{path} not found: {workdir} is not a workdir written by train.py.')
-  return ml_collections.ConfigDict(json.loads(path.read_text()))
+    raise MissingFileError(f'{path} not found: {workdir} is not a workdir written by train.py.')
+  return ml_collections.ConfigDict(_read_saved(workdir))
 
 
 def _flatten(value, prefix=''):
@@ -39,15 +60,24 @@ def _flatten(value, prefix=''):
   return {prefix: value}
 
 
+def identity(config: dict) -> dict:
+  """The flattened fields of ``config`` (a plain dict) that change what is learned."""
+  flat = _flatten({key: config.get(key) for key in IDENTITY_FIELDS})
+  return {field: value for field, value in flat.items() if field not in NOT_IDENTITY_FIELDS}
+
+
 def check_same_identity(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> None:
-  """Raises ``ValueError`` naming the first differing field if the workdir holds another model."""
-  path = pathlib.Path(workdir) / CONFIG_FILE
-  if not path.exists():
+  """Raises ``WorkdirError`` if the workdir cannot be written or holds another model (naming the field).
+
+  Creates nothing: a workdir that does not exist yet only has to be creatable.
+  """
+  validation.check_workdir(workdir)
+  if not (pathlib.Path(workdir) / CONFIG_FILE).exists():
     return
-  saved = _flatten({key: json.loads(path.read_text()).get(key) for key in IDENTITY_FIELDS})
-  current = _flatten({key: json.loads(config.to_json_best_effort()).get(key) for key in IDENTITY_FIELDS})
+  saved = identity(_read_saved(workdir))
+  current = identity(json.loads(config.to_json_best_effort()))
   for field in sorted(set(saved) | set(current)):
     if saved.get(field) != current.get(field):
-      raise ValueError(
+      raise WorkdirError(
           f'{workdir} was written by a different config: {field} is {saved.get(field)!r} there and '
           f'{current.get(field)!r} now. Use a new --workdir, or the same config to resume.')

@@ -8,7 +8,9 @@ import optax
 from clu import metrics as clu_metrics
 from flax import nnx
 
+from trainer.errors import ConfigError
 from trainer.task import Task
+from trainer.validation import check_split_name
 from vit.input_pipeline import load_image_data
 from vit.model import make_vit
 
@@ -36,10 +38,13 @@ class ImageClassification(Task):
     super().__init__(config)
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
-      raise ValueError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+      raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     self.data = load_image_data(config.data)
     # Build the model abstractly now, so a bad model option fails before any real work.
-    nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
+    try:
+      nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
+    except ValueError as error:
+      raise ConfigError(f'model: {error}') from error
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     return make_vit(self.config.model, num_classes=self.data.num_classes, image_shape=self.data.image_shape,
@@ -48,11 +53,18 @@ class ImageClassification(Task):
   def num_train_examples(self) -> int:
     return self.data.num_train
 
+  def eval_split_names(self) -> tuple[str, ...]:
+    return tuple(self.data.split_names)
+
+  def eval_metric_names(self) -> tuple[str, ...]:
+    return tuple(self.eval_metrics.__annotations__)
+
   def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
     return self.data.train_batches(batch_size=batch_size, seed=seed, start_step=start_step,
                                    process_index=process_index, process_count=process_count)
 
   def eval_batches(self, split, *, batch_size, process_index, process_count):
+    check_split_name(split, 'split')
     return self.data.eval_batches(split, batch_size=batch_size, process_index=process_index,
                                   process_count=process_count)
 
