@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 
 from ablation import tables
 from trainer import workdir as workdir_lib
+from trainer.errors import WorkdirError
 from trainer.cli import quiet_library_logs, run_reporting_user_errors
 from trainer.evaluation import restore_checkpoint
 from trainer.metrics_io import read_metrics
@@ -351,8 +352,8 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
     paths = [plot_training_curves([(workdir, workdir.name)], config.best_metric, config.eval_split,
                                   out_dir / 'training_curves.png')]
     return paths + plot_run_pictures(workdir, out_dir, workdir.name)
-  raise FileNotFoundError(f'{workdir} has neither {tables.RESULTS_JSON} (written by ablate.py) nor '
-                          f'{workdir_lib.CONFIG_FILE} (written by train.py).')
+  raise WorkdirError(f'{workdir} has neither {tables.RESULTS_JSON} (written by ablate.py) nor '
+                     f'{workdir_lib.CONFIG_FILE} (written by train.py).')
 
 
 def main(argv):

@@ -28,6 +28,7 @@ from absl import flags
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer import workdir as workdir_lib
+from trainer.errors import ConfigError
 from trainer.checkpoints import Checkpoints
 from trainer.loop import total_steps, train_and_evaluate
 from trainer.metrics_io import read_metrics
@@ -69,7 +70,7 @@ def _field(config: ml_collections.ConfigDict, path: str) -> tuple[ml_collections
   for part in parents:
     node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
   if not isinstance(node, ml_collections.ConfigDict) or key not in node:
-    raise ValueError(f'--axis {path}: the config has no field {path!r}.')
+    raise ConfigError(f'--axis {path}: the config has no field {path!r}.')
   return node, key
 
 
@@ -78,28 +79,28 @@ def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
   path, equals, text = spec.partition('=')
   path = path.strip()
   if not equals or not path or not text.strip():
-    raise ValueError(f"--axis {spec!r}: expected 'path=value1,value2,...'.")
+    raise ConfigError(f"--axis {spec!r}: expected 'path=value1,value2,...'.")
   if path == 'seed':
-    raise ValueError('--axis seed: use --seeds N, which repeats every combination with N seeds.')
+    raise ConfigError('--axis seed: use --seeds N, which repeats every combination with N seeds.')
   node, key = _field(config, path)
   field_type = node.get_type(key)
   if field_type not in _PARSERS:
-    raise ValueError(f'--axis {path}: the field holds a {field_type.__name__}; an axis takes a bool, int, '
-                     'float or str field.')
+    raise ConfigError(f'--axis {path}: the field holds a {field_type.__name__}; an axis takes a bool, int, '
+                      'float or str field.')
   values = []
   for item in text.split(','):
     item = item.strip()
     if not item:
-      raise ValueError(f'--axis {path}: an empty value in {text!r}.')
+      raise ConfigError(f'--axis {path}: an empty value in {text!r}.')
     try:
       value = _PARSERS[field_type].parse(item)
     except ValueError:
-      raise ValueError(f'--axis {path}: {item!r} is not of the field\'s type, {field_type.__name__}.') from None
+      raise ConfigError(f'--axis {path}: {item!r} is not of the field\'s type, {field_type.__name__}.') from None
     if path in KNOWN_OPTIONS and value not in KNOWN_OPTIONS[path]:
-      raise ValueError(f'--axis {path}: unknown value {item!r}; allowed values: {", ".join(KNOWN_OPTIONS[path])}.')
+      raise ConfigError(f'--axis {path}: unknown value {item!r}; allowed values: {", ".join(KNOWN_OPTIONS[path])}.')
     values.append(value)
   if len(set(values)) != len(values):
-    raise ValueError(f'--axis {path}: a value is repeated in {text!r}.')
+    raise ConfigError(f'--axis {path}: a value is repeated in {text!r}.')
   return Axis(path, tuple(values))
 
 
@@ -133,13 +134,13 @@ def plan_sweep(config: ml_collections.ConfigDict, axis_specs: list[str], num_see
                workdir: str | pathlib.Path) -> Plan:
   """Every run of the sweep, each checked (task built, workdir compatible) before anything trains."""
   if not axis_specs:
-    raise ValueError("Give at least one --axis path=value1,value2,...")
+    raise ConfigError("Give at least one --axis path=value1,value2,...")
   if num_seeds < 1:
-    raise ValueError(f'--seeds must be at least 1, got {num_seeds}.')
+    raise ConfigError(f'--seeds must be at least 1, got {num_seeds}.')
   axes = [parse_axis(spec, config) for spec in axis_specs]
   paths = [axis.path for axis in axes]
   if len(set(paths)) != len(paths):
-    raise ValueError(f'--axis: a field is given twice in {", ".join(paths)}.')
+    raise ConfigError(f'--axis: a field is given twice in {", ".join(paths)}.')
   workdir = pathlib.Path(workdir)
   seeds = [config.seed + i for i in range(num_seeds)]
   runs, not_applicable = [], []
@@ -158,7 +159,7 @@ def plan_sweep(config: ml_collections.ConfigDict, axis_specs: list[str], num_see
       runs.append(run)
   names = [run.name for run in runs]
   if len(set(names)) != len(names):
-    raise ValueError(f'--axis: two runs would share a workdir name among {", ".join(names)}.')
+    raise ConfigError(f'--axis: two runs would share a workdir name among {", ".join(names)}.')
   return Plan(config, axes, seeds, runs, not_applicable)
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from trainer.errors import WorkdirError
+
 RESULTS_JSON, RESULTS_CSV, RESULTS_MD = 'results.json', 'results.csv', 'results.md'
 POSEMB, INJECTION, DATA_SPLIT = 'model.posemb', 'model.posemb_injection', 'data.split'
 PERCENT_METRICS = ('accuracy', 'exact_match')
@@ -183,5 +185,5 @@ def write_results(directory: str | pathlib.Path, summary: dict[str, Any]) -> str
 def read_results(directory: str | pathlib.Path) -> dict[str, Any]:
   path = pathlib.Path(directory) / RESULTS_JSON
   if not path.exists():
-    raise FileNotFoundError(f'{path} not found: {directory} is not a workdir written by ablate.py.')
+    raise WorkdirError(f'{path} not found: {directory} is not a workdir written by ablate.py.')
   return json.loads(path.read_text())

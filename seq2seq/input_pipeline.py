@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from trainer.errors import DataError
 from trainer.partitioning import process_rows
 
 WIDTH_MULTIPLE = 8
@@ -139,9 +140,9 @@ class TrainingBatches:
     source_lengths, target_lengths = pairs.source_lengths, pairs.target_lengths + 1
     kept = np.flatnonzero((source_lengths <= max_source_length) & (target_lengths <= max_target_length))
     if len(kept) < batch_size:
-      raise ValueError(f'only {len(kept)} of {len(pairs)} training pairs fit max_source_length '
-                       f'{max_source_length} and max_target_length {max_target_length}; need at least '
-                       f'batch_size {batch_size}')
+      raise DataError(f'only {len(kept)} of {len(pairs)} training pairs fit max_source_length '
+                      f'{max_source_length} and max_target_length {max_target_length}; need at least '
+                      f'batch_size {batch_size}')
     self.num_examples = len(kept)
     boundaries = np.asarray(bucket_boundaries(max(max_source_length, max_target_length)))
     keys = np.maximum(source_lengths[kept], target_lengths[kept])

@@ -20,6 +20,8 @@ import itertools
 import random
 from pathlib import Path
 
+from trainer.errors import ConfigError, DataError
+
 SCAN_SPLITS = ('simple', 'length', 'addprim_jump', 'addprim_turn_left')
 
 PRIMITIVE_ACTIONS = {'walk': 'I_WALK', 'look': 'I_LOOK', 'run': 'I_RUN', 'jump': 'I_JUMP'}
@@ -89,7 +91,7 @@ def scan_split(split: str, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
   contents for every seed.
   """
   if split not in SCAN_SPLITS:
-    raise ValueError(f'unknown SCAN split {split!r}; expected one of {", ".join(SCAN_SPLITS)}')
+    raise ConfigError(f'unknown SCAN split {split!r}; expected one of {", ".join(SCAN_SPLITS)}')
   examples = generate_scan()
   rng = random.Random(seed)
   if split == 'simple':
@@ -116,6 +118,6 @@ def read_scan_file(path) -> list[tuple[str, str]]:
       text = line.rstrip('\r\n')
       command, separator, actions = text.removeprefix('IN: ').partition(' OUT: ')
       if not text.startswith('IN: ') or not separator or not command.strip() or not actions.strip():
-        raise ValueError(f'{path}:{line_number}: expected "IN: <command> OUT: <actions>", got {text[:80]!r}')
+        raise DataError(f'{path}:{line_number}: expected "IN: <command> OUT: <actions>", got {text[:80]!r}')
       examples.append((command.strip(), actions.strip()))
   return examples

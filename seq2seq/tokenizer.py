@@ -17,6 +17,8 @@ from typing import Iterable, Protocol, Sequence
 
 import sentencepiece
 
+from trainer.errors import ConfigError, DataError, MissingFileError
+
 CONFIG_FILE = 'tokenizer.json'
 SPM_MODEL_FILE = 'spm.model'
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -72,7 +74,7 @@ class WordTokenizer:
     self.vocab = list(self.SPECIAL_TOKENS) + list(words)
     self.word_to_id = {word: token_id for token_id, word in enumerate(self.vocab)}
     if len(self.word_to_id) != len(self.vocab):
-      raise ValueError('WordTokenizer vocabulary has duplicate or reserved words')
+      raise DataError('WordTokenizer vocabulary has duplicate or reserved words')
     self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
     self.vocab_size = len(self.vocab)
     self.fingerprint = _sha256(json.dumps(self.vocab, ensure_ascii=False).encode('utf-8'))
@@ -105,7 +107,7 @@ class SentencePieceTokenizer:
     self.bos_id = self.processor.bos_id()
     self.eos_id = self.processor.eos_id()
     if (self.pad_id, self.unk_id, self.bos_id, self.eos_id) != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-      raise ValueError(
+      raise DataError(
         f'SentencePiece model has pad/unk/bos/eos ids {self.pad_id}/{self.unk_id}/{self.bos_id}/'
         f'{self.eos_id}; expected {PAD_ID}/{UNK_ID}/{BOS_ID}/{EOS_ID}'
       )
@@ -129,7 +131,7 @@ class SentencePieceTokenizer:
     num_threads); its INFO log is off unless `minloglevel=0` is passed.
     """
     if model_type not in ('unigram', 'bpe'):
-      raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
+      raise ConfigError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
     trainer_options.setdefault('minloglevel', 1)
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
@@ -171,7 +173,7 @@ def load_tokenizer(directory) -> Tokenizer:
   """The tokenizer that `save(directory)` wrote; checks its fingerprint."""
   config_path = Path(directory) / CONFIG_FILE
   if not config_path.is_file():
-    raise FileNotFoundError(f'no tokenizer in {directory}: {config_path} is missing')
+    raise MissingFileError(f'no tokenizer in {directory}: {config_path} is missing')
   config = json.loads(config_path.read_text(encoding='utf-8'))
   kind = config.get('kind')
   if kind == 'word':
@@ -179,12 +181,12 @@ def load_tokenizer(directory) -> Tokenizer:
   elif kind == 'sentencepiece':
     model_path = Path(directory) / config['model_file']
     if not model_path.is_file():
-      raise FileNotFoundError(f'{config_path} names SentencePiece model {model_path}, which is missing')
+      raise MissingFileError(f'{config_path} names SentencePiece model {model_path}, which is missing')
     tokenizer = SentencePieceTokenizer.load(model_path)
   else:
-    raise ValueError(f"{config_path}: unknown tokenizer kind {kind!r}; expected 'word' or 'sentencepiece'")
+    raise DataError(f"{config_path}: unknown tokenizer kind {kind!r}; expected 'word' or 'sentencepiece'")
   if tokenizer.fingerprint != config.get('fingerprint'):
-    raise ValueError(
+    raise DataError(
       f'{config_path}: fingerprint {config.get("fingerprint")} does not match the '
       f'saved vocabulary or model ({tokenizer.fingerprint})'
     )

@@ -30,6 +30,7 @@ import ml_collections
 import numpy as np
 
 from seq2seq.tokenizer import CONFIG_FILE, SentencePieceTokenizer, Tokenizer, WordTokenizer, load_tokenizer
+from trainer.errors import ConfigError, DataError, MissingFileError
 
 TOKENIZER_KINDS = ('word', 'sentencepiece')
 TOKENIZER_DIR = 'tokenizer'
@@ -45,17 +46,17 @@ def default_tokenizer_config() -> ml_collections.ConfigDict:
 
 def check_tokenizer_config(config: ml_collections.ConfigDict) -> None:
   if config.kind not in TOKENIZER_KINDS:
-    raise ValueError(f'Unknown tokenizer kind {config.kind!r}; allowed values: {", ".join(TOKENIZER_KINDS)}.')
+    raise ConfigError(f'Unknown tokenizer kind {config.kind!r}; allowed values: {", ".join(TOKENIZER_KINDS)}.')
   if config.kind == 'sentencepiece' and config.model_type not in ('unigram', 'bpe'):
-    raise ValueError(f"Unknown tokenizer model_type {config.model_type!r}; allowed values: unigram, bpe.")
+    raise ConfigError(f"Unknown tokenizer model_type {config.model_type!r}; allowed values: unigram, bpe.")
   model_files = [config.model_file] + ([] if config.shared else [config.target_model_file])
   if config.kind == 'word' and any(model_files):
-    raise ValueError("tokenizer.model_file is for kind 'sentencepiece', not 'word'")
+    raise ConfigError("tokenizer.model_file is for kind 'sentencepiece', not 'word'")
   if config.shared and config.target_model_file:
-    raise ValueError('tokenizer.target_model_file is only for separate vocabularies (tokenizer.shared=False)')
+    raise ConfigError('tokenizer.target_model_file is only for separate vocabularies (tokenizer.shared=False)')
   for path in model_files:
     if path and not pathlib.Path(path).is_file():
-      raise FileNotFoundError(f'SentencePiece model file {path} not found')
+      raise MissingFileError(f'SentencePiece model file {path} not found')
 
 
 def prepare_tokenizers(config: ml_collections.ConfigDict, train_pairs: Sequence[tuple[str, str]],
@@ -83,7 +84,7 @@ def _prepare(config: ml_collections.ConfigDict, directory: pathlib.Path, texts: 
     else:
       return saved
     if wanted.fingerprint != saved.fingerprint:
-      raise ValueError(
+      raise DataError(
           f'{directory} holds the tokenizer this workdir was trained with (fingerprint {saved.fingerprint[:12]}), '
           f'but {what} has fingerprint {wanted.fingerprint[:12]}; use a new --workdir or the same tokenizer.')
     return saved

@@ -9,6 +9,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from trainer.errors import ConfigError
+
 
 def make_mesh() -> Mesh:
   return Mesh(np.asarray(jax.devices()), ('data',))
@@ -25,10 +27,10 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 def check_batch_size(global_batch_size: int, mesh: Mesh, what: str = 'batch_size') -> None:
   devices = mesh.devices.size
   if global_batch_size % devices:
-    raise ValueError(f'{what} ({global_batch_size}) must be divisible by the number of devices ({devices}).')
+    raise ConfigError(f'{what} ({global_batch_size}) must be divisible by the number of devices ({devices}).')
   if global_batch_size % jax.process_count():
-    raise ValueError(f'{what} ({global_batch_size}) must be divisible by the number of processes '
-                     f'({jax.process_count()}).')
+    raise ConfigError(f'{what} ({global_batch_size}) must be divisible by the number of processes '
+                      f'({jax.process_count()}).')
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:

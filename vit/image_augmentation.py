@@ -22,6 +22,8 @@ import ml_collections
 import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 
+from trainer.errors import ConfigError
+
 _GREY = 128
 _BILINEAR = Image.Resampling.BILINEAR
 
@@ -104,15 +106,15 @@ class Augmentation:
       mixup_alpha=float(config.mixup_alpha),
     )
     if augmentation.crop_padding < 0:
-      raise ValueError(f"augment.crop_padding must be >= 0, got {config.crop_padding}")
+      raise ConfigError(f"augment.crop_padding must be >= 0, got {config.crop_padding}")
     if augmentation.crop_pad_mode not in ("reflect", "constant"):
-      raise ValueError(f"augment.crop_pad_mode must be 'reflect' or 'constant', got {config.crop_pad_mode!r}")
+      raise ConfigError(f"augment.crop_pad_mode must be 'reflect' or 'constant', got {config.crop_pad_mode!r}")
     if augmentation.randaugment_layers < 0:
-      raise ValueError(f"augment.randaugment_layers must be >= 0, got {config.randaugment_layers}")
+      raise ConfigError(f"augment.randaugment_layers must be >= 0, got {config.randaugment_layers}")
     if not 0 <= augmentation.randaugment_magnitude <= 30:
-      raise ValueError(f"augment.randaugment_magnitude must be in 0..30, got {config.randaugment_magnitude}")
+      raise ConfigError(f"augment.randaugment_magnitude must be in 0..30, got {config.randaugment_magnitude}")
     if augmentation.mixup_alpha < 0:
-      raise ValueError(f"augment.mixup_alpha must be >= 0, got {config.mixup_alpha}")
+      raise ConfigError(f"augment.mixup_alpha must be >= 0, got {config.mixup_alpha}")
     return augmentation
 
   @property

@@ -23,6 +23,8 @@ import ml_collections
 import numpy as np
 from PIL import Image
 
+from trainer.errors import ConfigError, DataError, MissingFileError
+
 SPLIT_NAMES = ("train", "validation", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 DECODE_CHUNK_FILES = 1024
@@ -104,7 +106,7 @@ def load_idx_source(config: ml_collections.ConfigDict) -> InMemoryImages:
   """MNIST-style IDX files (optionally gzipped) in one folder; 't10k' is the test split."""
   root = _required_path(config, "idx")
   if not root.is_dir():
-    raise FileNotFoundError(f"IDX folder {root} does not exist")
+    raise MissingFileError(f"IDX folder {root} does not exist")
   files = {
     split: tuple(_find_idx_file(root, stem) for stem in stems) for split, stems in _IDX_FILE_STEMS.items()
   }
@@ -113,7 +115,7 @@ def load_idx_source(config: ml_collections.ConfigDict) -> InMemoryImages:
     images = read_idx(image_file, expected_ndim=3)
     labels = read_idx(label_file, expected_ndim=1)
     if len(images) != len(labels):
-      raise ValueError(f"{image_file} has {len(images)} images but {label_file} has {len(labels)} labels")
+      raise DataError(f"{image_file} has {len(images)} images but {label_file} has {len(labels)} labels")
     images = resize_images(images[..., None], config.image_size)
     splits[split] = LabelledImages(images, labels.astype(np.int32))
   num_classes = max(int(data.labels.max(initial=0)) for data in splits.values()) + 1
@@ -124,7 +126,7 @@ def _find_idx_file(root: pathlib.Path, stem: str) -> pathlib.Path:
   for candidate in (root / stem, root / f"{stem}.gz"):
     if candidate.is_file():
       return candidate
-  raise FileNotFoundError(f"IDX file {root / stem}[.gz] not found")
+  raise MissingFileError(f"IDX file {root / stem}[.gz] not found")
 
 
 def read_idx(path: pathlib.Path, *, expected_ndim: int) -> np.ndarray:
@@ -133,19 +135,19 @@ def read_idx(path: pathlib.Path, *, expected_ndim: int) -> np.ndarray:
     with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
       data = file.read()
   except (OSError, EOFError) as error:
-    raise ValueError(f"cannot read IDX file {path}: {error}") from None
+    raise DataError(f"cannot read IDX file {path}: {error}") from None
   if len(data) < 4 or data[0] != 0 or data[1] != 0:
-    raise ValueError(f"{path} is not an IDX file (bad magic number 0x{data[:4].hex()})")
+    raise DataError(f"{path} is not an IDX file (bad magic number 0x{data[:4].hex()})")
   if data[2] != _IDX_UNSIGNED_BYTE:
-    raise ValueError(f"{path}: IDX data type 0x{data[2]:02x} is not supported (only 0x08)")
+    raise DataError(f"{path}: IDX data type 0x{data[2]:02x} is not supported (only 0x08)")
   if data[3] != expected_ndim:
-    raise ValueError(f"{path}: IDX file has {data[3]} dimensions, expected {expected_ndim}")
+    raise DataError(f"{path}: IDX file has {data[3]} dimensions, expected {expected_ndim}")
   header_size = 4 + 4 * expected_ndim
   if len(data) < header_size:
-    raise ValueError(f"{path}: IDX header is truncated")
+    raise DataError(f"{path}: IDX header is truncated")
   dims = tuple(int(d) for d in np.frombuffer(data, ">u4", count=expected_ndim, offset=4))
   if len(data) - header_size != int(np.prod(dims)):
-    raise ValueError(
+    raise DataError(
       f"{path}: IDX header promises {dims} = {int(np.prod(dims))} bytes "
       f"but the file holds {len(data) - header_size}"
     )
@@ -186,32 +188,32 @@ def _sorted_entries(folder: pathlib.Path, directories: bool) -> list[str]:
 
 def _list_image_folder(root: pathlib.Path) -> tuple[list[str], dict[str, _FolderSplit]]:
   if not root.is_dir():
-    raise FileNotFoundError(f"image folder {root} does not exist")
+    raise MissingFileError(f"image folder {root} does not exist")
   if not (root / "train").is_dir():
-    raise FileNotFoundError(
+    raise MissingFileError(
       f"split folder {root / 'train'} is missing (expected {root}/<split>/<class>/*.png)"
     )
   class_names = _sorted_entries(root / "train", directories=True)
   if not class_names:
-    raise ValueError(f"no class folders in {root / 'train'}")
+    raise DataError(f"no class folders in {root / 'train'}")
   listings = {}
   for split in (name for name in SPLIT_NAMES if (root / name).is_dir()):
     files, labels = [], []
     for class_name in _sorted_entries(root / split, directories=True):
       class_dir = root / split / class_name
       if class_name not in class_names:
-        raise ValueError(f"class folder {class_dir} is not one of the train classes")
+        raise DataError(f"class folder {class_dir} is not one of the train classes")
       class_files = [
         os.path.join(class_dir, name)
         for name in _sorted_entries(class_dir, directories=False)
         if name.lower().endswith(IMAGE_SUFFIXES)
       ]
       if not class_files:
-        raise ValueError(f"class folder {class_dir} has no .png/.jpg/.jpeg images")
+        raise DataError(f"class folder {class_dir} has no .png/.jpg/.jpeg images")
       files += class_files
       labels += [class_names.index(class_name)] * len(class_files)
     if not files:
-      raise ValueError(f"no class folders in {root / split}")
+      raise DataError(f"no class folders in {root / split}")
     listings[split] = _FolderSplit(files, np.asarray(labels, np.int32))
   return class_names, listings
 
@@ -221,7 +223,7 @@ def _decode_image(path: str, mode: str | None, size: Sequence[int] | None) -> Im
     with Image.open(path) as image:
       image = image.convert(mode) if mode else image.copy()
   except (OSError, ValueError, Image.DecompressionBombError) as error:
-    raise ValueError(f"cannot read image {path}: {error}") from None
+    raise DataError(f"cannot read image {path}: {error}") from None
   return image.resize((size[1], size[0]), Image.BILINEAR) if size else image
 
 
@@ -258,7 +260,7 @@ def _decode_files(
   for index, path in enumerate(files):
     pixels = np.asarray(_decode_image(path, mode, size))
     if pixels.size != images[index].size:
-      raise ValueError(
+      raise DataError(
         f"image {path} does not have the shape {shape} of the first train image; "
         "set data.image_size to resize all images"
       )
@@ -301,5 +303,5 @@ def _cached_decode(
 
 def _required_path(config: ml_collections.ConfigDict, source: str) -> pathlib.Path:
   if not config.path:
-    raise ValueError(f"data.path must be set for source {source!r}")
+    raise ConfigError(f"data.path must be set for source {source!r}")
   return pathlib.Path(config.path).expanduser()

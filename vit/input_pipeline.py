@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable, Iterator
 import ml_collections
 import numpy as np
 
+from trainer.errors import ConfigError
 from trainer.partitioning import process_rows
 from vit import image_sources, tfds_source
 from vit.image_augmentation import Augmentation, AugmentationDraw
@@ -104,17 +105,17 @@ def load_image_data(data_config: ml_collections.ConfigDict) -> ImageData:
   """Checks the config and the data, loads it and returns the batch maker."""
   config = _with_defaults(data_config)
   if config.source not in _LOADERS:
-    raise ValueError(f"data.source {config.source!r} is not one of {sorted(_LOADERS)}")
+    raise ConfigError(f"data.source {config.source!r} is not one of {sorted(_LOADERS)}")
   if config.image_size is not None and (len(config.image_size) != 2 or min(config.image_size) < 1):
-    raise ValueError(f"data.image_size must be (height, width), got {config.image_size}")
+    raise ConfigError(f"data.image_size must be (height, width), got {config.image_size}")
   if config.prefetch_batches < 1 or config.num_threads < 1:
-    raise ValueError("data.prefetch_batches and data.num_threads must be >= 1")
+    raise ConfigError("data.prefetch_batches and data.num_threads must be >= 1")
   augmentation = Augmentation.from_config(config.augment)
 
   source = _LOADERS[config.source](config)
   height, width, channels = source.image_shape
   if augmentation.crop_padding >= min(height, width):
-    raise ValueError(
+    raise ConfigError(
       f"augment.crop_padding {augmentation.crop_padding} must be below the image side {min(height, width)}"
     )
   mean, std = _normalisation(config, source, channels)
@@ -136,13 +137,13 @@ def _with_defaults(data_config: ml_collections.ConfigDict) -> ml_collections.Con
   config = default_data_config()
   for key, value in data_config.items():
     if key not in config:
-      raise ValueError(f"unknown data config field {key!r}; known: {sorted(config)}")
+      raise ConfigError(f"unknown data config field {key!r}; known: {sorted(config)}")
     if key != "augment":
       config[key] = value
       continue
     for augment_key, augment_value in value.items():
       if augment_key not in config.augment:
-        raise ValueError(
+        raise ConfigError(
           f"unknown data config field 'augment.{augment_key}'; known: {sorted(config.augment)}"
         )
       config.augment[augment_key] = augment_value
@@ -222,7 +223,7 @@ class ImageData:
 
   def _check_split(self, split: str) -> None:
     if split not in self.split_names:
-      raise ValueError(f"unknown split {split!r}; available: {list(self.split_names)}")
+      raise ConfigError(f"unknown split {split!r}; available: {list(self.split_names)}")
 
   def _in_memory_train_batch(
     self, step: int, *, batch_size: int, seed: int, rows: slice
@@ -329,17 +330,17 @@ def _normalisation(
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
   """Per-channel mean and std in [0, 1] units: from the config, else from the train split."""
   if (config.mean is None) != (config.std is None):
-    raise ValueError("set both data.mean and data.std, or neither")
+    raise ConfigError("set both data.mean and data.std, or neither")
   if config.mean is not None:
     mean, std = (
       np.broadcast_to(np.asarray(values, np.float64), (channels,)) for values in (config.mean, config.std)
     )
     if min(std) <= 0:
-      raise ValueError(f"data.std must be positive, got {config.std}")
+      raise ConfigError(f"data.std must be positive, got {config.std}")
   elif isinstance(source, InMemoryImages):
     mean, std = _channel_statistics(source.splits["train"].images)
   else:
-    raise ValueError("streamed data sets need data.mean and data.std set explicitly")
+    raise ConfigError("streamed data sets need data.mean and data.std set explicitly")
   return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 

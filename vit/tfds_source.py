@@ -28,6 +28,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
+from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.tfds_import import import_tensorflow_on_cpu, import_tfds_on_cpu
 from vit.image_sources import SPLIT_NAMES, InMemoryImages, LabelledImages
 
@@ -40,16 +41,16 @@ def load_tfds_source(config: ml_collections.ConfigDict) -> InMemoryImages | Tfds
   """Opens TFDS data set `config.name` from `config.data_dir`, loading or streaming it."""
   tfds = import_tfds_on_cpu()
   if not config.name:
-    raise ValueError("data.name must be set for source 'tfds' (e.g. 'cifar10')")
+    raise ConfigError("data.name must be set for source 'tfds' (e.g. 'cifar10')")
   try:
     builder = tfds.builder(config.name, data_dir=config.data_dir)
   except tfds.core.registered.DatasetNotFoundError:
-    raise ValueError(f"unknown tfds data set {config.name!r}") from None
+    raise DataError(f"unknown tfds data set {config.name!r}") from None
   _check_prepared(builder, config)
 
   features = builder.info.features
   if "image" not in features or "label" not in features:
-    raise ValueError(
+    raise DataError(
       f"tfds data set {config.name!r} needs 'image' and 'label' features, it has {sorted(features)}"
     )
   # Mocked data sets (tfds.testing.mock_data) carry no split metadata.
@@ -57,12 +58,12 @@ def load_tfds_source(config: ml_collections.ConfigDict) -> InMemoryImages | Tfds
     name: split.num_examples for name, split in builder.info.splits.items() if name in SPLIT_NAMES
   } or {"train": 0, "test": 0}
   if "train" not in split_sizes:
-    raise ValueError(f"tfds data set {config.name!r} has no 'train' split")
+    raise DataError(f"tfds data set {config.name!r} has no 'train' split")
 
   stored_height, stored_width, channels = features["image"].shape
   height, width = config.image_size or (stored_height, stored_width)
   if height is None or width is None:
-    raise ValueError(f"tfds data set {config.name!r} has images of varying size; set data.image_size")
+    raise ConfigError(f"tfds data set {config.name!r} has images of varying size; set data.image_size")
   resize_to = None if (height, width) == (stored_height, stored_width) else (height, width)
   class_names = list(features["label"].names)
 
@@ -80,7 +81,7 @@ def _check_prepared(builder: Any, config: ml_collections.ConfigDict) -> None:
     builder.as_dataset(split="train")
   except AssertionError:
     data_dir = builder.data_dir_root
-    raise FileNotFoundError(
+    raise MissingFileError(
       f"tfds data set {config.name!r} is not prepared in {data_dir} and this project "
       f"never downloads: on a machine with internet run "
       f"`tfds build {config.name} --data_dir {data_dir}` (sets like imagenet2012 also "
@@ -121,7 +122,7 @@ def _load_split(builder: Any, split: str, resize_to: tuple[int, int] | None) -> 
   dataset = builder.as_dataset(split=split, shuffle_files=False)
   batches = list(_decoded_batches(dataset, _LOAD_BATCH_SIZE, resize_to))
   if not batches:
-    raise ValueError(f"tfds data set {builder.name!r} split {split!r} is empty")
+    raise DataError(f"tfds data set {builder.name!r} split {split!r} is empty")
   return LabelledImages(
     np.concatenate([batch.images for batch in batches]),
     np.concatenate([batch.labels for batch in batches]),
