@@ -23,13 +23,13 @@ import sys
 from trainer import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # before JAX starts; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from ablation import plots, sweep, tables
-from trainer.cli import quiet_library_logs, run_reporting_user_errors
+from trainer import cli
+from trainer.cli import run_reporting_user_errors
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to an experiment config file.', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the sweep: one workdir per run, tables, plots/.')
@@ -44,7 +44,8 @@ flags.mark_flag_as_required('workdir')
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  quiet_library_logs()
+  cli.quiet_library_logs()
+  from ablation import plots, sweep, tables  # pylint: disable=g-import-not-at-top  (JAX and TensorFlow: not for --help)
   workdir = pathlib.Path(_WORKDIR.value)
   if _PLOTS_ONLY.value:
     for path in run_reporting_user_errors(plots.plot_workdir, workdir):
@@ -68,4 +69,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

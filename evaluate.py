@@ -9,12 +9,11 @@ import json
 from trainer import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # before JAX starts; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
 
 from absl import app, flags
 
-from trainer.cli import quiet_library_logs, run_reporting_user_errors
-from trainer.evaluation import evaluate_workdir
+from trainer import cli, validation
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
@@ -28,11 +27,14 @@ flags.mark_flag_as_required('workdir')
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  quiet_library_logs()
-  result = run_reporting_user_errors(evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value,
-                                     _BATCH_SIZE.value, _AVERAGE_LAST.value)
+  cli.quiet_library_logs()
+  if _SPLIT.value is not None:
+    cli.run_reporting_user_errors(validation.check_split_name, _SPLIT.value, '--split')
+  from trainer.evaluation import evaluate_workdir  # pylint: disable=g-import-not-at-top
+  result = cli.run_reporting_user_errors(evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value,
+                                         _BATCH_SIZE.value, _AVERAGE_LAST.value)
   print(json.dumps(result, sort_keys=True))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -9,14 +9,12 @@ import sys
 from trainer import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # before JAX starts; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
 
-import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from trainer.cli import quiet_library_logs, run_reporting_user_errors
-from trainer.loop import train_and_evaluate
+from trainer import cli, validation
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to an experiment config file.', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and the resolved config.')
@@ -28,13 +26,18 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  quiet_library_logs()
+  cli.quiet_library_logs()
+  # The checks that need no JAX and no data come first, so a mistake is reported at once.
+  cli.run_reporting_user_errors(validation.check_trainer_fields, _CONFIG.value)
+  cli.run_reporting_user_errors(validation.check_workdir, _WORKDIR.value)
+  import jax  # pylint: disable=g-import-not-at-top  (JAX and TensorFlow load in seconds: not for --help)
+  from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
-  result = run_reporting_user_errors(train_and_evaluate, _CONFIG.value, _WORKDIR.value)
+  result = cli.run_reporting_user_errors(train_and_evaluate, _CONFIG.value, _WORKDIR.value)
   if result.interrupted:
     sys.exit(1)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)
