@@ -1,8 +1,15 @@
-"""Trainer fields shared by every config; each experiment file starts from ``trainer_config()``."""
+"""Helpers for config files: ``unset`` for a field with no value yet, and the trainer's defaults.
+
+Each experiment file writes out every field of its recipe; ``trainer_config()`` is for
+benchmarks and tests that start from the defaults.
+"""
 
 import ml_collections
 
-from trainer.optim import default_optimizer_config
+
+def unset(field_type: type) -> ml_collections.FieldReference:
+  """A field without a value that the command line can still set (``--config.data.path=DIR``)."""
+  return ml_collections.FieldReference(None, field_type=field_type)
 
 
 def trainer_config() -> ml_collections.ConfigDict:
@@ -13,6 +20,7 @@ def trainer_config() -> ml_collections.ConfigDict:
   ``eval_every_steps``, ``checkpoint_every_steps``, ``keep_checkpoints`` (latest N kept,
   plus the best by ``best_metric``/``best_mode``), ``eval_split``, ``optimizer``.
   """
+  from trainer.optim import default_optimizer_config  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
   return ml_collections.ConfigDict(dict(
       task='', seed=0, batch_size=128, eval_batch_size=256, grad_accum_steps=1,
       total_steps=0, num_epochs=0.0, log_every_steps=50, eval_every_steps=500,

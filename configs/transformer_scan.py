@@ -11,33 +11,87 @@ took 7 min 16 s (about 6.7 steps/s) and reached 99.64% exact match on the 4,182 
 commands (test perplexity 1.002).
 """
 
-from configs.common import trainer_config
-from seq2seq.model import default_model_config
-from seq2seq.task import default_data_config, default_decode_config
+import ml_collections
+
+from configs.common import unset
 
 
 def get_config():
-  config = trainer_config()
+  config = ml_collections.ConfigDict()
   config.task = 'seq2seq.task:Translation'
-  config.data = default_data_config()
-  # Widths padded to a multiple of 1: on a CPU every padded position costs time.
-  config.data.update(source='scan', split='simple', max_source_length=16, max_target_length=64,
-                     pad_to_multiple=1)
-  config.data.tokenizer.update(kind='word', shared=False)
-  config.model = default_model_config()
-  config.model.update(variant='custom', features=128, encoder_layers=2, decoder_layers=2, num_heads=4,
-                      mlp_features=256, posemb='sincos1d', max_length=64, dropout=0.0)
-  config.decode = default_decode_config()
-  config.decode.update(beam_size=1)
-  config.label_smoothing = 0.0
+  config.seed = 0
   config.batch_size = 128
   config.eval_batch_size = 4224  # the whole test split (4,182 pairs) in one batch: one shape to compile
+  config.grad_accum_steps = 1
   config.total_steps = 2400
+  config.num_epochs = 0.0
+  config.label_smoothing = 0.0
   config.log_every_steps = 200
   config.eval_every_steps = 2400
   config.checkpoint_every_steps = 800
+  config.keep_checkpoints = 3
   config.best_metric = 'exact_match'
+  config.best_mode = 'max'
   config.eval_split = 'test'
-  config.optimizer.update(name='adamw', learning_rate=2e-3, schedule='cosine', warmup_steps=100,
-                          weight_decay=0.0, b2=0.98, grad_clip_norm=1.0)
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = 'scan'
+  config.data.split = 'simple'
+  config.data.name = unset(str)
+  config.data.data_dir = unset(str)
+  config.data.path = unset(str)
+  config.data.src_lang = unset(str)
+  config.data.tgt_lang = unset(str)
+  config.data.train_split = 'train'
+  config.data.max_source_length = 16
+  config.data.max_target_length = 64
+  config.data.pad_to_multiple = 1  # on a CPU every padded position costs time
+  config.data.max_eval_examples = 0
+
+  config.data.tokenizer = ml_collections.ConfigDict()
+  config.data.tokenizer.kind = 'word'
+  config.data.tokenizer.shared = False
+  config.data.tokenizer.model_type = 'unigram'
+  config.data.tokenizer.vocab_size = 8000
+  config.data.tokenizer.character_coverage = 1.0
+  config.data.tokenizer.max_training_sentences = 1_000_000
+  config.data.tokenizer.model_file = unset(str)
+  config.data.tokenizer.target_model_file = unset(str)
+
+  config.model = ml_collections.ConfigDict()
+  config.model.variant = 'custom'
+  config.model.num_heads = 4
+  config.model.features = 128
+  config.model.encoder_layers = 2
+  config.model.decoder_layers = 2
+  config.model.mlp_features = 256
+  config.model.share_embeddings = False
+  config.model.tie_output = True
+  config.model.posemb = 'sincos1d'
+  config.model.posemb_injection = 'stem'
+  config.model.max_length = 64
+  config.model.score = 'scaled_dot'
+  config.model.dropout = 0.0
+  config.model.attention_dropout = 0.0
+  config.model.dtype = 'float32'
+
+  config.decode = ml_collections.ConfigDict()
+  config.decode.beam_size = 1
+  config.decode.alpha = 0.6
+  config.decode.max_extra_length = 50
+  config.decode.num_samples = 5
+
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.name = 'adamw'
+  config.optimizer.learning_rate = 0.002
+  config.optimizer.schedule = 'cosine'
+  config.optimizer.warmup_steps = 100
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.weight_decay = 0.0
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.98
+  config.optimizer.eps = 1e-8
+  config.optimizer.momentum = 0.9
+  config.optimizer.nesterov = False
+  config.optimizer.grad_clip_norm = 1.0
   return config

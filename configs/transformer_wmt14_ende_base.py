@@ -17,35 +17,87 @@ usually about 1 point above sacreBLEU). Validation is newstest2013, test newstes
 Runtime and result: not yet measured.
 """
 
-from configs.common import trainer_config
-from seq2seq.model import default_model_config
-from seq2seq.task import default_data_config, default_decode_config
+import ml_collections
+
+from configs.common import unset
 
 
 def get_config():
-  config = trainer_config()
+  config = ml_collections.ConfigDict()
   config.task = 'seq2seq.task:Translation'
-  config.data = default_data_config()
-  config.data.update(source='tfds', name='wmt14_translate/de-en', src_lang='en', tgt_lang='de',
-                     max_source_length=128, max_target_length=128)
-  config.data.tokenizer.update(kind='sentencepiece', model_type='bpe', shared=True, vocab_size=37000,
-                               max_training_sentences=2_000_000)
-  config.model = default_model_config()
-  config.model.update(variant='base', share_embeddings=True, tie_output=True, posemb='sincos1d', max_length=256,
-                      dropout=0.1, attention_dropout=0.0, dtype='bfloat16')
-  config.decode = default_decode_config()
-  config.decode.update(beam_size=4, alpha=0.6, max_extra_length=50)
-  config.label_smoothing = 0.1
+  config.seed = 0
   config.batch_size = 1024
-  config.grad_accum_steps = 4
   config.eval_batch_size = 256
+  config.grad_accum_steps = 4
   config.total_steps = 100_000
+  config.num_epochs = 0.0
+  config.label_smoothing = 0.1
   config.log_every_steps = 100
   config.eval_every_steps = 10_000
-  config.checkpoint_every_steps = 2_000
+  config.checkpoint_every_steps = 2000
   config.keep_checkpoints = 5
   config.best_metric = 'bleu'
+  config.best_mode = 'max'
   config.eval_split = 'validation'
-  config.optimizer.update(name='adamw', learning_rate=512 ** -0.5 * 4000 ** -0.5, schedule='rsqrt',
-                          warmup_steps=4000, weight_decay=0.0, b1=0.9, b2=0.98, eps=1e-9, grad_clip_norm=0.0)
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = 'tfds'
+  config.data.split = 'simple'  # SCAN's split; unused here
+  config.data.name = 'wmt14_translate/de-en'
+  config.data.data_dir = unset(str)
+  config.data.path = unset(str)
+  config.data.src_lang = 'en'
+  config.data.tgt_lang = 'de'
+  config.data.train_split = 'train'
+  config.data.max_source_length = 128
+  config.data.max_target_length = 128
+  config.data.pad_to_multiple = 8
+  config.data.max_eval_examples = 0
+
+  config.data.tokenizer = ml_collections.ConfigDict()
+  config.data.tokenizer.kind = 'sentencepiece'
+  config.data.tokenizer.shared = True
+  config.data.tokenizer.model_type = 'bpe'
+  config.data.tokenizer.vocab_size = 37_000
+  config.data.tokenizer.character_coverage = 1.0
+  config.data.tokenizer.max_training_sentences = 2_000_000
+  config.data.tokenizer.model_file = unset(str)
+  config.data.tokenizer.target_model_file = unset(str)
+
+  config.model = ml_collections.ConfigDict()
+  config.model.variant = 'base'  # d=512, 6 + 6 layers, 8 heads, MLP 2048 (the paper's); the next five are unused
+  config.model.num_heads = 4
+  config.model.features = 256
+  config.model.encoder_layers = 3
+  config.model.decoder_layers = 3
+  config.model.mlp_features = 1024
+  config.model.share_embeddings = True
+  config.model.tie_output = True
+  config.model.posemb = 'sincos1d'
+  config.model.posemb_injection = 'stem'
+  config.model.max_length = 256
+  config.model.score = 'scaled_dot'
+  config.model.dropout = 0.1
+  config.model.attention_dropout = 0.0
+  config.model.dtype = 'bfloat16'
+
+  config.decode = ml_collections.ConfigDict()
+  config.decode.beam_size = 4
+  config.decode.alpha = 0.6
+  config.decode.max_extra_length = 50
+  config.decode.num_samples = 5
+
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.name = 'adamw'
+  config.optimizer.learning_rate = 512 ** -0.5 * 4000 ** -0.5  # d_model ** -0.5 * warmup ** -0.5 (rsqrt peak)
+  config.optimizer.schedule = 'rsqrt'
+  config.optimizer.warmup_steps = 4000
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.weight_decay = 0.0
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.98
+  config.optimizer.eps = 1e-9
+  config.optimizer.momentum = 0.9
+  config.optimizer.nesterov = False
+  config.optimizer.grad_clip_norm = 0.0
   return config

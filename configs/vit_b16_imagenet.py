@@ -12,28 +12,78 @@ crops and flips, approximated here by resize + pad-and-crop + flip (this input
 pipeline has no Inception-style crop). Result: not yet measured.
 """
 
-from configs.common import trainer_config
-from vit.input_pipeline import default_data_config
-from vit.model import default_model_config
+import ml_collections
+
+from configs.common import unset
 
 
 def get_config():
-  config = trainer_config()
+  config = ml_collections.ConfigDict()
   config.task = 'vit.task:ImageClassification'
-  config.data = default_data_config()
-  config.data.update(source='tfds', name='imagenet2012', image_size=(224, 224),
-                     mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
-  config.data.augment.update(crop_padding=16, flip=True)
-  config.model = default_model_config()
-  config.model.update(variant='B/16', pool='cls', posemb='learn1d', dropout=0.1, dtype='bfloat16')
-  config.label_smoothing = 0.0
+  config.seed = 0
   config.batch_size = 4096
   config.eval_batch_size = 1024
+  config.grad_accum_steps = 1
+  config.total_steps = 0
   config.num_epochs = 300.0
-  config.eval_split = 'validation'
+  config.label_smoothing = 0.0
   config.log_every_steps = 100
   config.eval_every_steps = 5000
   config.checkpoint_every_steps = 2000
-  config.optimizer.update(name='adamw', learning_rate=3e-3, schedule='linear', warmup_steps=10_000,
-                          weight_decay=0.3, grad_clip_norm=1.0)
+  config.keep_checkpoints = 3
+  config.best_metric = 'accuracy'
+  config.best_mode = 'max'
+  config.eval_split = 'validation'
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = 'tfds'
+  config.data.name = 'imagenet2012'
+  config.data.data_dir = unset(str)
+  config.data.streaming = unset(bool)
+  config.data.path = unset(str)
+  config.data.cache_dir = unset(str)
+  config.data.image_size = (224, 224)
+  config.data.mean = (0.5, 0.5, 0.5)
+  config.data.std = (0.5, 0.5, 0.5)
+  config.data.prefetch_batches = 4
+  config.data.num_threads = 2
+
+  config.data.augment = ml_collections.ConfigDict()
+  config.data.augment.crop_padding = 16
+  config.data.augment.crop_pad_mode = 'reflect'
+  config.data.augment.flip = True
+  config.data.augment.randaugment_layers = 0
+  config.data.augment.randaugment_magnitude = 10
+  config.data.augment.mixup_alpha = 0.0
+
+  config.model = ml_collections.ConfigDict()
+  config.model.variant = 'B/16'  # width 768, depth 12, 12 heads, MLP 3072, patches of 16; the next five are unused
+  config.model.width = 192
+  config.model.depth = 6
+  config.model.num_heads = 3
+  config.model.mlp_dim = 384
+  config.model.patch_size = 4
+  config.model.pool = 'cls'
+  config.model.posemb = 'learn1d'
+  config.model.posemb_injection = 'stem'
+  config.model.score = 'scaled_dot'
+  config.model.dropout = 0.1
+  config.model.attention_dropout = 0.0
+  config.model.drop_path = 0.0
+  config.model.head_zero_init = True
+  config.model.dtype = 'bfloat16'
+
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.name = 'adamw'
+  config.optimizer.learning_rate = 0.003
+  config.optimizer.schedule = 'linear'
+  config.optimizer.warmup_steps = 10_000
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.weight_decay = 0.3
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.eps = 1e-8
+  config.optimizer.momentum = 0.9
+  config.optimizer.nesterov = False
+  config.optimizer.grad_clip_norm = 1.0
   return config

@@ -17,27 +17,78 @@ of the benchmark's ViT of similar size 48% faster (``benchmarks/vit_throughput.p
 Result: not yet measured.
 """
 
-from configs.common import trainer_config
-from vit.input_pipeline import default_data_config
-from vit.model import default_model_config
+import ml_collections
+
+from configs.common import unset
 
 
 def get_config():
-  config = trainer_config()
+  config = ml_collections.ConfigDict()
   config.task = 'vit.task:ImageClassification'
-  config.data = default_data_config()
-  config.data.update(source='tfds', name='cifar10')
-  config.data.augment.update(crop_padding=4, flip=True, randaugment_layers=2, randaugment_magnitude=9)
-  config.model = default_model_config()
-  config.model.update(variant='custom', width=256, depth=7, num_heads=4, mlp_dim=512, patch_size=4, pool='gap',
-                      posemb='learn1d', dropout=0.0, drop_path=0.1)
-  config.label_smoothing = 0.1
+  config.seed = 0
   config.batch_size = 128
   config.eval_batch_size = 500
+  config.grad_accum_steps = 1
+  config.total_steps = 0
   config.num_epochs = 200.0
+  config.label_smoothing = 0.1
   config.log_every_steps = 100
   config.eval_every_steps = 2000
   config.checkpoint_every_steps = 2000
-  config.optimizer.update(name='adamw', learning_rate=1e-3, schedule='cosine', warmup_steps=3900,
-                          weight_decay=0.05, grad_clip_norm=1.0)
+  config.keep_checkpoints = 3
+  config.best_metric = 'accuracy'
+  config.best_mode = 'max'
+  config.eval_split = 'test'
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = 'tfds'
+  config.data.name = 'cifar10'
+  config.data.data_dir = unset(str)
+  config.data.streaming = unset(bool)
+  config.data.path = unset(str)
+  config.data.cache_dir = unset(str)
+  config.data.image_size = unset(tuple)
+  config.data.mean = unset(tuple)
+  config.data.std = unset(tuple)
+  config.data.prefetch_batches = 4
+  config.data.num_threads = 2
+
+  config.data.augment = ml_collections.ConfigDict()
+  config.data.augment.crop_padding = 4
+  config.data.augment.crop_pad_mode = 'reflect'
+  config.data.augment.flip = True
+  config.data.augment.randaugment_layers = 2
+  config.data.augment.randaugment_magnitude = 9
+  config.data.augment.mixup_alpha = 0.0
+
+  config.model = ml_collections.ConfigDict()
+  config.model.variant = 'custom'
+  config.model.width = 256
+  config.model.depth = 7
+  config.model.num_heads = 4
+  config.model.mlp_dim = 512
+  config.model.patch_size = 4
+  config.model.pool = 'gap'
+  config.model.posemb = 'learn1d'
+  config.model.posemb_injection = 'stem'
+  config.model.score = 'scaled_dot'
+  config.model.dropout = 0.0
+  config.model.attention_dropout = 0.0
+  config.model.drop_path = 0.1
+  config.model.head_zero_init = True
+  config.model.dtype = 'float32'
+
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.name = 'adamw'
+  config.optimizer.learning_rate = 0.001
+  config.optimizer.schedule = 'cosine'
+  config.optimizer.warmup_steps = 3900
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.weight_decay = 0.05
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.eps = 1e-8
+  config.optimizer.momentum = 0.9
+  config.optimizer.nesterov = False
+  config.optimizer.grad_clip_norm = 1.0
   return config

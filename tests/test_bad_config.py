@@ -167,3 +167,28 @@ def test_translator_split_is_a_name_not_a_path(tmp_path):
   with pytest.raises(UserError, match="split 'test'"):
     load_task(tiny_parallel_config(corpus, eval_split='test'))
 
+
+
+def _fields(config, prefix=''):
+  names = set()
+  for key, value in config.items():
+    names |= _fields(value, f'{prefix}{key}.') if hasattr(value, 'items') else {prefix + key}
+  return names
+
+
+@pytest.mark.parametrize('name', sorted(path.stem for path in (REPO / 'configs').glob('*.py')
+                                        if path.stem not in ('__init__', 'common')))
+def test_every_config_writes_out_every_field_and_is_valid(name):
+  import importlib
+  from configs.common import trainer_config
+  config = importlib.import_module(f'configs.{name}').get_config()
+  if config.task == 'vit.task:ImageClassification':
+    from vit import input_pipeline, model
+    sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
+  else:
+    from seq2seq import model, task
+    sections = dict(data=task.default_data_config(), model=model.default_model_config(),
+                    decode=task.default_decode_config())
+  expected = _fields(trainer_config()) | {'label_smoothing'} | _fields(sections)
+  assert _fields(config) == expected
+  validation.check_trainer_fields(config)
