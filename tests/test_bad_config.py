@@ -92,6 +92,15 @@ def test_workdir_that_is_a_file(tmp_path):
   assert workdir.read_text() == 'not a folder'
 
 
+def test_evaluate_split_is_a_name_not_a_path(tmp_path):
+  command = [sys.executable, 'evaluate.py', f'--workdir={tmp_path}', '--split=../../outside']
+  result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2, result.stderr
+  lines = _error_lines(result.stderr)
+  assert len(lines) == 1 and lines[0].startswith("error: --split is '../../outside'")
+  assert list(tmp_path.iterdir()) == []
+
+
 def test_workdir_that_cannot_be_written(tmp_path, monkeypatch):
   # A read-only file system answers os.access(..., W_OK) with False, even for root.
   monkeypatch.setattr(os, 'access', lambda path, mode: False)
