@@ -51,6 +51,7 @@ CASES = {
     'task not module:Class': (VIT, ['--config.task=vit.task'], 'config.task is'),
     'eval_split is a path': (SCAN, ['--config.eval_split=../../../outside'], 'config.eval_split is'),
     'train_split is a path': (SCAN, ['--config.data.train_split=/etc/passwd'], 'config.data.train_split is'),
+    'language is a path': (SCAN, ['--config.data.src_lang=../../outside'], 'config.data.src_lang is'),
     # These two build the task (it finds the data), so they take a few seconds.
     'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
     'best_metric unknown': (VIT, ['--config.best_metric=nosuch'], 'config.best_metric is'),
@@ -99,6 +100,18 @@ def test_evaluate_split_is_a_name_not_a_path(tmp_path):
   lines = _error_lines(result.stderr)
   assert len(lines) == 1 and lines[0].startswith("error: --split is '../../outside'")
   assert list(tmp_path.iterdir()) == []
+
+
+def test_damaged_config_json_is_named_and_kept(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'config.json').write_text('{"task": "vit.task:Image')
+  result = _train(tmp_path, VIT, [], workdir)
+  assert result.returncode == 2, result.stderr
+  lines = _error_lines(result.stderr)
+  assert len(lines) == 1 and lines[0].startswith(f'error: {workdir / "config.json"} is damaged'), result.stderr
+  assert [path.name for path in workdir.iterdir()] == ['config.json']
+  assert (workdir / 'config.json').read_text() == '{"task": "vit.task:Image'
 
 
 def test_workdir_that_cannot_be_written(tmp_path, monkeypatch):

@@ -86,10 +86,10 @@ def _check_choice(config, field: str, choices: tuple[str, ...]) -> None:
 
 
 def check_split_name(split, field: str = 'eval_split') -> None:
-  """A split is a name, never a path: no separators, no leading dot, no spaces."""
+  """A split (or a language) is a name, never a path: no separators, no leading dot, no spaces."""
   if (not isinstance(split, str) or not split or split.startswith('.') or split != split.strip()
       or any(character in split for character in '/\\\0')):
-    raise ConfigError(f'{field} is {split!r}; a split is a plain name such as train, test or validation '
+    raise ConfigError(f'{field} is {split!r}; it must be a plain name such as train, test or de '
                       '(no "/", "\\" or leading ".").')
 
 
@@ -99,7 +99,7 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
                                  'optimizer.name', 'optimizer.schedule', 'optimizer.learning_rate')
              if not _has(config, field)]
   if missing:
-    raise ConfigError(f'config has no {", ".join(missing)}; start a config from configs/common.py.')
+    raise ConfigError(f'config has no {", ".join(missing)}; configs/vit_digits.py shows every field.')
   task = config.task
   if not isinstance(task, str) or task.count(':') != 1:
     _fail('task', task, "it must look like 'package.module:ClassName'")
@@ -117,8 +117,9 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
   if not isinstance(config.best_metric, str) or not config.best_metric:
     _fail('best_metric', config.best_metric, 'it must name an evaluation metric')
   check_split_name(config.eval_split, 'config.eval_split')
-  if _has(config, 'data.train_split'):
-    check_split_name(config.data.train_split, 'config.data.train_split')
+  for field in ('data.train_split', 'data.src_lang', 'data.tgt_lang'):  # parts of file names
+    if _has(config, field) and _get(config, field) is not None:
+      check_split_name(_get(config, field), f'config.{field}')
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('config.total_steps and config.num_epochs are both 0; set one of them > 0.')
   if config.batch_size % config.grad_accum_steps:
