@@ -18,9 +18,9 @@ from trainer import cli, validation
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
 _SPLIT = flags.DEFINE_string('split', None, "Split to evaluate; default: the config's eval_split.")
-_BATCH_SIZE = flags.DEFINE_integer('batch_size', None, "Evaluation batch size; default: the config's.")
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', None, "Evaluation batch size; default: the config's.", lower_bound=1)
 _AVERAGE_LAST = flags.DEFINE_integer('average_last', 1, 'Average the parameters of the last N kept checkpoints '
-                                     'up to --checkpoint before evaluating.')
+                                     'up to --checkpoint before evaluating.', lower_bound=1)
 flags.mark_flag_as_required('workdir')
 
 

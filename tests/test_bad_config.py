@@ -93,12 +93,15 @@ def test_workdir_that_is_a_file(tmp_path):
   assert workdir.read_text() == 'not a folder'
 
 
-def test_evaluate_split_is_a_name_not_a_path(tmp_path):
-  command = [sys.executable, 'evaluate.py', f'--workdir={tmp_path}', '--split=../../outside']
+@pytest.mark.parametrize('flag, message', [('--split=../../outside', "--split is '../../outside'"),
+                                           ('--batch_size=0', '--batch_size=0'),
+                                           ('--average_last=0', '--average_last=0')])
+def test_evaluate_flags(tmp_path, flag, message):
+  command = [sys.executable, 'evaluate.py', f'--workdir={tmp_path}', flag]
   result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert result.returncode == 2, result.stderr
   lines = _error_lines(result.stderr)
-  assert len(lines) == 1 and lines[0].startswith("error: --split is '../../outside'")
+  assert len(lines) == 1 and lines[0].startswith('error: ') and message in lines[0]
   assert list(tmp_path.iterdir()) == []
 
 
