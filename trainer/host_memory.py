@@ -10,7 +10,11 @@ glibc 2.35 and newer can back such blocks with 2 MiB transparent huge pages
 (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``): 512 times fewer faults, and freed memory still
 goes back to the system. On a 2-core AVX-512 machine the step got 20-25% faster; on a 2-core
 AVX2 machine it did not, because there zero-filling the memory, not faulting it, is the cost
-(smaller micro-batches help there: see ``benchmarks/vit_throughput.py``).
+(smaller micro-batches help there: see ``benchmarks/vit_throughput.py``). Measured again on a
+2-core AVX-512 EPYC shared with other jobs (``python -m benchmarks.vit_throughput --steps 15``,
+alternating, four runs each): 1.04, 1.87, 2.23, 1.21 s per step with it and 1.35, 1.43, 2.29,
+1.37 s without; faster in three of the four pairs, but the load of the other jobs moved the
+step time more than the tunable did. It costs one re-execution at start-up, so it stays.
 
 glibc reads its tunables only when a process starts, so the command-line entry points
 re-execute themselves once with the tunable set, before importing anything heavy. No
