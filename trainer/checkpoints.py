@@ -1,17 +1,38 @@
 """Checkpoints with orbax: asynchronous, atomic, the N latest plus the best by an evaluation metric.
 
-A checkpoint holds the whole training state (step, parameters, optimizer state).
-The dropout randomness and the data position are functions of the step and the
-seed, so restoring the step restores them too.
+A checkpoint holds the whole training state as three orbax items: ``params``,
+``opt_state`` and ``meta`` (a small JSON), so evaluation restores the parameters
+alone. The dropout randomness and the data position are functions of the step
+and the seed, so restoring the step restores them too.
+
+Every checkpoint carries an integrity record (``trainer/integrity.py``, which says
+why it is a record of the files and when it is written). A checkpoint that fails
+its check is skipped with one warning line naming it, and the previous intact one
+is used; asked for by step number, it is a ``CheckpointError``. ``latest_step()``
+is the latest *intact* step, so resuming never starts from a damaged one; a
+damaged step that training reaches again is moved to ``<workdir>/damaged_checkpoints``.
+A full disk while saving is a ``CheckpointError`` naming the step and the last
+intact one.
 """
 
+import errno
 import logging
 import pathlib
+import shutil
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
+
+from trainer import integrity
+from trainer.errors import CheckpointError
+
+_log = logging.getLogger(__name__)
+_ITEMS = ('params', 'opt_state', 'meta')
+_FORMAT = 2  # 1: one orbax item holding the whole TrainState, no integrity record
+_TMP_SUFFIX = '.orbax-checkpoint-tmp'
 
 
 class _ExpectedOrbaxWarnings(logging.Filter):
@@ -27,6 +48,16 @@ class _ExpectedOrbaxWarnings(logging.Filter):
 logging.getLogger('absl').addFilter(_ExpectedOrbaxWarnings())
 
 
+def _is_disk_full(error: BaseException | None) -> bool:
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or 'No space left' in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
 class Checkpoints:
 
   def __init__(self, workdir: str | pathlib.Path, *, keep: int = 3, best_metric: str | None = None,
@@ -35,6 +66,12 @@ class Checkpoints:
       raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}.")
     self.best_metric = best_metric
     self.best_mode = best_mode
+    self.read_only = read_only
+    self.directory = pathlib.Path(workdir).absolute() / 'checkpoints'
+    self._asynchronous = asynchronous
+    self._saving = None  # the step whose save is in flight
+    self._problems = {}  # step -> None (intact) or what is wrong with it
+    self._reported = set()
     policies = [checkpoint_managers.LatestN(n=keep)]
     if best_metric:
       policies.append(checkpoint_managers.BestN(
@@ -44,57 +81,188 @@ class Checkpoints:
         preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies),
         # best_fn makes orbax store each checkpoint's metrics; the policies above decide what is kept.
         best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None, best_mode=best_mode,
-        enable_async_checkpointing=asynchronous, read_only=read_only, create=not read_only)
-    self.directory = pathlib.Path(workdir).absolute() / 'checkpoints'
-    self.manager = ocp.CheckpointManager(self.directory, options=options)
+        # Always orbax's asynchronous checkpointer: only it calls back before publishing a step;
+        # asynchronous=False waits after each save instead.
+        enable_async_checkpointing=True,
+        async_options=ocp.AsyncOptions(post_finalization_callback=self._write_record),
+        cleanup_tmp_directories=not read_only, read_only=read_only, create=not read_only)
+    self.manager = ocp.CheckpointManager(self.directory, item_names=_ITEMS, options=options)
+
+  # Which steps there are, and which are intact --------------------------------
 
   def all_steps(self) -> list[int]:
-    return sorted(self.manager.all_steps())
+    """Every saved step, intact or not (a save in flight is not one yet)."""
+    if not self.directory.is_dir():
+      return []
+    return sorted(int(path.name) for path in self.directory.iterdir() if path.name.isdigit() and path.is_dir())
+
+  def problem(self, step: int) -> str | None:
+    """``None`` if checkpoint ``step`` is intact, else what is wrong with it."""
+    if step not in self._problems:
+      self._problems[step] = integrity.check(self.directory / str(step))
+    return self._problems[step]
+
+  def _first_intact(self, candidates: list[int], what: str) -> int:
+    """The first intact step of ``candidates``; each damaged one before it is named in one warning."""
+    for index, step in enumerate(candidates):
+      if self.problem(step) is None:
+        for skipped in candidates[:index]:
+          self._report(skipped, f'using step {step} instead')
+        return step
+    for skipped in candidates:
+      self._report(skipped, 'no other checkpoint to use')
+    raise CheckpointError(f'No intact checkpoint in {self.directory} for {what}: ' + '; '.join(
+        f'step {step}: {self.problem(step)}' for step in candidates) + '.')
+
+  def _report(self, step: int, consequence: str) -> None:
+    if step not in self._reported:
+      self._reported.add(step)
+      _log.warning('Checkpoint %d in %s is damaged or incomplete (%s); %s.', step, self.directory,
+                   self.problem(step), consequence)
 
   def latest_step(self) -> int | None:
-    return self.manager.latest_step()
+    """The latest intact step (what training resumes from); ``None`` without checkpoints.
+
+    Newer damaged steps are skipped with a warning; a ``CheckpointError`` if none is intact.
+    """
+    steps = self.all_steps()
+    return self._first_intact(steps[::-1], 'the latest step') if steps else None
+
+  def intact_steps_up_to(self, step: int, count: int) -> list[int]:
+    """The ``count`` latest intact steps up to ``step`` (fewer if there are not as many), oldest first."""
+    found = []
+    for candidate in reversed([s for s in self.all_steps() if s <= step]):
+      if len(found) == count:
+        break
+      if self.problem(candidate) is None:
+        found.append(candidate)
+      else:
+        self._report(candidate, 'left out')
+    return found[::-1]
 
   def best_step(self) -> int | None:
-    """The kept step with the best ``best_metric`` (ties: the later step)."""
+    """The intact step with the best ``best_metric`` (ties: the later step); ``None`` if none has it."""
     scored = []
     for step in self.all_steps():
-      metrics = self.manager.metrics(step)
+      try:
+        metrics = self.manager.metrics(step)
+      except Exception:  # pylint: disable=broad-except
+        metrics = None  # unreadable metrics: a damaged checkpoint, reported if it would have been chosen
       if metrics and self.best_metric in metrics:
         scored.append((metrics[self.best_metric] * (1 if self.best_mode == 'max' else -1), step))
-    return max(scored)[1] if scored else None
+    if not scored:
+      return None
+    return self._first_intact([step for _, step in sorted(scored, reverse=True)], f'the best {self.best_metric}')
 
   def resolve(self, which: str | int) -> int:
-    """'latest', 'best' or a step number -> a step that exists, else a clear error."""
+    """'latest', 'best' or a step number -> an intact step, else a ``CheckpointError``."""
     steps = self.all_steps()
     if not steps:
-      raise FileNotFoundError(f'No checkpoints in {self.directory}.')
+      raise CheckpointError(f'No checkpoints in {self.directory}.')
     if which == 'latest':
-      return steps[-1]
+      return self.latest_step()
     if which == 'best':
       step = self.best_step()
       if step is None:
-        raise ValueError(f'No checkpoint in {self.directory} has the metric {self.best_metric!r}.')
+        raise CheckpointError(f'No checkpoint in {self.directory} has the metric {self.best_metric!r}.')
       return step
     try:
       step = int(which)
     except ValueError:
-      raise ValueError(f"Checkpoint must be 'latest', 'best' or a step number, got {which!r}.") from None
+      raise CheckpointError(f"Checkpoint must be 'latest', 'best' or a step number, got {which!r}.") from None
     if step not in steps:
-      raise ValueError(f'No checkpoint for step {step} in {self.directory}; saved steps: {steps}.')
+      raise CheckpointError(f'No checkpoint for step {step} in {self.directory}; saved steps: {steps}.')
+    self._require_intact(step)
     return step
 
-  def save(self, step: int, state: Any, metrics: dict[str, float] | None = None) -> None:
-    self.manager.save(step, args=ocp.args.StandardSave(state), metrics=metrics, force=True)
+  def _require_intact(self, step: int) -> None:
+    if self.problem(step) is not None:
+      raise CheckpointError(f'Checkpoint {step} in {self.directory} is damaged or incomplete: {self.problem(step)}.')
 
-  def restore(self, step: int, abstract_state: Any) -> Any:
-    """Restores onto the shardings named in ``abstract_state`` (any device count)."""
-    return self.manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+  # Saving ----------------------------------------------------------------------
+
+  def save(self, step: int, state: Any, metrics: dict[str, float] | None = None) -> None:
+    """Starts saving ``state`` (a ``TrainState``) as checkpoint ``step``; returns before it is written."""
+    self.wait()  # the previous save finishes (or reports a full disk) before _saving names this one
+    self._set_aside_damaged(step)
+    self._problems.pop(step, None)
+    self._saving = step
+    args = ocp.args.Composite(params=ocp.args.StandardSave(state.params),
+                              opt_state=ocp.args.StandardSave(state.opt_state),
+                              meta=ocp.args.JsonSave({'format': _FORMAT, 'step': int(step)}))
+    try:
+      self.manager.save(step, args=args, metrics=metrics, force=True)
+    except Exception as error:
+      self._raise_if_disk_full(error)
+      raise
+    if not self._asynchronous:
+      self.wait()
+
+  def _write_record(self) -> None:
+    """Orbax's post-finalisation callback (primary process): the step is complete but not yet published."""
+    final = self.directory / str(self._saving)
+    temporary = final.with_name(final.name + _TMP_SUFFIX)
+    integrity.write_record(temporary if temporary.is_dir() else final)
+
+  def _set_aside_damaged(self, step: int) -> None:
+    """A damaged checkpoint at ``step`` (training resumed before it) moves out of orbax's way."""
+    path = self.directory / str(step)
+    if not path.is_dir() or self.problem(step) is None:
+      return  # none, or an intact one: orbax refuses to overwrite it
+    if jax.process_index() == 0:
+      target = self.directory.parent / 'damaged_checkpoints' / str(step)
+      suffix = 1
+      while target.exists():
+        target, suffix = target.with_name(f'{step}.{suffix}'), suffix + 1
+      target.parent.mkdir(exist_ok=True)
+      shutil.move(path, target)
+      _log.warning('Moved damaged checkpoint %d to %s to save a new one.', step, target)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      multihost_utils.sync_global_devices(f'checkpoints: set aside step {step}')
+    self.manager.reload()
+
+  def _raise_if_disk_full(self, error: BaseException) -> None:
+    step, self._saving = self._saving, None
+    if not _is_disk_full(error):
+      return
+    intact = [s for s in self.all_steps() if s != step and self.problem(s) is None]
+    saved = f'checkpoints up to {intact[-1]} are intact' if intact else 'no earlier checkpoint is intact'
+    raise CheckpointError(f'no space left while saving checkpoint {step} in {self.directory}; {saved}') from None
 
   def wait(self) -> None:
-    self.manager.wait_until_finished()
+    """Blocks until the save in flight is written; a full disk is a ``CheckpointError``."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception as error:
+      self._raise_if_disk_full(error)
+      raise
+    self._saving = None
 
   def close(self) -> None:
-    self.manager.close()
+    try:
+      self.wait()
+    finally:
+      self.manager.close()
+
+  # Restoring -------------------------------------------------------------------
+
+  def restore(self, step: int, abstract_state: Any) -> Any:
+    """The ``TrainState`` of intact checkpoint ``step``, on the shardings named in ``abstract_state``."""
+    self._require_intact(step)
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(abstract_state.params),
+        opt_state=ocp.args.StandardRestore(abstract_state.opt_state)))
+    like = abstract_state.step
+    value = np.asarray(step, like.dtype)
+    step_array = jax.make_array_from_callback(like.shape, like.sharding, lambda index: value[index])
+    return abstract_state.replace(step=step_array, params=restored.params, opt_state=restored.opt_state)
+
+  def restore_params(self, step: int, abstract_params: Any) -> Any:
+    """Only the parameters of intact checkpoint ``step`` (no optimizer state is read)."""
+    self._require_intact(step)
+    return self.manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(abstract_params))).params
 
 
 def abstract_like(state: Any, sharding) -> Any:

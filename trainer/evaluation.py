@@ -8,23 +8,23 @@ import json
 import pathlib
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like
-from trainer.loop import evaluate_params, total_steps
-from trainer.optim import make_optimizer
+from trainer.errors import CheckpointError
+from trainer.loop import evaluate_params
 from trainer.partitioning import make_mesh, replicated
-from trainer.state import ModelParts, TrainState
+from trainer.state import ModelParts
 from trainer.task import load_task
 
 
 def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=None, average_last: int = 1):
   """``(task, model parts, params, step)`` for checkpoint ``which`` ('latest', 'best' or a step).
 
-  With ``average_last=N`` the parameters are the mean of the N kept checkpoints
-  ending at that step (Vaswani et al. averaged the last 5).
+  Only the parameters are read: no optimizer state is built or restored. With
+  ``average_last=N`` the parameters are the mean of the N latest intact
+  checkpoints ending at that step (Vaswani et al. averaged the last 5).
   """
   workdir = pathlib.Path(workdir)
   config = workdir_lib.load_config(workdir)
@@ -33,22 +33,19 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
                             read_only=True)
   try:
     step = checkpoints.resolve(which)
-    steps = [s for s in checkpoints.all_steps() if s <= step][-average_last:]
-    if average_last < 1 or len(steps) < average_last:
-      raise ValueError(f'Cannot average the last {average_last} checkpoints up to step {step}: '
-                       f'{checkpoints.directory} keeps {steps}.')
+    steps = checkpoints.intact_steps_up_to(step, average_last) if average_last >= 1 else []
+    if len(steps) < average_last or not steps:
+      raise CheckpointError(f'Cannot average the last {average_last} checkpoints up to step {step}: '
+                            f'{checkpoints.directory} keeps {steps} intact.')
     task = load_task(config)
     task.prepare(workdir)
     parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
-    optimizer = make_optimizer(config.optimizer, total_steps(config, task))
-    template = TrainState(step=jnp.zeros((), jnp.int32), params=parts.params,
-                          opt_state=optimizer.init(parts.params))
-    abstract = abstract_like(template, replicated(mesh))
-    restored = [checkpoints.restore(s, abstract).params for s in steps]
+    abstract = abstract_like(parts.params, replicated(mesh))
+    parts.params = None
+    restored = [checkpoints.restore_params(s, abstract) for s in steps]
   finally:
     checkpoints.close()
   params = jax.tree.map(lambda *p: sum(p) / len(p), *restored) if len(restored) > 1 else restored[0]
-  parts.params = None
   return task, parts, params, step
 
 

@@ -1,0 +1,263 @@
+"""Checkpoints: integrity records, fallback past damaged ones, separate items, a full disk."""
+
+import errno
+import json
+import logging
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from tests.vit_test_configs import tiny_vit_config
+from trainer import evaluation
+from trainer.checkpoints import Checkpoints, abstract_like
+from trainer.errors import CheckpointError
+from trainer.evaluation import restore_checkpoint
+from trainer.loop import train_and_evaluate
+from trainer.partitioning import make_mesh, replicated
+from trainer.state import TrainState
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _state(seed: int, size: int = 32) -> TrainState:
+  rng = np.random.default_rng(seed)
+  def array(*shape):
+    return jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
+  return TrainState(step=jnp.asarray(seed, jnp.int32), params={'w': array(size, size), 'b': array(size)},
+                    opt_state={'mu': array(size, size), 'nu': array(size, size)})
+
+
+def _abstract(state):
+  return abstract_like(state, replicated(make_mesh()))
+
+
+def _save(directory, steps, **kwargs):
+  checkpoints = Checkpoints(directory, **kwargs)
+  for step in steps:
+    checkpoints.save(step, _state(step))
+  checkpoints.close()
+
+
+def _warnings(caplog):
+  return [record.getMessage() for record in caplog.records
+          if record.name == 'trainer.checkpoints' and record.levelno == logging.WARNING]
+
+
+def _data_file(step_dir: pathlib.Path) -> pathlib.Path:
+  """The largest file under ``params``: array data (not a manifest or metadata)."""
+  return max((path for path in (step_dir / 'params').rglob('*') if path.is_file()), key=lambda p: p.stat().st_size)
+
+
+def _truncate(step_dir):
+  path = _data_file(step_dir)
+  path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def _garbage(step_dir):
+  path = _data_file(step_dir)
+  path.write_bytes(np.random.default_rng(0).bytes(path.stat().st_size))
+
+
+def _flip(step_dir):
+  path = _data_file(step_dir)
+  data = bytearray(path.read_bytes())
+  middle = len(data) // 2
+  data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+  path.write_bytes(bytes(data))
+
+
+DAMAGE = {
+    'truncated file': _truncate,
+    'garbage file': _garbage,
+    'flipped bytes': _flip,
+    'missing file': lambda step_dir: _data_file(step_dir).unlink(),
+    'missing metadata': lambda step_dir: (step_dir / '_CHECKPOINT_METADATA').unlink(),
+    'missing integrity record': lambda step_dir: (step_dir / 'integrity.json').unlink(),
+}
+
+
+@pytest.mark.parametrize('damage', DAMAGE)
+def test_damaged_latest_checkpoint_falls_back_to_the_previous_with_one_warning(tmp_path, caplog, damage):
+  _save(tmp_path, [1, 2])
+  DAMAGE[damage](tmp_path / 'checkpoints' / '2')
+  checkpoints = Checkpoints(tmp_path, read_only=True)
+  with caplog.at_level(logging.WARNING):
+    assert checkpoints.latest_step() == 1
+    assert checkpoints.resolve('latest') == 1
+    restored = checkpoints.restore(1, _abstract(_state(0)))
+  warnings = _warnings(caplog)
+  assert len(warnings) == 1 and 'Checkpoint 2 in' in warnings[0] and 'using step 1' in warnings[0], warnings
+  expected = _state(1)
+  assert int(restored.step) == 1
+  jax.tree.map(np.testing.assert_array_equal, restored.params, expected.params)
+  jax.tree.map(np.testing.assert_array_equal, restored.opt_state, expected.opt_state)
+  with pytest.raises(CheckpointError, match='Checkpoint 2 in .* is damaged'):
+    checkpoints.resolve('2')
+  with pytest.raises(CheckpointError, match='Checkpoint 2 in .* is damaged'):
+    checkpoints.restore(2, _abstract(_state(0)))
+  checkpoints.close()
+
+
+def test_no_intact_checkpoint_is_an_error_naming_each(tmp_path, caplog):
+  _save(tmp_path, [1, 2])
+  for step in (1, 2):
+    _flip(tmp_path / 'checkpoints' / str(step))
+  checkpoints = Checkpoints(tmp_path, read_only=True)
+  with caplog.at_level(logging.WARNING), pytest.raises(CheckpointError, match='No intact checkpoint.*step 2.*step 1'):
+    checkpoints.latest_step()
+  assert len(_warnings(caplog)) == 2
+  checkpoints.close()
+
+
+def test_items_are_saved_apart_and_the_parameters_restore_alone(tmp_path):
+  _save(tmp_path, [3], asynchronous=False)
+  step_dir = tmp_path / 'checkpoints' / '3'
+  assert {'params', 'opt_state', 'meta', 'integrity.json'} <= {path.name for path in step_dir.iterdir()}
+  checkpoints = Checkpoints(tmp_path, read_only=True)
+  params = checkpoints.restore_params(3, _abstract(_state(0).params))
+  jax.tree.map(np.testing.assert_array_equal, params, _state(3).params)
+  checkpoints.close()
+
+
+def test_keep_latest_and_best(tmp_path):
+  checkpoints = Checkpoints(tmp_path, keep=2, best_metric='accuracy')
+  for step, accuracy in [(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.7)]:
+    checkpoints.save(step, _state(step), metrics={'accuracy': accuracy})
+  checkpoints.close()
+  checkpoints = Checkpoints(tmp_path, keep=2, best_metric='accuracy', read_only=True)
+  assert checkpoints.all_steps() == [2, 3, 4]
+  assert checkpoints.resolve('best') == 2 and checkpoints.resolve('latest') == 4
+  checkpoints.close()
+
+
+def _no_space(*args, **kwargs):
+  del args, kwargs
+  raise OSError(errno.ENOSPC, 'No space left on device')
+
+
+def test_disk_full_in_the_background_is_one_line_naming_the_intact_steps(tmp_path, monkeypatch):
+  checkpoints = Checkpoints(tmp_path)
+  checkpoints.save(1, _state(1))
+  checkpoints.wait()
+  monkeypatch.setattr('trainer.integrity.write_record', _no_space)  # the last file of a save
+  checkpoints.save(2, _state(2))
+  message = f'no space left while saving checkpoint 2 in {tmp_path}/checkpoints; checkpoints up to 1 are intact'
+  with pytest.raises(CheckpointError) as error:
+    checkpoints.wait()
+  assert str(error.value) == message
+  monkeypatch.undo()
+  checkpoints.close()
+  assert Checkpoints(tmp_path, read_only=True).latest_step() == 1
+
+
+def test_disk_full_when_a_save_starts_is_one_line(tmp_path, monkeypatch):
+  checkpoints = Checkpoints(tmp_path)
+  checkpoints.save(1, _state(1))
+  checkpoints.wait()
+
+  def failing_save(*args, **kwargs):
+    try:
+      _no_space()
+    except OSError as error:
+      raise ValueError('tensorstore: write failed') from error
+
+  monkeypatch.setattr(ocp.CheckpointManager, 'save', failing_save)
+  with pytest.raises(CheckpointError, match=r'^no space left while saving checkpoint 2 in .*; checkpoints up to 1 '):
+    checkpoints.save(2, _state(2))
+  monkeypatch.undo()
+  checkpoints.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  mount_point = tmp_path / 'small_disk'
+  mount_point.mkdir()
+  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=600k', 'tmpfs', str(mount_point)],
+                    capture_output=True, check=False).returncode:
+    pytest.skip('cannot mount a small tmpfs here')
+  yield mount_point
+  subprocess.run(['umount', '-l', str(mount_point)], check=False)
+
+
+def test_a_really_full_disk(small_disk):
+  checkpoints = Checkpoints(small_disk, keep=100)
+  with pytest.raises(CheckpointError) as error:
+    for step in range(1, 20):
+      checkpoints.save(step, _state(step, size=128))  # 64 kB of parameters, 128 kB of optimizer state
+      checkpoints.wait()
+  failed = step  # pylint: disable=undefined-loop-variable
+  checkpoints.close()
+  assert failed > 1
+  assert str(error.value) == (f'no space left while saving checkpoint {failed} in {small_disk}/checkpoints; '
+                              f'checkpoints up to {failed - 1} are intact')
+  reader = Checkpoints(small_disk, read_only=True)
+  assert reader.latest_step() == failed - 1
+  jax.tree.map(np.testing.assert_array_equal, reader.restore_params(failed - 1, _abstract(_state(0, 128).params)),
+               _state(failed - 1, 128).params)
+  reader.close()
+
+
+# Through training and evaluation --------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('trained')
+  train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=2, checkpoint_every_steps=2), workdir)
+  return workdir
+
+
+def test_evaluation_restores_the_parameters_alone(trained, monkeypatch):
+  def no_optimizer(*args, **kwargs):
+    raise AssertionError('evaluation built an optimizer')
+
+  restored_items = []
+  original = ocp.CheckpointManager.restore
+
+  def recording_restore(self, step, *args, **kwargs):
+    restored_items.append(sorted(kwargs['args'].keys()) if isinstance(kwargs.get('args'), ocp.args.Composite)
+                          else type(kwargs.get('args')).__name__)
+    return original(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(evaluation, 'make_optimizer', no_optimizer, raising=False)
+  monkeypatch.setattr(ocp.CheckpointManager, 'restore', recording_restore)
+  _, _, params, step = restore_checkpoint(trained, 'latest', average_last=2)
+  assert step == 4 and restored_items == [['params'], ['params']]
+  assert all(np.all(np.isfinite(np.asarray(p))) for p in jax.tree.leaves(params))
+
+
+def test_damaged_latest_is_skipped_by_evaluation_and_by_the_rerun(trained, tmp_path, caplog):
+  workdir = tmp_path / 'run'
+  shutil.copytree(trained, workdir)
+  _flip(workdir / 'checkpoints' / '4')
+  with caplog.at_level(logging.WARNING):
+    _, _, _, step = restore_checkpoint(workdir, 'latest')
+  assert step == 2 and len(_warnings(caplog)) == 1
+  with pytest.raises(CheckpointError, match='Checkpoint 4 in .* is damaged'):
+    restore_checkpoint(workdir, '4')
+  result = train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=2, checkpoint_every_steps=2), workdir)
+  assert result.step == 4 and not result.interrupted
+  assert (workdir / 'damaged_checkpoints' / '4').is_dir()
+  assert Checkpoints(workdir, read_only=True).latest_step() == 4
+  assert json.loads((workdir / 'checkpoints' / '4' / 'meta' / 'metadata').read_text())['step'] == 4
+
+
+def test_evaluate_cli_names_a_damaged_checkpoint_in_one_line(trained, tmp_path):
+  workdir = tmp_path / 'run'
+  shutil.copytree(trained, workdir)
+  _garbage(workdir / 'checkpoints' / '4')
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  done = subprocess.run([sys.executable, 'evaluate.py', f'--workdir={workdir}', '--checkpoint=4'], cwd=ROOT,
+                        env=env, capture_output=True, text=True, check=False)
+  assert done.returncode == 2, done.stderr
+  lines = done.stderr.strip().splitlines()
+  assert lines[-1].startswith(f'error: Checkpoint 4 in {workdir}/checkpoints is damaged'), done.stderr
+  assert 'Traceback' not in done.stderr

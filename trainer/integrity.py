@@ -1,0 +1,85 @@
+"""Integrity records: the size and SHA-256 of every file of a checkpoint, checked before restoring it.
+
+The record is ``integrity.json`` in the step directory. Checksums of the files rather
+than of the arrays, because then
+- a damaged checkpoint is found before anything is read into device memory, and without
+  the model: finding the latest intact step needs only the directory;
+- the record does not depend on the mesh: the files are the same whichever devices wrote
+  them and whichever devices restore them;
+- it covers every file orbax wrote (array data, the tensorstore manifests, metadata).
+``trainer/checkpoints.py`` writes the record from orbax's post-finalisation callback: on the
+primary process, after every process has written its files and before orbax renames the
+temporary directory into place, so a checkpoint and its record appear together. A step
+directory without a record therefore comes from older code or was tampered with; it is
+never trusted. One file cannot have a checksum: orbax adds the commit time to the step's
+``_CHECKPOINT_METADATA`` after publishing it; the record requires it to exist and be JSON.
+The price is reading each checkpoint back once when it is saved (in orbax's background
+thread) and once when it is restored.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+
+RECORD_NAME = 'integrity.json'
+_FORMAT = 1
+_CHUNK = 1 << 20
+_REWRITTEN_AFTER_RECORD = ('_CHECKPOINT_METADATA',)
+
+
+def _sha256(path: pathlib.Path) -> str:
+  digest = hashlib.sha256()
+  with open(path, 'rb') as file:
+    while chunk := file.read(_CHUNK):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def _files(directory: pathlib.Path) -> list[str]:
+  return sorted(str(path.relative_to(directory)) for path in directory.rglob('*')
+                if path.is_file() and path.name != RECORD_NAME)
+
+
+def write_record(directory: str | pathlib.Path) -> None:
+  """Writes the record of every file now under ``directory`` (atomically: a temporary file renamed)."""
+  directory = pathlib.Path(directory)
+  files = {name: [None, None] if name in _REWRITTEN_AFTER_RECORD
+           else [(directory / name).stat().st_size, _sha256(directory / name)] for name in _files(directory)}
+  text = json.dumps({'format': _FORMAT, 'files': files}, indent=1, sort_keys=True) + '\n'
+  temporary = directory / (RECORD_NAME + '.tmp')
+  with open(temporary, 'w') as file:
+    file.write(text)
+    file.flush()
+    os.fsync(file.fileno())
+  os.replace(temporary, directory / RECORD_NAME)
+
+
+def check(directory: str | pathlib.Path) -> str | None:
+  """``None`` if every recorded file is there with its size and checksum, else what is wrong (a phrase)."""
+  directory = pathlib.Path(directory)
+  try:
+    record = json.loads((directory / RECORD_NAME).read_text())
+    files = record['files']
+    if record.get('format') != _FORMAT or not isinstance(files, dict) or not files:
+      return f'its {RECORD_NAME} is not a record this code reads'
+  except FileNotFoundError:
+    return f'it has no {RECORD_NAME} (written by an older version, or not by this code)'
+  except (OSError, ValueError, KeyError, TypeError):
+    return f'its {RECORD_NAME} is unreadable'
+  for name, (size, digest) in sorted(files.items()):
+    path = directory / name
+    if not path.is_file():
+      return f'{name} is missing'
+    if size is None:
+      try:
+        json.loads(path.read_text())
+      except (OSError, ValueError):
+        return f'{name} is not JSON'
+      continue
+    actual = path.stat().st_size
+    if actual != size:
+      return f'{name} has {actual} bytes, {size} when saved'
+    if _sha256(path) != digest:
+      return f'{name} differs from its checksum'
+  return None
