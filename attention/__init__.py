@@ -1,7 +1,16 @@
 """Shared Flax NNX attention modules: scores, masks, multi-head attention, positional
-encodings, resampling and Transformer blocks, used by both the ViT and the translator."""
+encodings, resampling, Transformer blocks and stacks, used by both the ViT and the translator."""
 
-from attention.blocks import DecoderBlock, DropPath, Encoder, EncoderBlock, Mlp
+from attention.blocks import (
+                              ACTIVATIONS,
+                              NORM_PLACEMENTS,
+                              DecoderBlock,
+                              DropPath,
+                              EncoderBlock,
+                              Mlp,
+                              layer_norm,
+)
+from attention.dtypes import DTYPES, resolve_dtype
 from attention.masks import causal_mask, combine_masks, masked_softmax, padding_mask
 from attention.multi_head import MultiHeadAttention
 from attention.positional import (
@@ -9,10 +18,12 @@ from attention.positional import (
                                   INJECTIONS,
                                   POSEMB_KINDS,
                                   PositionalEncoding,
+                                  Rotary,
                                   check_posemb,
                                   combination_exists,
                                   sincos_1d_table,
                                   sincos_2d_table,
 )
 from attention.resample import RESAMPLE_METHODS, resample_axis_table, resample_grid_table
-from attention.scores import SCORES, AttentionScore
+from attention.scores import MIN_COSINE_TEMPERATURE, SCORES, AttentionScore
+from attention.stacks import Decoder, Encoder

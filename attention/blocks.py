@@ -1,5 +1,9 @@
-"""Transformer building blocks: MLP, stochastic depth, pre-LayerNorm encoder and decoder blocks,
-and the encoder stack that applies a positional encoding with its injection.
+"""Transformer building blocks: the MLP, stochastic depth, and the encoder and decoder blocks.
+
+Each residual sublayer normalises its input (``norm_placement='pre'``, our default: more
+stable, no learning-rate care) or the residual sum (``'post'``, Vaswani et al.:
+``x = LN(x + sublayer(x))``). The MLP's activation is ``'gelu'`` (our default, as in the
+ViT) or ``'relu'`` (Vaswani et al.). The stacks of blocks are in ``attention.stacks``.
 
 Every call takes ``deterministic`` (no dropout when ``True``) and ``rngs`` (an
 ``nnx.Rngs`` with a ``dropout`` stream, needed only when not deterministic), so a
@@ -11,14 +15,30 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention.multi_head import MultiHeadAttention
-from attention.positional import PositionalEncoding
+from attention.positional import Rotary
+
+ACTIVATIONS = ('gelu', 'relu')
+NORM_PLACEMENTS = ('pre', 'post')
+
+
+def check_activation(activation: str) -> str:
+  if activation not in ACTIVATIONS:
+    raise ValueError(f'Unknown activation {activation!r}; allowed values: {", ".join(ACTIVATIONS)}.')
+  return activation
+
+
+def check_norm_placement(norm_placement: str) -> str:
+  if norm_placement not in NORM_PLACEMENTS:
+    raise ValueError(f'Unknown norm_placement {norm_placement!r}; allowed values: {", ".join(NORM_PLACEMENTS)}.')
+  return norm_placement
 
 
 class Mlp(nnx.Module):
-  """Linear -> GELU -> dropout -> Linear -> dropout."""
+  """Linear -> activation -> dropout -> Linear -> dropout."""
 
-  def __init__(self, features: int, hidden_features: int, *, dropout_rate: float = 0.0,
+  def __init__(self, features: int, hidden_features: int, *, dropout_rate: float = 0.0, activation: str = 'gelu',
                dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+    self.activation = check_activation(activation)
     self.fc1 = nnx.Linear(features, hidden_features, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
                           kernel_init=nnx.initializers.xavier_uniform(),
                           bias_init=nnx.initializers.normal(1e-6))
@@ -28,7 +48,11 @@ class Mlp(nnx.Module):
     self.dropout = nnx.Dropout(dropout_rate)
 
   def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
-    x = nnx.gelu(self.fc1(x))
+    x = self.fc1(x)
+    if self.activation == 'gelu':
+      x = nnx.gelu(x)
+    elif self.activation == 'relu':
+      x = nnx.relu(x)
     x = self.dropout(x, deterministic=deterministic, rngs=rngs)
     return self.dropout(self.fc2(x), deterministic=deterministic, rngs=rngs)
 
@@ -50,22 +74,36 @@ class DropPath(nnx.Module):
     return jnp.where(kept, x / keep, 0.0).astype(x.dtype)
 
 
-def _layer_norm(features, dtype, param_dtype, rngs):
+def layer_norm(features, dtype=None, param_dtype=jnp.float32, *, rngs: nnx.Rngs) -> nnx.LayerNorm:
   return nnx.LayerNorm(features, epsilon=1e-6, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
 
-class EncoderBlock(nnx.Module):
-  """x + attn(LN(x)); x + mlp(LN(x)), with dropout and stochastic depth on each branch."""
+class _ResidualBlock(nnx.Module):
+  """Where the LayerNorm of each residual sublayer goes: around its input or after the sum."""
+
+  norm_placement: str
+
+  def _norm_input(self, x, norm):
+    return norm(x) if self.norm_placement == 'pre' else x
+
+  def _add(self, x, branch, norm):
+    return x + branch if self.norm_placement == 'pre' else norm(x + branch)
+
+
+class EncoderBlock(_ResidualBlock):
+  """Self-attention and MLP, each a residual sublayer with dropout and stochastic depth."""
 
   def __init__(self, features: int, num_heads: int, mlp_features: int, *, score: str = 'scaled_dot',
                dropout_rate: float = 0.0, attention_dropout_rate: float = 0.0, drop_path_rate: float = 0.0,
-               rope: bool = False, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs, **attention_options):
-    self.norm1 = _layer_norm(features, dtype, param_dtype, rngs)
+               activation: str = 'gelu', norm_placement: str = 'pre', rotary: Rotary | None = None, dtype=None,
+               param_dtype=jnp.float32, rngs: nnx.Rngs, **attention_options):
+    self.norm_placement = check_norm_placement(norm_placement)
+    self.norm1 = layer_norm(features, dtype, param_dtype, rngs=rngs)
     self.attention = MultiHeadAttention(
-        num_heads, features, score=score, dropout_rate=attention_dropout_rate, rope=rope, dtype=dtype,
+        num_heads, features, score=score, dropout_rate=attention_dropout_rate, rotary=rotary, dtype=dtype,
         param_dtype=param_dtype, rngs=rngs, **attention_options)
-    self.norm2 = _layer_norm(features, dtype, param_dtype, rngs)
-    self.mlp = Mlp(features, mlp_features, dropout_rate=dropout_rate, dtype=dtype,
+    self.norm2 = layer_norm(features, dtype, param_dtype, rngs=rngs)
+    self.mlp = Mlp(features, mlp_features, dropout_rate=dropout_rate, activation=activation, dtype=dtype,
                    param_dtype=param_dtype, rngs=rngs)
     self.dropout = nnx.Dropout(dropout_rate)
     self.drop_path = DropPath(drop_path_rate)
@@ -74,27 +112,31 @@ class EncoderBlock(nnx.Module):
                return_weights: bool = False):
     """Returns the new ``x`` and the attention weights (``None`` unless ``return_weights``)."""
     kwargs = dict(deterministic=deterministic, rngs=rngs)
-    y, weights = self.attention(self.norm1(x), mask=mask, bias=bias, return_weights=return_weights, **kwargs)
-    x = x + self.drop_path(self.dropout(y, **kwargs), **kwargs)
-    x = x + self.drop_path(self.mlp(self.norm2(x), **kwargs), **kwargs)
+    y, weights = self.attention(self._norm_input(x, self.norm1), mask=mask, bias=bias,
+                                return_weights=return_weights, **kwargs)
+    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm1)
+    y = self.mlp(self._norm_input(x, self.norm2), **kwargs)
+    x = self._add(x, self.drop_path(y, **kwargs), self.norm2)
     return x, weights
 
 
-class DecoderBlock(nnx.Module):
-  """Causal self-attention, cross-attention to the encoder output, MLP; each pre-LayerNorm."""
+class DecoderBlock(_ResidualBlock):
+  """Causal self-attention, cross-attention to the encoder output and MLP, each a residual sublayer."""
 
   def __init__(self, features: int, num_heads: int, mlp_features: int, *, score: str = 'scaled_dot',
                dropout_rate: float = 0.0, attention_dropout_rate: float = 0.0, drop_path_rate: float = 0.0,
-               rope: bool = False, encoder_features: int | None = None, dtype=None,
-               param_dtype=jnp.float32, rngs: nnx.Rngs, **attention_options):
+               activation: str = 'gelu', norm_placement: str = 'pre', rotary: Rotary | None = None,
+               encoder_features: int | None = None, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs,
+               **attention_options):
     common = dict(score=score, dropout_rate=attention_dropout_rate, dtype=dtype, param_dtype=param_dtype,
                   rngs=rngs, **attention_options)
-    self.norm1 = _layer_norm(features, dtype, param_dtype, rngs)
-    self.self_attention = MultiHeadAttention(num_heads, features, rope=rope, **common)
-    self.norm2 = _layer_norm(features, dtype, param_dtype, rngs)
+    self.norm_placement = check_norm_placement(norm_placement)
+    self.norm1 = layer_norm(features, dtype, param_dtype, rngs=rngs)
+    self.self_attention = MultiHeadAttention(num_heads, features, rotary=rotary, **common)
+    self.norm2 = layer_norm(features, dtype, param_dtype, rngs=rngs)
     self.cross_attention = MultiHeadAttention(num_heads, features, kv_features=encoder_features, **common)
-    self.norm3 = _layer_norm(features, dtype, param_dtype, rngs)
-    self.mlp = Mlp(features, mlp_features, dropout_rate=dropout_rate, dtype=dtype,
+    self.norm3 = layer_norm(features, dtype, param_dtype, rngs=rngs)
+    self.mlp = Mlp(features, mlp_features, dropout_rate=dropout_rate, activation=activation, dtype=dtype,
                    param_dtype=param_dtype, rngs=rngs)
     self.dropout = nnx.Dropout(dropout_rate)
     self.drop_path = DropPath(drop_path_rate)
@@ -107,13 +149,14 @@ class DecoderBlock(nnx.Module):
     unless ``return_weights``).
     """
     kwargs = dict(deterministic=deterministic, rngs=rngs)
-    y, self_weights = self.self_attention(self.norm1(x), mask=self_mask, bias=self_bias,
+    y, self_weights = self.self_attention(self._norm_input(x, self.norm1), mask=self_mask, bias=self_bias,
                                           return_weights=return_weights, **kwargs)
-    x = x + self.drop_path(self.dropout(y, **kwargs), **kwargs)
-    y, cross_weights = self.cross_attention(self.norm2(x), encoded, mask=cross_mask,
+    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm1)
+    y, cross_weights = self.cross_attention(self._norm_input(x, self.norm2), encoded, mask=cross_mask,
                                             return_weights=return_weights, **kwargs)
-    x = x + self.drop_path(self.dropout(y, **kwargs), **kwargs)
-    x = x + self.drop_path(self.mlp(self.norm3(x), **kwargs), **kwargs)
+    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm2)
+    y = self.mlp(self._norm_input(x, self.norm3), **kwargs)
+    x = self._add(x, self.drop_path(y, **kwargs), self.norm3)
     return x, {'self': self_weights, 'cross': cross_weights}
 
   def init_cache(self, encoded, max_length: int) -> dict:
@@ -123,56 +166,10 @@ class DecoderBlock(nnx.Module):
 
   def decode_step(self, x, cache: dict, *, cross_mask=None, self_bias=None):
     """Runs the new tokens ``x`` (``[batch, step_len, features]``) against the cache."""
-    y, self_cache = self.self_attention.decode_step(self.norm1(x), cache['self'], bias=self_bias)
-    x = x + y
-    x = x + self.cross_attention.attend_to_cache(self.norm2(x), cache['cross'], mask=cross_mask)
-    x = x + self.mlp(self.norm3(x))
+    y, self_cache = self.self_attention.decode_step(self._norm_input(x, self.norm1), cache['self'],
+                                                    bias=self_bias)
+    x = self._add(x, y, self.norm1)
+    y = self.cross_attention.attend_to_cache(self._norm_input(x, self.norm2), cache['cross'], mask=cross_mask)
+    x = self._add(x, y, self.norm2)
+    x = self._add(x, self.mlp(self._norm_input(x, self.norm3)), self.norm3)
     return x, {'self': self_cache, 'cross': cache['cross']}
-
-
-class Encoder(nnx.Module):
-  """A stack of encoder blocks with a positional encoding and a final LayerNorm.
-
-  Stochastic depth grows linearly from 0 at the first block to ``drop_path_rate``
-  at the last. ``posemb`` and ``posemb_injection`` are the option strings of
-  ``attention.positional``; give ``grid`` for patch grids, ``max_length`` for sequences.
-  """
-
-  def __init__(self, *, features: int, depth: int, num_heads: int, mlp_features: int,
-               posemb: str = 'sincos1d', posemb_injection: str = 'stem', max_length: int | None = None,
-               grid: tuple[int, int] | None = None, num_prefix_tokens: int = 0, score: str = 'scaled_dot',
-               dropout_rate: float = 0.0, attention_dropout_rate: float = 0.0, drop_path_rate: float = 0.0,
-               dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs, **attention_options):
-    self.positional = PositionalEncoding(
-        posemb, posemb_injection, dim=features, num_heads=num_heads, num_layers=depth,
-        max_length=max_length, grid=grid, num_prefix_tokens=num_prefix_tokens,
-        param_dtype=param_dtype, rngs=rngs)
-    self.blocks = nnx.List([
-        EncoderBlock(features, num_heads, mlp_features, score=score, dropout_rate=dropout_rate,
-                     attention_dropout_rate=attention_dropout_rate,
-                     drop_path_rate=drop_path_rate * i / max(depth - 1, 1),
-                     rope=self.positional.uses_rope, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-                     **attention_options)
-        for i in range(depth)])
-    self.norm = _layer_norm(features, dtype, param_dtype, rngs)
-    self.dropout = nnx.Dropout(dropout_rate)
-
-  def __call__(self, x, *, mask=None, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_weights: bool = False):
-    """``x``: ``[batch, length, features]`` tokens (prefix tokens first).
-
-    Returns the encoded tokens and intermediates: ``attention_weights`` (a list per
-    layer, when ``return_weights``) and ``pre_norm`` (the output before the final LayerNorm).
-    """
-    x = self.dropout(x, deterministic=deterministic, rngs=rngs)
-    all_weights = []
-    for layer, block in enumerate(self.blocks):
-      x = self.positional.before_layer(x, layer)
-      bias = self.positional.attention_bias(layer, x.shape[1], x.shape[1])
-      x, weights = block(x, mask=mask, bias=bias, deterministic=deterministic, rngs=rngs,
-                         return_weights=return_weights)
-      all_weights.append(weights)
-    intermediates = {'pre_norm': x}
-    if return_weights:
-      intermediates['attention_weights'] = all_weights
-    return self.norm(x), intermediates

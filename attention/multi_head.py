@@ -14,12 +14,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention.masks import has_any_key, masked_softmax
-from attention.positional import apply_rope
+from attention.masks import causal_mask, has_any_key, masked_softmax
+from attention.positional import Rotary
 from attention.scores import AttentionScore
 
 
 class MultiHeadAttention(nnx.Module):
+  """Query, key, value and output projections (with biases if ``use_bias``) around a score.
+
+  ``rotary`` (a ``Rotary`` handed down by the stack's positional encoding) rotates the
+  queries and keys of self-attention by their positions; ``None`` leaves them as they are.
+  """
 
   def __init__(
       self,
@@ -32,7 +37,7 @@ class MultiHeadAttention(nnx.Module):
       score: str = 'scaled_dot',
       dropout_rate: float = 0.0,
       use_bias: bool = True,
-      rope: bool = False,
+      rotary: Rotary | None = None,
       cosine_temperature: float = 0.1,
       learn_temperature: bool = True,
       additive_features: int | None = None,
@@ -47,7 +52,7 @@ class MultiHeadAttention(nnx.Module):
     self.num_heads = num_heads
     self.head_dim = qkv_features // num_heads
     self.dropout_rate = dropout_rate
-    self.rope = rope
+    self.rotary = rotary
     self.dtype = dtype
     # None: the fused kernel where it is a real kernel (GPU); True or False forces the choice.
     self.fused_kernel = fused_kernel
@@ -72,9 +77,9 @@ class MultiHeadAttention(nnx.Module):
 
   def _rotate(self, x: jax.Array, positions: jax.Array | None) -> jax.Array:
     """RoPE on heads-split queries or keys (positions ``0 .. length - 1`` by default), if enabled."""
-    if not self.rope:
+    if self.rotary is None:
       return x
-    return apply_rope(x, jnp.arange(x.shape[1]) if positions is None else positions)
+    return self.rotary(x, jnp.arange(x.shape[1]) if positions is None else positions)
 
   def _project_kv(self, inputs_kv: jax.Array, positions: jax.Array | None) -> tuple[jax.Array, jax.Array]:
     key = self._split_heads(self.key(inputs_kv))
@@ -181,7 +186,7 @@ class MultiHeadAttention(nnx.Module):
     query, key, value = self._project_qkv(inputs_q, positions)
     cached_key = jax.lax.dynamic_update_slice(cache['key'], key.astype(cache['key'].dtype), (0, index, 0, 0))
     cached_value = jax.lax.dynamic_update_slice(cache['value'], value.astype(cache['value'].dtype), (0, index, 0, 0))
-    causal = (jnp.arange(max_length)[None, :] <= positions[:, None])[None, None]
+    causal = causal_mask(step_len, max_length, q_offset=index)
     mask = causal if mask is None else causal & mask
     output, _ = self._attend(query, cached_key.astype(query.dtype), cached_value.astype(query.dtype),
                              mask, bias, True, None, False)

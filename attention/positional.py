@@ -25,6 +25,8 @@ and for ``none``, only ``stem`` (the default placement) exists.
 Prefix tokens (a class token) get no additive encoding and no 2-D relative bias.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,6 +102,20 @@ def apply_rope(x: jax.Array, positions: jax.Array, max_wavelength: float = 10_00
   return rotated.astype(x.dtype)
 
 
+@dataclasses.dataclass(frozen=True)
+class Rotary:
+  """What an attention layer is handed when its stack uses RoPE: rotates queries and keys.
+
+  It holds no parameters (a hashable, static part of the model's structure), so the
+  positional encoding of a stack can pass it down to every block and attention layer.
+  """
+
+  max_wavelength: float = 10_000.0
+
+  def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    return apply_rope(x, positions, self.max_wavelength)
+
+
 class RelativePositionBias(nnx.Module):
   """A learned bias per head and per 1-D offset ``key - query``, clipped to ``+-max_distance``."""
 
@@ -173,7 +189,8 @@ class PositionalEncoding(nnx.Module):
 
   ``before_layer(x, layer)`` adds the additive table where the injection says;
   ``attention_bias(layer, ...)`` returns the relative bias for that layer's
-  attention, or ``None``; ``uses_rope`` tells the attention layers to rotate.
+  attention, or ``None``; ``rotary`` is the ``Rotary`` that the stack hands its
+  attention layers (``None`` unless the kind is ``rope``).
   Give ``grid`` for patch grids (row-major tokens after the prefix tokens) and
   ``max_length`` for 1-D sequences.
   """
@@ -216,8 +233,8 @@ class PositionalEncoding(nnx.Module):
           for _ in range(num_layers)])
 
   @property
-  def uses_rope(self) -> bool:
-    return self.kind == 'rope'
+  def rotary(self) -> Rotary | None:
+    return Rotary() if self.kind == 'rope' else None
 
   def before_layer(self, x: jax.Array, layer: int, positions: jax.Array | None = None) -> jax.Array:
     """Adds the encoding before ``layer`` if the injection says so.

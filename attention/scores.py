@@ -2,7 +2,7 @@
 
 ``dot``         q . k
 ``scaled_dot``  q . k / sqrt(d_k)                     (Vaswani et al. 2017)
-``cosine``      cos(q, k) / tau, tau fixed or learned per head   (Swin V2 style)
+``cosine``      cos(q, k) / tau, tau fixed or learned per head, never below 0.01 (Swin V2)
 ``additive``    v^T tanh(W_q q + W_k k), per head         (Bahdanau et al. 2015)
 
 Queries are ``[batch, q_len, heads, head_dim]``, keys ``[batch, k_len, heads,
@@ -16,6 +16,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 SCORES = ('dot', 'scaled_dot', 'cosine', 'additive')
+# Swin V2 bounds the cosine score's logit scale 1 / tau at 100: a learned temperature that
+# falls below this one counts as this one (and gets no gradient pushing it further down).
+MIN_COSINE_TEMPERATURE = 0.01
 
 
 def check_score(kind: str) -> str:
@@ -43,8 +46,9 @@ class AttentionScore(nnx.Module):
     self.head_dim = head_dim
     self.learn_temperature = learn_temperature
     if kind == 'cosine':
-      if cosine_temperature <= 0:
-        raise ValueError(f'cosine_temperature must be positive, got {cosine_temperature}.')
+      if not cosine_temperature >= MIN_COSINE_TEMPERATURE:
+        raise ValueError(f'cosine_temperature must be at least {MIN_COSINE_TEMPERATURE} (a logit scale of at '
+                         f'most {1 / MIN_COSINE_TEMPERATURE:g}), got {cosine_temperature}.')
       log_tau = jnp.full((num_heads,), math.log(cosine_temperature), param_dtype)
       self.log_temperature = nnx.Param(log_tau) if learn_temperature else nnx.Variable(log_tau)
     if kind == 'additive':
@@ -72,7 +76,8 @@ class AttentionScore(nnx.Module):
       query = query * jax.lax.rsqrt(jnp.sum(query * query, -1, keepdims=True) + 1e-12)
       key = key * jax.lax.rsqrt(jnp.sum(key * key, -1, keepdims=True) + 1e-12)
       cosine = jnp.einsum('bqhd,bkhd->bhqk', query, key)
-      inverse_tau = jnp.exp(-self.log_temperature[...]).astype(cosine.dtype)
+      log_tau = jnp.maximum(self.log_temperature[...], math.log(MIN_COSINE_TEMPERATURE))
+      inverse_tau = jnp.exp(-log_tau).astype(cosine.dtype)
       return cosine * inverse_tau[None, :, None, None]
     # additive: project each side once, then combine every query-key pair.
     projected_q = jnp.einsum('bqhd,hdf->bhqf', query, self.query_kernel[...].astype(query.dtype))

@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from seq2seq.model import PAD_ID, Transformer
-from seq2seq.tokenizer import BOS_ID, EOS_ID
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -1.0e9  # finite, so that sums and differences of impossible scores stay finite
 

@@ -2,14 +2,17 @@
 
 Variants are strings: ``'tiny'`` and ``'small'`` (CPU-sized), ``'base'`` and ``'big'``
 (the paper's two models), or ``'custom'`` with explicit ``features``, ``encoder_layers``,
-``decoder_layers``, ``num_heads`` and ``mlp_features``. The blocks are the shared
-pre-LayerNorm ones (the paper normalised after each residual; before is more stable and
-needs no learning-rate care). Token embeddings are scaled by sqrt(features); the source and
+``decoder_layers``, ``num_heads`` and ``mlp_features``. Both stacks are the shared ones of
+``attention.stacks``. Our defaults normalise before each sublayer (``norm_placement='pre'``,
+more stable, no learning-rate care) with a GELU MLP (``activation='gelu'``); the paper's
+recipe is ``norm_placement='post'`` (``x = LN(x + sublayer(x))``, no final LayerNorm) and
+``activation='relu'``. ``use_bias=False`` drops the biases of the attention projections (as
+in the Flax WMT example). Token embeddings are scaled by sqrt(features); the source and
 target may share one embedding table (``share_embeddings``, which needs one vocabulary),
 and the output projection may reuse the target embedding (``tie_output``). Any 1-D
 positional encoding of ``attention.positional`` serves both stacks.
 
-Token id 0 is padding everywhere: source keys that are padding are masked, and the
+Token id ``PAD_ID`` (0) is padding everywhere: source keys that are padding are masked, and the
 decoder's self-attention is causal and masks padded keys. The forward pass returns
 ``(logits, intermediates)``; the intermediates hold the attention weights of every layer
 (``cross_attention_weights``: ``[batch, heads, target, source]`` per decoder layer) when
@@ -24,9 +27,8 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from attention import DecoderBlock, Encoder, PositionalEncoding, causal_mask, combine_masks, padding_mask
-
-PAD_ID = 0
+from attention import Decoder, Encoder, padding_mask, resolve_dtype
+from seq2seq.tokenizer import PAD_ID
 # name -> (features, encoder_layers, decoder_layers, num_heads, mlp_features)
 VARIANTS = {
     'tiny': (64, 2, 2, 4, 256),
@@ -34,7 +36,6 @@ VARIANTS = {
     'base': (512, 6, 6, 8, 2048),
     'big': (1024, 6, 6, 16, 4096),
 }
-DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
 def decode_variant(variant: str) -> dict[str, int]:
@@ -46,66 +47,18 @@ def decode_variant(variant: str) -> dict[str, int]:
               num_heads=num_heads, mlp_features=mlp_features)
 
 
-class Decoder(nnx.Module):
-  """A stack of decoder blocks with a positional encoding and a final LayerNorm."""
-
-  def __init__(self, *, features: int, depth: int, num_heads: int, mlp_features: int, posemb: str,
-               posemb_injection: str, max_length: int, score: str, dropout_rate: float,
-               attention_dropout_rate: float, dtype, rngs: nnx.Rngs):
-    self.positional = PositionalEncoding(posemb, posemb_injection, dim=features, num_heads=num_heads,
-                                         num_layers=depth, max_length=max_length, rngs=rngs)
-    self.blocks = nnx.List([
-        DecoderBlock(features, num_heads, mlp_features, score=score, dropout_rate=dropout_rate,
-                     attention_dropout_rate=attention_dropout_rate, rope=self.positional.uses_rope,
-                     dtype=dtype, rngs=rngs)
-        for _ in range(depth)])
-    self.norm = nnx.LayerNorm(features, epsilon=1e-6, dtype=dtype, rngs=rngs)
-    self.dropout = nnx.Dropout(dropout_rate)
-
-  def __call__(self, x, encoded, *, self_mask, cross_mask, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_weights: bool = False):
-    """Teacher-forced pass over all target positions; returns the output and the weights per layer."""
-    x = self.dropout(x, deterministic=deterministic, rngs=rngs)
-    self_weights, cross_weights = [], []
-    for layer, block in enumerate(self.blocks):
-      x = self.positional.before_layer(x, layer)
-      bias = self.positional.attention_bias(layer, x.shape[1], x.shape[1])
-      x, weights = block(x, encoded, self_mask=self_mask, cross_mask=cross_mask, self_bias=bias,
-                         deterministic=deterministic, rngs=rngs, return_weights=return_weights)
-      self_weights.append(weights['self'])
-      cross_weights.append(weights['cross'])
-    return self.norm(x), self_weights, cross_weights
-
-  def init_cache(self, encoded, max_length: int) -> list[dict]:
-    return [block.init_cache(encoded, max_length) for block in self.blocks]
-
-  def decode_step(self, x, cache: list[dict], *, cross_mask):
-    """The new tokens ``x`` (``[batch, step_len, features]``) at the cache's position."""
-    index = cache[0]['self']['index']
-    max_length = cache[0]['self']['key'].shape[1]
-    positions = index + jnp.arange(x.shape[1])
-    new_cache = []
-    for layer, block in enumerate(self.blocks):
-      x = self.positional.before_layer(x, layer, positions=positions)
-      bias = self.positional.attention_bias(layer, x.shape[1], max_length, q_offset=index)
-      x, layer_cache = block.decode_step(x, cache[layer], cross_mask=cross_mask, self_bias=bias)
-      new_cache.append(layer_cache)
-    return self.norm(x), new_cache
-
-
 class Transformer(nnx.Module):
 
   def __init__(self, *, source_vocab_size: int, target_vocab_size: int, features: int, encoder_layers: int,
                decoder_layers: int, num_heads: int, mlp_features: int, share_embeddings: bool = False,
                tie_output: bool = True, posemb: str = 'sincos1d', posemb_injection: str = 'stem',
                max_length: int = 256, score: str = 'scaled_dot', dropout: float = 0.1,
-               attention_dropout: float = 0.0, dtype: str = 'float32', rngs: nnx.Rngs):
-    if dtype not in DTYPES:
-      raise ValueError(f'Unknown dtype {dtype!r}; allowed values: {", ".join(DTYPES)}.')
+               attention_dropout: float = 0.0, activation: str = 'gelu', norm_placement: str = 'pre',
+               use_bias: bool = True, dtype: str = 'float32', rngs: nnx.Rngs):
     if share_embeddings and source_vocab_size != target_vocab_size:
       raise ValueError(f'share_embeddings needs one vocabulary, but the source has {source_vocab_size} '
                        f'tokens and the target {target_vocab_size}.')
-    compute_dtype = DTYPES[dtype]
+    compute_dtype = resolve_dtype(dtype)
     self.features = features
     self.max_length = max_length
     self.compute_dtype = compute_dtype
@@ -119,8 +72,8 @@ class Transformer(nnx.Module):
     self.target_embedding = self.source_embedding if share_embeddings else embedding(target_vocab_size)
     common = dict(num_heads=num_heads, mlp_features=mlp_features, posemb=posemb,
                   posemb_injection=posemb_injection, max_length=max_length, score=score,
-                  dropout_rate=dropout, attention_dropout_rate=attention_dropout, dtype=compute_dtype,
-                  rngs=rngs)
+                  dropout_rate=dropout, attention_dropout_rate=attention_dropout, activation=activation,
+                  norm_placement=norm_placement, use_bias=use_bias, dtype=compute_dtype, rngs=rngs)
     self.encoder = Encoder(features=features, depth=encoder_layers, **common)
     self.decoder = Decoder(features=features, depth=decoder_layers, **common)
     self.tie_output = tie_output
@@ -157,16 +110,14 @@ class Transformer(nnx.Module):
              rngs: nnx.Rngs | None = None, return_weights: bool = False) -> tuple[jax.Array, dict]:
     """Teacher-forced decoder pass: float32 logits ``[batch, target, vocab]`` and intermediates."""
     self._check_length(tgt_in_ids.shape[1], 'The target')
-    length = tgt_in_ids.shape[1]
-    self_mask = combine_masks(causal_mask(length), padding_mask(None, tgt_in_ids != PAD_ID))
-    cross_mask = padding_mask(None, src_ids != PAD_ID)
-    x, self_weights, cross_weights = self.decoder(
-        self._embed(self.target_embedding, tgt_in_ids), encoded, self_mask=self_mask, cross_mask=cross_mask,
-        deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+    x, weights = self.decoder(
+        self._embed(self.target_embedding, tgt_in_ids), encoded, target_mask=padding_mask(None, tgt_in_ids != PAD_ID),
+        cross_mask=padding_mask(None, src_ids != PAD_ID), deterministic=deterministic, rngs=rngs,
+        return_weights=return_weights)
     intermediates = {'decoder_output': x}
     if return_weights:
-      intermediates['decoder_self_attention_weights'] = self_weights
-      intermediates['cross_attention_weights'] = cross_weights
+      intermediates['decoder_self_attention_weights'] = weights['self_attention_weights']
+      intermediates['cross_attention_weights'] = weights['cross_attention_weights']
     return self._logits(x), intermediates
 
   def __call__(self, src_ids: jax.Array, tgt_in_ids: jax.Array, *, deterministic: bool = True,
@@ -199,6 +150,10 @@ class Transformer(nnx.Module):
     return self._logits(x), cache
 
 
+# Model fields that config files written before them may lack; such files get these values.
+OPTIONAL_FIELDS = dict(activation='gelu', norm_placement='pre', use_bias=True)
+
+
 def default_model_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       variant='small', features=256, encoder_layers=3, decoder_layers=3, num_heads=4, mlp_features=1024,
@@ -220,4 +175,5 @@ def make_transformer(model_config: ml_collections.ConfigDict, *, source_vocab_si
       share_embeddings=model_config.share_embeddings, tie_output=model_config.tie_output,
       posemb=model_config.posemb, posemb_injection=model_config.posemb_injection,
       max_length=model_config.max_length, score=model_config.score, dropout=model_config.dropout,
-      attention_dropout=model_config.attention_dropout, dtype=model_config.dtype, rngs=rngs, **shape)
+      attention_dropout=model_config.attention_dropout, dtype=model_config.dtype, rngs=rngs, **shape,
+      **{name: model_config.get(name, default) for name, default in OPTIONAL_FIELDS.items()})

@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention import SCORES, AttentionScore, MultiHeadAttention, causal_mask, masked_softmax, padding_mask
+from attention import (
+  MIN_COSINE_TEMPERATURE,
+  SCORES,
+  AttentionScore,
+  MultiHeadAttention,
+  Rotary,
+  causal_mask,
+  masked_softmax,
+  padding_mask,
+)
 
 B, TQ, TK, H, D = 2, 5, 7, 3, 4
 
@@ -50,6 +59,41 @@ def test_fixed_cosine_temperature_is_not_a_parameter():
   fixed = AttentionScore('cosine', num_heads=H, head_dim=D, learn_temperature=False, rngs=nnx.Rngs(0))
   assert len(jax.tree.leaves(nnx.state(learned, nnx.Param))) == 1
   assert len(jax.tree.leaves(nnx.state(fixed, nnx.Param))) == 0
+
+
+def test_cosine_logit_scale_is_bounded_at_100():
+  q, k = _qk()
+  score = AttentionScore('cosine', num_heads=H, head_dim=D, rngs=nnx.Rngs(0))
+  score.log_temperature[...] = jnp.log(jnp.asarray([1e-4, MIN_COSINE_TEMPERATURE, 0.05]))
+  logits = score(jnp.asarray(q), jnp.asarray(k))
+  cosine = _numpy_logits('cosine', q, k, AttentionScore('cosine', num_heads=H, head_dim=D, cosine_temperature=1.0,
+                                                       rngs=nnx.Rngs(0)))
+  np.testing.assert_allclose(logits, cosine * np.asarray([100.0, 100.0, 20.0])[None, :, None, None], rtol=1e-4)
+  assert float(jnp.abs(logits).max()) <= 100.0 * (1 + 1e-6)
+  graphdef, params = nnx.split(score, nnx.Param)
+
+  def total(params):
+    return jnp.sum(nnx.merge(graphdef, params)(jnp.asarray(q), jnp.asarray(k)))
+
+  gradient = jax.grad(total)(params)['log_temperature'][...]
+  assert gradient[0] == 0.0 and gradient[2] != 0.0  # a clamped temperature is not pushed further down
+
+
+def test_cosine_temperature_below_the_bound_is_refused():
+  with pytest.raises(ValueError, match='cosine_temperature must be at least 0.01'):
+    AttentionScore('cosine', num_heads=H, head_dim=D, cosine_temperature=0.001, rngs=nnx.Rngs(0))
+
+
+def test_projections_without_bias_have_no_bias_parameters():
+  x = jnp.asarray(np.random.default_rng(3).normal(size=(B, TQ, 12)).astype(np.float32))
+  with_bias = MultiHeadAttention(H, 12, rngs=nnx.Rngs(0))
+  without = MultiHeadAttention(H, 12, use_bias=False, rngs=nnx.Rngs(0))
+  names = {'/'.join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(without, nnx.Param))}
+  assert names == {f'{layer}/kernel' for layer in ('query', 'key', 'value', 'out')}
+  for layer in ('query', 'key', 'value', 'out'):
+    getattr(without, layer).kernel[...] = getattr(with_bias, layer).kernel[...]
+    getattr(with_bias, layer).bias[...] = jnp.zeros_like(getattr(with_bias, layer).bias[...])
+  np.testing.assert_allclose(without(x)[0], with_bias(x)[0], atol=1e-6)
 
 
 def _numpy_mha(mha, xq, xkv, mask):
@@ -175,7 +219,7 @@ def test_cached_decoding_equals_full_causal_pass(kind, rope):
   rng = np.random.default_rng(6)
   length = 6
   x = jnp.asarray(rng.normal(size=(B, length, 12)).astype(np.float32))
-  mha = MultiHeadAttention(H, 12, score=kind, rope=rope, rngs=nnx.Rngs(0))
+  mha = MultiHeadAttention(H, 12, score=kind, rotary=Rotary() if rope else None, rngs=nnx.Rngs(0))
   full, _ = mha(x, mask=causal_mask(length))
   cache = mha.init_cache(B, max_length=8)
   step = jax.jit(lambda inputs, c: mha.decode_step(inputs, c))

@@ -201,7 +201,7 @@ def test_cached_decoder_block_equals_full_pass(posemb):
   cross_mask = jnp.asarray(source_valid)[:, None, None, :]
   positions = PositionalEncoding(posemb, dim=FEATURES, num_heads=HEADS, num_layers=1, max_length=8,
                                  rngs=nnx.Rngs(1))
-  block = DecoderBlock(FEATURES, HEADS, 32, encoder_features=24, rope=positions.uses_rope, rngs=nnx.Rngs(0))
+  block = DecoderBlock(FEATURES, HEADS, 32, encoder_features=24, rotary=positions.rotary, rngs=nnx.Rngs(0))
   full, weights = block(x, encoded, self_mask=causal_mask(length), cross_mask=cross_mask,
                         self_bias=positions.attention_bias(0, length, length), return_weights=True)
   assert weights['cross'].shape == (2, HEADS, length, source_length)

@@ -152,3 +152,55 @@ def test_variants_and_their_errors():
                 num_heads=2, mlp_features=8, share_embeddings=True, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match='at most 40'):
     jax.eval_shape(lambda: tiny_transformer().encode(jnp.ones((1, 41), jnp.int32)))
+
+
+PAPER_RECIPE = dict(activation='relu', norm_placement='post', use_bias=False)
+
+
+def test_the_papers_recipe_decodes_with_the_cache_as_without():
+  model = tiny_transformer('sincos1d', **PAPER_RECIPE)
+  src = sources()
+  search = jax.jit(lambda s: (greedy_search(model, s, max_extra_length=6),
+                              uncached_greedy_search(model, s, max_extra_length=6)))
+  cached, uncached = search(src)
+  np.testing.assert_array_equal(cached, uncached)
+  tgt_in = jnp.concatenate([jnp.full((3, 1), BOS_ID), cached[:, :4]], axis=1)
+  cache = model.init_decode_cache(model.encode(src), 6)
+  steps = []
+  for position in range(tgt_in.shape[1]):
+    logits, cache = model.decode_step(tgt_in[:, position:position + 1], cache, src != 0)
+    steps.append(logits)
+  np.testing.assert_allclose(jnp.concatenate(steps, axis=1), model(src, tgt_in)[0], atol=1e-4)
+
+
+def test_the_papers_recipe_has_no_attention_biases_and_no_final_norms():
+  def parameter_names(**options):
+    state = nnx.state(nnx.eval_shape(lambda: tiny_transformer(**options)), nnx.Param)
+    return {'/'.join(map(str, path)) for path, _ in nnx.to_flat_state(state)}
+
+  ours, papers = parameter_names(), parameter_names(**PAPER_RECIPE)
+  attention_biases = {name for name in ours if 'attention/' in name and name.endswith('/bias')}
+  final_norms = {name for name in ours if name.startswith(('encoder/norm/', 'decoder/norm/'))}
+  assert len(attention_biases) == 4 * (1 + 2 * 2) and len(final_norms) == 4
+  assert papers == ours - attention_biases - final_norms
+  assert all(name.startswith(('encoder/blocks/', 'decoder/blocks/')) for name in attention_biases)
+
+
+def test_model_configs_without_the_newer_fields_get_our_defaults():
+  from seq2seq.model import OPTIONAL_FIELDS, default_model_config, make_transformer
+  config = default_model_config()
+  config.update(variant='custom', features=8, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=16)
+  for name in OPTIONAL_FIELDS:
+    if name in config:
+      del config[name]
+  build = lambda config: nnx.eval_shape(lambda: make_transformer(config, source_vocab_size=VOCAB,
+                                                                 target_vocab_size=VOCAB, rngs=nnx.Rngs(0)))
+  assert OPTIONAL_FIELDS == dict(activation='gelu', norm_placement='pre', use_bias=True)
+  assert build(config).encoder.blocks[0].mlp.activation == 'gelu'
+  config.update(PAPER_RECIPE)
+  model = build(config)
+  assert model.encoder.blocks[0].mlp.activation == 'relu' and model.decoder.blocks[0].norm_placement == 'post'
+  assert model.decoder.blocks[0].self_attention.query.bias is None
+  config.activation = 'tanh'
+  with pytest.raises(ValueError, match="Unknown activation 'tanh'; allowed values: gelu, relu"):
+    build(config)

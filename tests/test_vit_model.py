@@ -15,15 +15,22 @@ def tiny_vit(**overrides):
   return VisionTransformer(**{**shape, **overrides}, rngs=nnx.Rngs(params=0))
 
 
+def _strided_convolution(model, images):
+  """The reference: the patch embedding's parameters as a convolution with stride = window."""
+  embedding = model.patch_embedding
+  tokens = jax.lax.conv_general_dilated(images, embedding.kernel[...], embedding.patch, 'VALID',
+                                        dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  return tokens + embedding.bias[...]
+
+
 @pytest.mark.parametrize('patch_size', [4, (3, 2), 1])
 def test_patch_embedding_matmul_equals_the_strided_convolution(patch_size):
   model = tiny_vit(patch_size=patch_size)
   model.patch_embedding.bias[...] = jax.random.normal(jax.random.key(1), model.patch_embedding.bias.shape)
   images = jax.random.normal(jax.random.key(2), (3, 12, 8, 3))
-  by_conv = model.patch_embedding(images)
+  by_conv = _strided_convolution(model, images)
   assert by_conv.shape[1:3] == model.grid
-  by_matmul = model.embed_patches(images)
-  np.testing.assert_allclose(by_matmul, by_conv.reshape(3, -1, 16), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(model.patch_embedding(images), by_conv.reshape(3, -1, 16), rtol=1e-5, atol=1e-5)
 
 
 def test_patch_embedding_gradient_equals_the_convolution_gradient():
@@ -33,13 +40,26 @@ def test_patch_embedding_gradient_equals_the_convolution_gradient():
 
   def loss(params, by_conv):
     model = nnx.merge(graphdef, params)
-    tokens = model.patch_embedding(images) if by_conv else model.embed_patches(images)
+    tokens = _strided_convolution(model, images) if by_conv else model.patch_embedding(images)
     return jnp.sum((tokens.reshape(target.shape) - target) ** 2)
 
   by_conv = jax.grad(loss)(params, True)['patch_embedding']
   by_matmul = jax.grad(loss)(params, False)['patch_embedding']
   for name in ('kernel', 'bias'):
     np.testing.assert_allclose(by_matmul[name][...], by_conv[name][...], rtol=1e-4, atol=1e-4)
+
+
+def test_patch_embedding_parameters_are_the_convolutions_and_nothing_else():
+  """Checkpoints written when the embedding was an ``nnx.Conv`` load unchanged: the same names,
+  shapes and initial values."""
+  state = nnx.state(tiny_vit(patch_size=(3, 2)), nnx.Param)
+  embedding = {'/'.join(map(str, path[1:])): leaf for path, leaf in nnx.to_flat_state(state)
+               if path[0] == 'patch_embedding'}
+  conv = nnx.Conv(3, 16, kernel_size=(3, 2), strides=(3, 2), padding='VALID', rngs=nnx.Rngs(params=0))
+  assert sorted(embedding) == ['bias', 'kernel']
+  assert embedding['kernel'].shape == (3, 2, 3, 16) and embedding['bias'].shape == (16,)
+  np.testing.assert_array_equal(embedding['kernel'][...], conv.kernel[...])
+  np.testing.assert_array_equal(embedding['bias'][...], conv.bias[...])
 
 
 @pytest.mark.parametrize('pool', ['cls', 'gap', 'map'])

@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
+from flax.nnx.nn.dtypes import promote_dtype
 
-from attention import Encoder, Mlp, MultiHeadAttention
+from attention import Encoder, Mlp, MultiHeadAttention, resolve_dtype
 
 # name -> (width, depth, mlp_dim, num_heads), as in the ViT and DeiT papers.
 VARIANTS = {
@@ -25,7 +26,6 @@ VARIANTS = {
     'H': (1280, 32, 5120, 16),
 }
 POOLS = ('cls', 'gap', 'map')
-DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
 def decode_variant(variant: str) -> dict[str, int]:
@@ -36,6 +36,36 @@ def decode_variant(variant: str) -> dict[str, int]:
                      f"{', '.join(VARIANTS)} (e.g. 'S/16', 'Ti/4'), or 'custom'.")
   width, depth, mlp_dim, num_heads = VARIANTS[size]
   return dict(width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads, patch_size=int(patch))
+
+
+class PatchEmbedding(nnx.Module):
+  """Cuts images into non-overlapping patches and projects each to ``width`` features.
+
+  The parameters are those of a convolution whose stride is its window: ``kernel``
+  ``[patch_h, patch_w, channels, width]`` (LeCun-normal) and ``bias`` ``[width]`` (zeros),
+  drawn as ``nnx.Conv`` draws them. It is computed as one matmul of the cut-out patches
+  with the reshaped kernel, which gives the convolution's numbers (the patches do not
+  overlap, so nothing is duplicated) while XLA:CPU computes the kernel's gradient much
+  faster for a matmul than for a strided convolution.
+  """
+
+  def __init__(self, channels: int, width: int, patch: tuple[int, int], *, dtype=None,
+               param_dtype=jnp.float32, rngs: nnx.Rngs):
+    self.patch = tuple(patch)
+    self.dtype = dtype
+    kernel_init, bias_init = nnx.initializers.lecun_normal(), nnx.initializers.zeros
+    self.kernel = nnx.Param(kernel_init(rngs.params(), (*self.patch, channels, width), param_dtype))
+    self.bias = nnx.Param(bias_init(rngs.params(), (width,), param_dtype))
+
+  def __call__(self, images: jax.Array) -> jax.Array:
+    """``[batch, H, W, C]`` -> ``[batch, tokens, width]``, tokens in row-major grid order."""
+    (patch_h, patch_w), (batch, height, image_width, channels) = self.patch, images.shape
+    grid_h, grid_w = height // patch_h, image_width // patch_w
+    patches = images.reshape(batch, grid_h, patch_h, grid_w, patch_w, channels)
+    patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(batch, grid_h * grid_w, patch_h * patch_w * channels)
+    kernel = self.kernel[...].reshape(patch_h * patch_w * channels, -1)  # [ph, pw, C, width]: the same order
+    patches, kernel, bias = promote_dtype((patches, kernel, self.bias[...]), dtype=self.dtype)
+    return jnp.matmul(patches, kernel) + bias
 
 
 class AttentionPoolingHead(nnx.Module):
@@ -63,9 +93,7 @@ class VisionTransformer(nnx.Module):
                head_zero_init: bool = True, dtype: str = 'float32', rngs: nnx.Rngs):
     if pool not in POOLS:
       raise ValueError(f'Unknown pool {pool!r}; allowed values: {", ".join(POOLS)}.')
-    if dtype not in DTYPES:
-      raise ValueError(f'Unknown dtype {dtype!r}; allowed values: {", ".join(DTYPES)}.')
-    compute_dtype = DTYPES[dtype]
+    compute_dtype = resolve_dtype(dtype)
     height, image_width, channels = image_shape
     patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
     if height % patch[0] or image_width % patch[1]:
@@ -73,8 +101,7 @@ class VisionTransformer(nnx.Module):
     self.grid = (height // patch[0], image_width // patch[1])
     self.pool = pool
     self.compute_dtype = compute_dtype
-    self.patch_embedding = nnx.Conv(channels, width, kernel_size=patch, strides=patch, padding='VALID',
-                                    dtype=compute_dtype, rngs=rngs)
+    self.patch_embedding = PatchEmbedding(channels, width, patch, dtype=compute_dtype, rngs=rngs)
     num_prefix = 1 if pool == 'cls' else 0
     if pool == 'cls':
       self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
@@ -88,30 +115,10 @@ class VisionTransformer(nnx.Module):
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(width, num_classes, kernel_init=head_init, rngs=rngs)
 
-  def embed_patches(self, images: jax.Array) -> jax.Array:
-    """``[batch, H, W, C]`` -> ``[batch, tokens, width]``, tokens in row-major grid order.
-
-    The same numbers as calling ``self.patch_embedding`` (a convolution with stride equal
-    to its window) and flattening the grid, computed as one matmul of the cut-out patches
-    with the reshaped kernel: the patches do not overlap, so nothing is duplicated, and
-    XLA:CPU computes the kernel's gradient for a matmul much faster than for a strided
-    convolution. The parameters stay the convolution's.
-    """
-    conv = self.patch_embedding
-    (patch_h, patch_w), channels = conv.kernel_size, images.shape[-1]
-    batch, grid_h, grid_w = images.shape[0], *self.grid
-    patches = images.reshape(batch, grid_h, patch_h, grid_w, patch_w, channels)
-    patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(batch, grid_h * grid_w, patch_h * patch_w * channels)
-    kernel = conv.kernel[...].reshape(patch_h * patch_w * channels, -1)  # [ph, pw, C, width], same order
-    bias = conv.bias[...] if conv.bias is not None else None
-    patches, kernel, bias = conv.promote_dtype((patches, kernel, bias), dtype=self.compute_dtype)
-    tokens = jnp.matmul(patches, kernel, precision=conv.precision)
-    return tokens if bias is None else tokens + bias
-
   def __call__(self, images: jax.Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
                return_weights: bool = False) -> tuple[jax.Array, dict]:
     """``images`` ``[batch, H, W, C]`` -> float32 logits ``[batch, classes]`` and intermediates."""
-    tokens = self.embed_patches(images)
+    tokens = self.patch_embedding(images)
     if self.pool == 'cls':
       cls = jnp.broadcast_to(self.class_token[...].astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1]))
       tokens = jnp.concatenate([cls, tokens], axis=1)
