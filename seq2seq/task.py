@@ -87,20 +87,19 @@ def default_decode_config() -> ml_collections.ConfigDict:
 def token_losses(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0) -> tuple[jax.Array, jax.Array]:
   """Per-token ``(smoothed cross-entropy, NLL)``, each ``[batch, length]``.
 
-  Smoothing gives the target ``1 - label_smoothing`` and spreads the rest evenly over the
-  other classes; the entropy of that distribution is subtracted, so a perfect prediction
-  costs 0 and ``label_smoothing=0`` gives the NLL.
+  Label smoothing is optax's (``optax.smooth_labels``), as for the ViT: the target is
+  ``(1 - label_smoothing) * one_hot + label_smoothing / K`` over the ``K`` classes, the label
+  included. The loss is the cross-entropy against that target, with no offset (so its
+  minimum is the target's entropy, not 0, and it equals ``vit.task.cross_entropy``);
+  ``label_smoothing=0`` gives the NLL. Computed without building the ``[..., K]`` target.
   """
   log_probs = jax.nn.log_softmax(logits)
   nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
   if not label_smoothing:
     return nll, nll
-  num_classes = logits.shape[-1]
-  confidence, spread = 1.0 - label_smoothing, label_smoothing / (num_classes - 1)
-  # -sum_c target_c * log p_c, with target_c = spread everywhere except confidence at the label.
-  cross_entropy = (confidence - spread) * nll - spread * jnp.sum(log_probs, axis=-1)
-  entropy = -(confidence * np.log(confidence) + (num_classes - 1) * spread * np.log(spread))
-  return cross_entropy - entropy, nll
+  # -sum_c target_c * log p_c = (1 - a) * nll + a * mean_c(-log p_c).
+  uniform = -jnp.mean(log_probs, axis=-1)
+  return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
 
 
 def _sample_text(sources, hypotheses, references, count: int) -> str:

@@ -22,7 +22,11 @@ class ClassificationMetrics(clu_metrics.Collection):
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0) -> jax.Array:
-  """Per-example softmax cross-entropy against integer labels, optionally smoothed."""
+  """Per-example softmax cross-entropy against integer labels, optionally smoothed.
+
+  Smoothing is optax's: the target is ``(1 - label_smoothing) * one_hot + label_smoothing / K``
+  over the ``K`` classes (the label included), with no offset, as in ``seq2seq.task.token_losses``.
+  """
   num_classes = logits.shape[-1]
   targets = optax.smooth_labels(jax.nn.one_hot(labels, num_classes), label_smoothing)
   return optax.softmax_cross_entropy(logits, targets)

@@ -1,0 +1,56 @@
+"""Both families' losses: one label smoothing (optax's), checked against NumPy and each other."""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from seq2seq.task import token_losses
+from vit.task import cross_entropy
+
+CLASSES = 7
+
+
+def _logits_and_labels(seed=0):
+  rng = np.random.default_rng(seed)
+  logits = rng.normal(scale=3.0, size=(3, 4, CLASSES)).astype(np.float32)
+  return logits, rng.integers(0, CLASSES, size=(3, 4))
+
+
+def _numpy_smoothed_cross_entropy(logits, labels, alpha):
+  """-sum_c target_c log p_c with target = (1 - alpha) * one_hot + alpha / K (alpha / K on every class)."""
+  logits = logits.astype(np.float64)
+  shifted = logits - logits.max(-1, keepdims=True)
+  log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+  target = (1 - alpha) * np.eye(CLASSES)[labels] + alpha / CLASSES
+  return -(target * log_probs).sum(-1), -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.1, 0.5])
+def test_token_losses_are_optax_label_smoothing(alpha):
+  logits, labels = _logits_and_labels()
+  loss, nll = token_losses(jnp.asarray(logits), jnp.asarray(labels), alpha)
+  expected_loss, expected_nll = _numpy_smoothed_cross_entropy(logits, labels, alpha)
+  np.testing.assert_allclose(loss, expected_loss, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(nll, expected_nll, rtol=1e-5, atol=1e-5)
+  targets = optax.smooth_labels(jnp.eye(CLASSES)[labels], alpha)
+  np.testing.assert_allclose(loss, optax.softmax_cross_entropy(jnp.asarray(logits), targets), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.1])
+def test_translation_and_classification_smooth_labels_the_same_way(alpha):
+  logits, labels = _logits_and_labels(1)
+  flat_logits, flat_labels = logits.reshape(-1, CLASSES), labels.reshape(-1)
+  per_token, _ = token_losses(jnp.asarray(flat_logits), jnp.asarray(flat_labels), alpha)
+  per_image = cross_entropy(jnp.asarray(flat_logits), jnp.asarray(flat_labels), alpha)
+  np.testing.assert_allclose(per_token, per_image, rtol=1e-5, atol=1e-6)
+
+
+def test_smoothed_loss_is_smallest_at_the_smoothed_target_with_its_entropy_as_value():
+  alpha = 0.1
+  target = (1 - alpha) * np.eye(CLASSES)[2] + alpha / CLASSES
+  best_logits = jnp.asarray(np.log(target)[None].astype(np.float32))
+  loss, _ = token_losses(best_logits, jnp.asarray([2]), alpha)
+  np.testing.assert_allclose(loss, [-(target * np.log(target)).sum()], rtol=1e-5)
+  for other in (jnp.zeros((1, CLASSES)), best_logits.at[0, 2].add(1.0), best_logits.at[0, 2].add(-1.0)):
+    assert float(token_losses(other, jnp.asarray([2]), alpha)[0][0]) > float(loss[0])
