@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,25 @@ def test_no_intact_checkpoint_is_an_error_naming_each(tmp_path, caplog):
   checkpoints.close()
 
 
+def test_training_past_damaged_steps_moves_them_aside(tmp_path, caplog):
+  _save(tmp_path, [1, 2, 3])
+  for step in (2, 3):
+    _flip(tmp_path / 'checkpoints' / str(step))
+  checkpoints = Checkpoints(tmp_path)
+  with caplog.at_level(logging.WARNING):
+    assert checkpoints.latest_step() == 1
+    for step in (2, 3):
+      checkpoints.save(step, _state(step + 10))
+  checkpoints.close()
+  assert sorted(path.name for path in (tmp_path / 'damaged_checkpoints').iterdir()) == ['2', '3']
+  assert sum('Moved damaged checkpoint' in message for message in _warnings(caplog)) == 2
+  checkpoints = Checkpoints(tmp_path, read_only=True)
+  assert checkpoints.all_steps() == [1, 2, 3] and checkpoints.latest_step() == 3
+  jax.tree.map(np.testing.assert_array_equal, checkpoints.restore_params(3, _abstract(_state(0).params)),
+               _state(13).params)
+  checkpoints.close()
+
+
 def test_items_are_saved_apart_and_the_parameters_restore_alone(tmp_path):
   _save(tmp_path, [3], asynchronous=False)
   step_dir = tmp_path / 'checkpoints' / '3'
@@ -180,7 +200,7 @@ def test_disk_full_when_a_save_starts_is_one_line(tmp_path, monkeypatch):
 def small_disk(tmp_path):
   mount_point = tmp_path / 'small_disk'
   mount_point.mkdir()
-  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=600k', 'tmpfs', str(mount_point)],
+  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1200k', 'tmpfs', str(mount_point)],
                     capture_output=True, check=False).returncode:
     pytest.skip('cannot mount a small tmpfs here')
   yield mount_point
@@ -203,6 +223,18 @@ def test_a_really_full_disk(small_disk):
   jax.tree.map(np.testing.assert_array_equal, reader.restore_params(failed - 1, _abstract(_state(0, 128).params)),
                _state(failed - 1, 128).params)
   reader.close()
+
+
+def test_train_py_on_a_full_disk_says_so_in_one_line(small_disk):
+  args = [f'--workdir={small_disk}/run', '--config=configs/vit_digits.py', '--config.total_steps=20',
+          '--config.checkpoint_every_steps=2', '--config.eval_every_steps=10', '--config.keep_checkpoints=10']
+  done = subprocess.run([sys.executable, 'train.py', *args], cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+                        capture_output=True, text=True, check=False)
+  assert done.returncode == 2, done.stderr[-3000:]
+  ours = [line for line in done.stderr.splitlines() if 'oneDNN' not in line and 'InitializeLog' not in line]
+  assert len(ours) == 1, done.stderr[-3000:]
+  assert re.fullmatch(rf'error: no space left while saving checkpoint \d+ in {small_disk}/run/checkpoints; '
+                      r'(checkpoints up to \d+ are intact|no earlier checkpoint is intact)', ours[0]), ours
 
 
 # Through training and evaluation --------------------------------------------------

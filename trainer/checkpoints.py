@@ -19,6 +19,8 @@ import errno
 import logging
 import pathlib
 import shutil
+import sys
+import warnings
 from typing import Any
 
 import jax
@@ -35,6 +37,16 @@ _FORMAT = 2  # 1: one orbax item holding the whole TrainState, no integrity reco
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 
 
+def _is_disk_full(error: BaseException | None) -> bool:
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or 'No space left' in str(error):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
 class _ExpectedOrbaxWarnings(logging.Filter):
   """Drops orbax warnings about what we do on purpose: checkpoints between evaluations
   carry no metrics, and evaluation opens the checkpoints read-only."""
@@ -45,17 +57,32 @@ class _ExpectedOrbaxWarnings(logging.Filter):
                 or 'directory is read only' in message)
 
 
+class _DiskFullTracebacks(logging.Filter):
+  """Drops the tracebacks orbax and asyncio log for each write that found the disk full:
+  ``Checkpoints`` reports it in one line, and the ``CheckpointError`` keeps them as its cause."""
+
+  def filter(self, record):
+    return not ('No space left' in record.getMessage() or (record.exc_info and _is_disk_full(record.exc_info[1])))
+
+
 logging.getLogger('absl').addFilter(_ExpectedOrbaxWarnings())
+for _name in ('absl', 'asyncio'):
+  logging.getLogger(_name).addFilter(_DiskFullTracebacks())
 
 
-def _is_disk_full(error: BaseException | None) -> bool:
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or 'No space left' in str(error):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
+def _quiet_cancelled_writes() -> None:
+  """After a failed save, tensorstore finishes the writes orbax cancelled on an event loop
+  orbax has closed; each prints a traceback that says nothing to the user."""
+  hook = sys.unraisablehook
+  if getattr(hook, 'quiet_cancelled_writes', False):
+    return
+
+  def unraisable(args):
+    if not (isinstance(args.exc_value, RuntimeError) and str(args.exc_value) == 'Event loop is closed'):
+      hook(args)
+
+  unraisable.quiet_cancelled_writes = True
+  sys.unraisablehook = unraisable
 
 
 class Checkpoints:
@@ -72,6 +99,7 @@ class Checkpoints:
     self._saving = None  # the step whose save is in flight
     self._problems = {}  # step -> None (intact) or what is wrong with it
     self._reported = set()
+    _quiet_cancelled_writes()
     policies = [checkpoint_managers.LatestN(n=keep)]
     if best_metric:
       policies.append(checkpoint_managers.BestN(
@@ -228,7 +256,9 @@ class Checkpoints:
       return
     intact = [s for s in self.all_steps() if s != step and self.problem(s) is None]
     saved = f'checkpoints up to {intact[-1]} are intact' if intact else 'no earlier checkpoint is intact'
-    raise CheckpointError(f'no space left while saving checkpoint {step} in {self.directory}; {saved}') from None
+    # The writes cancelled when the disk was found full are reported at exit otherwise.
+    warnings.filterwarnings('ignore', message="coroutine '.*' was never awaited", category=RuntimeWarning)
+    raise CheckpointError(f'no space left while saving checkpoint {step} in {self.directory}; {saved}') from error
 
   def wait(self) -> None:
     """Blocks until the save in flight is written; a full disk is a ``CheckpointError``."""
