@@ -29,6 +29,7 @@ from flax import nnx
 
 from attention import Decoder, Encoder, padding_mask, resolve_dtype
 from seq2seq.tokenizer import PAD_ID
+
 # name -> (features, encoder_layers, decoder_layers, num_heads, mlp_features)
 VARIANTS = {
     'tiny': (64, 2, 2, 4, 256),
@@ -111,9 +112,9 @@ class Transformer(nnx.Module):
     """Teacher-forced decoder pass: float32 logits ``[batch, target, vocab]`` and intermediates."""
     self._check_length(tgt_in_ids.shape[1], 'The target')
     x, weights = self.decoder(
-        self._embed(self.target_embedding, tgt_in_ids), encoded, target_mask=padding_mask(None, tgt_in_ids != PAD_ID),
-        cross_mask=padding_mask(None, src_ids != PAD_ID), deterministic=deterministic, rngs=rngs,
-        return_weights=return_weights)
+        self._embed(self.target_embedding, tgt_in_ids), encoded,
+        target_mask=padding_mask(None, tgt_in_ids != PAD_ID), cross_mask=padding_mask(None, src_ids != PAD_ID),
+        deterministic=deterministic, rngs=rngs, return_weights=return_weights)
     intermediates = {'decoder_output': x}
     if return_weights:
       intermediates['decoder_self_attention_weights'] = weights['self_attention_weights']

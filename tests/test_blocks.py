@@ -1,6 +1,5 @@
 """Transformer blocks and stacks against NumPy: norm placement, activations, the stem's dropout."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
