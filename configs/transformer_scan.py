@@ -74,6 +74,9 @@ def get_config():
   config.model.dropout = 0.0
   config.model.attention_dropout = 0.0
   config.model.dtype = 'float32'
+  config.model.activation = 'gelu'  # ours: pre-LayerNorm and GELU
+  config.model.norm_placement = 'pre'
+  config.model.use_bias = True  # biases on the attention projections
 
   config.decode = ml_collections.ConfigDict()
   config.decode.beam_size = 1

@@ -5,11 +5,11 @@
   python train.py --config configs/transformer_wmt14_ende_base.py --workdir runs/wmt14_ende_base
   python evaluate.py --workdir runs/wmt14_ende_base --split test --average_last 5
 
-The paper's recipe: base model (d=512, 6+6 layers, 8 heads, ff 2048), a shared BPE vocabulary
+The paper's recipe: base model (d=512, 6+6 layers, 8 heads, ff 2048, ReLU, post-LayerNorm), a shared BPE vocabulary
 of about 37k tokens with shared and tied embeddings, Adam (b1 0.9, b2 0.98, eps 1e-9), the
 rsqrt schedule with 4000 warmup steps peaking at 512^-0.5 * 4000^-0.5, dropout 0.1, label
 smoothing 0.1, 100k steps, beam 4 with length penalty 0.6, the last 5 checkpoints averaged.
-Differences: pre-LayerNorm blocks; batches of 1024 sentences (about 25k target tokens on
+Differences: batches of 1024 sentences (about 25k target tokens on
 average, as in the paper, but counted in sentences) as 4 accumulated micro-batches; pairs
 over 128 tokens dropped; bfloat16 compute; sacreBLEU (the paper's 27.3 is tokenised BLEU,
 usually about 1 point above sacreBLEU). Validation is newstest2013, test newstest2014.
@@ -80,6 +80,9 @@ def get_config():
   config.model.dropout = 0.1
   config.model.attention_dropout = 0.0
   config.model.dtype = 'bfloat16'
+  config.model.activation = 'relu'  # the paper's: ReLU and post-LayerNorm
+  config.model.norm_placement = 'post'
+  config.model.use_bias = True  # biases on the attention projections
 
   config.decode = ml_collections.ConfigDict()
   config.decode.beam_size = 4

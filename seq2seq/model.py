@@ -159,7 +159,7 @@ def default_model_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       variant='small', features=256, encoder_layers=3, decoder_layers=3, num_heads=4, mlp_features=1024,
       share_embeddings=False, tie_output=True, posemb='sincos1d', posemb_injection='stem', max_length=256,
-      score='scaled_dot', dropout=0.1, attention_dropout=0.0, dtype='float32'))
+      score='scaled_dot', dropout=0.1, attention_dropout=0.0, dtype='float32', **OPTIONAL_FIELDS))
 
 
 def make_transformer(model_config: ml_collections.ConfigDict, *, source_vocab_size: int, target_vocab_size: int,
