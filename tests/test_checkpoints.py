@@ -118,6 +118,19 @@ def test_no_intact_checkpoint_is_an_error_naming_each(tmp_path, caplog):
   checkpoints.close()
 
 
+def test_a_checkpoint_of_the_old_format_is_not_trusted(tmp_path, caplog):
+  manager = ocp.CheckpointManager(tmp_path / 'checkpoints')
+  manager.save(5, args=ocp.args.StandardSave(_state(5)))
+  manager.close()
+  checkpoints = Checkpoints(tmp_path, read_only=True)
+  with caplog.at_level(logging.WARNING), pytest.raises(CheckpointError, match='step 5: it has no integrity.json'):
+    checkpoints.latest_step()
+  assert len(_warnings(caplog)) == 1
+  with pytest.raises(CheckpointError, match='Checkpoint 5 in .* is damaged or incomplete'):
+    checkpoints.resolve(5)
+  checkpoints.close()
+
+
 def test_training_past_damaged_steps_moves_them_aside(tmp_path, caplog):
   _save(tmp_path, [1, 2, 3])
   for step in (2, 3):
