@@ -52,9 +52,9 @@ def _warnings(caplog):
           if record.name == 'trainer.checkpoints' and record.levelno == logging.WARNING]
 
 
-def _data_file(step_dir: pathlib.Path) -> pathlib.Path:
-  """The largest file under ``params``: array data (not a manifest or metadata)."""
-  return max((path for path in (step_dir / 'params').rglob('*') if path.is_file()), key=lambda p: p.stat().st_size)
+def _data_file(step_dir: pathlib.Path, item: str = 'params') -> pathlib.Path:
+  """The largest file of ``item``: array data (not a manifest or metadata)."""
+  return max((path for path in (step_dir / item).rglob('*') if path.is_file()), key=lambda p: p.stat().st_size)
 
 
 def _truncate(step_dir):
@@ -67,8 +67,8 @@ def _garbage(step_dir):
   path.write_bytes(np.random.default_rng(0).bytes(path.stat().st_size))
 
 
-def _flip(step_dir):
-  path = _data_file(step_dir)
+def _flip(step_dir, item='params'):
+  path = _data_file(step_dir, item)
   data = bytearray(path.read_bytes())
   middle = len(data) // 2
   data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
@@ -116,6 +116,23 @@ def test_no_intact_checkpoint_is_an_error_naming_each(tmp_path, caplog):
     checkpoints.latest_step()
   assert len(_warnings(caplog)) == 2
   checkpoints.close()
+
+
+def test_evaluation_needs_only_intact_parameters(tmp_path, caplog):
+  _save(tmp_path, [1, 2])
+  _flip(tmp_path / 'checkpoints' / '2', 'opt_state')
+  for_evaluation = Checkpoints(tmp_path, read_only=True, needed_items=('params',))
+  with caplog.at_level(logging.WARNING):
+    assert for_evaluation.latest_step() == 2
+    params = for_evaluation.restore_params(2, _abstract(_state(0).params))
+  assert not _warnings(caplog)
+  jax.tree.map(np.testing.assert_array_equal, params, _state(2).params)
+  with pytest.raises(CheckpointError, match='opt_state/.* differs from its checksum'):
+    for_evaluation.restore(2, _abstract(_state(0)))
+  for_training = Checkpoints(tmp_path, read_only=True)
+  assert for_training.latest_step() == 1
+  for checkpoints in (for_evaluation, for_training):
+    checkpoints.close()
 
 
 def test_a_checkpoint_of_the_old_format_is_not_trusted(tmp_path, caplog):

@@ -88,7 +88,8 @@ def _quiet_cancelled_writes() -> None:
 class Checkpoints:
 
   def __init__(self, workdir: str | pathlib.Path, *, keep: int = 3, best_metric: str | None = None,
-               best_mode: str = 'max', asynchronous: bool = True, read_only: bool = False):
+               best_mode: str = 'max', asynchronous: bool = True, read_only: bool = False,
+               needed_items: tuple[str, ...] = _ITEMS):
     if best_mode not in ('max', 'min'):
       raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}.")
     self.best_metric = best_metric
@@ -97,7 +98,8 @@ class Checkpoints:
     self.directory = pathlib.Path(workdir).absolute() / 'checkpoints'
     self._asynchronous = asynchronous
     self._saving = None  # the step whose save is in flight
-    self._problems = {}  # step -> None (intact) or what is wrong with it
+    self._needed_items = tuple(needed_items)  # what "intact" covers: ('params',) for evaluation
+    self._problems = {}  # (step, items) -> None (intact) or what is wrong with it
     self._reported = set()
     _quiet_cancelled_writes()
     policies = [checkpoint_managers.LatestN(n=keep)]
@@ -124,11 +126,12 @@ class Checkpoints:
       return []
     return sorted(int(path.name) for path in self.directory.iterdir() if path.name.isdigit() and path.is_dir())
 
-  def problem(self, step: int) -> str | None:
-    """``None`` if checkpoint ``step`` is intact, else what is wrong with it."""
-    if step not in self._problems:
-      self._problems[step] = integrity.check(self.directory / str(step))
-    return self._problems[step]
+  def problem(self, step: int, items: tuple[str, ...] | None = None) -> str | None:
+    """``None`` if the ``items`` (default: the needed ones) of checkpoint ``step`` are intact, else what is wrong."""
+    key = (step, items or self._needed_items)
+    if key not in self._problems:
+      self._problems[key] = integrity.check(self.directory / str(step), key[1])
+    return self._problems[key]
 
   def _first_intact(self, candidates: list[int], what: str) -> int:
     """The first intact step of ``candidates``; each damaged one before it is named in one warning."""
@@ -203,9 +206,10 @@ class Checkpoints:
     self._require_intact(step)
     return step
 
-  def _require_intact(self, step: int) -> None:
-    if self.problem(step) is not None:
-      raise CheckpointError(f'Checkpoint {step} in {self.directory} is damaged or incomplete: {self.problem(step)}.')
+  def _require_intact(self, step: int, items: tuple[str, ...] | None = None) -> None:
+    if self.problem(step, items) is not None:
+      raise CheckpointError(f'Checkpoint {step} in {self.directory} is damaged or incomplete: '
+                            f'{self.problem(step, items)}.')
 
   # Saving ----------------------------------------------------------------------
 
@@ -213,7 +217,7 @@ class Checkpoints:
     """Starts saving ``state`` (a ``TrainState``) as checkpoint ``step``; returns before it is written."""
     self.wait()  # the previous save finishes (or reports a full disk) before _saving names this one
     self._set_aside_damaged(step)
-    self._problems.pop(step, None)
+    self._problems = {key: problem for key, problem in self._problems.items() if key[0] != step}
     self._saving = step
     args = ocp.args.Composite(params=ocp.args.StandardSave(state.params),
                               opt_state=ocp.args.StandardSave(state.opt_state),
@@ -279,7 +283,7 @@ class Checkpoints:
 
   def restore(self, step: int, abstract_state: Any) -> Any:
     """The ``TrainState`` of intact checkpoint ``step``, on the shardings named in ``abstract_state``."""
-    self._require_intact(step)
+    self._require_intact(step, ('params', 'opt_state'))
     restored = self.manager.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(abstract_state.params),
         opt_state=ocp.args.StandardRestore(abstract_state.opt_state)))
@@ -289,8 +293,8 @@ class Checkpoints:
     return abstract_state.replace(step=step_array, params=restored.params, opt_state=restored.opt_state)
 
   def restore_params(self, step: int, abstract_params: Any) -> Any:
-    """Only the parameters of intact checkpoint ``step`` (no optimizer state is read)."""
-    self._require_intact(step)
+    """Only the parameters of checkpoint ``step``, checked intact (no optimizer state is read)."""
+    self._require_intact(step, ('params',))
     return self.manager.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(abstract_params))).params
 

@@ -30,7 +30,7 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
   config = workdir_lib.load_config(workdir)
   mesh = mesh or make_mesh()
   checkpoints = Checkpoints(workdir, best_metric=config.best_metric, best_mode=config.best_mode,
-                            read_only=True)
+                            read_only=True, needed_items=('params',))
   try:
     step = checkpoints.resolve(which)
     steps = checkpoints.intact_steps_up_to(step, average_last) if average_last >= 1 else []

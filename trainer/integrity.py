@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import pathlib
+from collections.abc import Sequence
 
 RECORD_NAME = 'integrity.json'
 _FORMAT = 1
@@ -55,8 +56,12 @@ def write_record(directory: str | pathlib.Path) -> None:
   os.replace(temporary, directory / RECORD_NAME)
 
 
-def check(directory: str | pathlib.Path) -> str | None:
-  """``None`` if every recorded file is there with its size and checksum, else what is wrong (a phrase)."""
+def check(directory: str | pathlib.Path, items: Sequence[str] | None = None) -> str | None:
+  """``None`` if every recorded file is there with its size and checksum, else what is wrong (a phrase).
+
+  With ``items``, only the files of those orbax items (subdirectories) and the step's own
+  files are checked: evaluation reads no optimizer state, not even to check it.
+  """
   directory = pathlib.Path(directory)
   try:
     record = json.loads((directory / RECORD_NAME).read_text())
@@ -67,6 +72,11 @@ def check(directory: str | pathlib.Path) -> str | None:
     return f'it has no {RECORD_NAME} (written by an older version, or not by this code)'
   except (OSError, ValueError, KeyError, TypeError):
     return f'its {RECORD_NAME} is unreadable'
+  if items is not None:
+    for item in items:
+      if not any(name.startswith(item + '/') for name in files):
+        return f'it has no {item}'
+    files = {name: entry for name, entry in files.items() if name.split('/', 1)[0] in items or '/' not in name}
   for name, (size, digest) in sorted(files.items()):
     path = directory / name
     if not path.is_file():
