@@ -54,3 +54,46 @@ def test_two_processes_train_like_one(tmp_path):
   assert sorted(two) == [1, 2, 3, 4]
   np.testing.assert_allclose([two[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)
   assert abs(single.eval_metrics['accuracy'] - accuracies[0]) < 1e-6
+
+
+def test_a_stop_signal_on_one_process_stops_both_at_the_same_step(tmp_path):
+  port = _free_port()
+  workdir = tmp_path / 'two'
+  script = textwrap.dedent(f"""
+      import signal
+      import sys
+      import jax
+      jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+      process_id = int(sys.argv[1])
+      jax.distributed.initialize(coordinator_address='127.0.0.1:{port}', num_processes=2, process_id=process_id)
+      from tests.vit_test_configs import tiny_vit_config
+      from trainer.loop import train_and_evaluate
+      from vit.input_pipeline import ImageData
+      original = ImageData.train_batches
+
+      def batches(self, **kwargs):
+        for index, batch in enumerate(original(self, **kwargs)):
+          if process_id == 1 and index == 4:
+            signal.raise_signal(signal.SIGTERM)
+          yield batch
+
+      ImageData.train_batches = batches
+      config = tiny_vit_config(total_steps=8, eval_every_steps=100, checkpoint_every_steps=100)
+      result = train_and_evaluate(config, {str(workdir)!r})
+      print('stopped', result.interrupted, result.step)
+  """)
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  workers = [subprocess.Popen([sys.executable, '-c', script, str(i)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  try:
+    outputs = [worker.communicate(timeout=240) for worker in workers]
+  finally:
+    for worker in workers:
+      worker.kill()
+  for worker, (_, stderr) in zip(workers, outputs):
+    assert worker.returncode == 0, stderr[-3000:]
+  results = [out.split('stopped')[-1].split() for out, _ in outputs]
+  assert results[0] == results[1] and results[0][0] == 'True' and 0 < int(results[0][1]) < 8
+  saved = sorted(p.name for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
+  assert saved == [results[0][1]]

@@ -1,16 +1,18 @@
 """``train_and_evaluate(config, workdir)``: the one training loop for every task.
 
 Order of work: build the task (which validates the config and finds the data),
-check the workdir, build the model, restore the latest checkpoint if there is
-one, then train. Evaluation runs every ``eval_every_steps`` and at the end; a
-checkpoint is written every ``checkpoint_every_steps``, after each evaluation
-(with its metrics, for keep-best), at the end, and on SIGTERM or Ctrl-C.
+check and lock the workdir (``trainer/workdir_lock.py``), build the model,
+restore the latest checkpoint if there is one, then train. Evaluation runs every
+``eval_every_steps`` and at the end; a checkpoint is written every
+``checkpoint_every_steps``, after each evaluation (with its metrics, for
+keep-best), at the end, and on SIGTERM or Ctrl-C (``trainer/stop.py``), never
+twice for one step. ``_Training`` holds the run; its methods report progress,
+evaluate and save, each in one place.
 """
 
 import dataclasses
 import math
 import pathlib
-import signal
 import time
 from typing import Any
 
@@ -24,11 +26,14 @@ from flax import nnx
 
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like
+from trainer.errors import TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
 from trainer.optim import make_optimizer
 from trainer.partitioning import check_batch_size, global_batch, make_mesh, replicated
 from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step
+from trainer.stop import StopRequest
 from trainer.task import Task, load_task
+from trainer.workdir_lock import WorkdirLock
 
 
 @dataclasses.dataclass
@@ -36,30 +41,6 @@ class TrainResult:
   step: int
   interrupted: bool
   eval_metrics: dict[str, float]
-
-
-class _StopRequest:
-  """Turns SIGTERM and SIGINT into a flag the loop checks after each step."""
-
-  def __init__(self):
-    self.signal_name = None
-    self._previous = {}
-
-  def __enter__(self):
-    for sig in (signal.SIGTERM, signal.SIGINT):
-      try:
-        self._previous[sig] = signal.signal(sig, self._handle)
-      except ValueError:  # not the main thread: no handlers, training still works
-        pass
-    return self
-
-  def _handle(self, signum, frame):
-    del frame
-    self.signal_name = signal.Signals(signum).name
-
-  def __exit__(self, *exc):
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
 
 
 def total_steps(config: ml_collections.ConfigDict, task: Task) -> int:
@@ -92,12 +73,175 @@ def _format(metrics: dict[str, Any]) -> str:
   return ' '.join(f'{name} {value:.4g}' for name, value in sorted(metrics.items()) if not isinstance(value, str))
 
 
-def _check_finite(metrics: dict[str, float], step: int, checkpoints: Checkpoints) -> None:
-  loss = metrics.get('loss')
-  if loss is not None and not np.isfinite(loss):
-    raise FloatingPointError(
-        f'Training loss became {loss} by step {step}; stopped. The last good checkpoint '
-        f'(step {checkpoints.latest_step()}) is kept in {checkpoints.directory}.')
+
+def _lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
+  """Process 0 locks the workdir; every process raises if it could not."""
+  lock = WorkdirLock(workdir)
+  error = None
+  if jax.process_index() == 0:
+    try:
+      lock.acquire()
+    except WorkdirError as refused:
+      error = refused
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    if np.any(multihost_utils.process_allgather(np.int32(error is not None))) and error is None:
+      error = WorkdirError(f'{workdir} is being trained by another process (process 0 says which).')
+  if error is not None:
+    raise error
+  return lock
+
+
+class _Progress:
+  """The progress line: step, training metrics, steps/s, examples/s and ETA.
+
+  Not clu's ``ReportProgress``: that one logs through absl at INFO (which the command
+  lines quiet), has no examples/s, and writes ``steps_per_sec`` as a record of its own
+  rather than beside the loss.
+  """
+
+  def __init__(self, step: int, num_steps: int, batch_size: int):
+    self.num_steps, self.batch_size = num_steps, batch_size
+    self._since = (time.perf_counter(), step)
+
+  def steps_per_sec(self, step: int) -> float:
+    now = time.perf_counter()
+    rate = (step - self._since[1]) / max(now - self._since[0], 1e-9)
+    self._since = (now, step)
+    return rate
+
+  def line(self, step: int, values: dict[str, float]) -> str:
+    rate = values['steps_per_sec']
+    eta = (self.num_steps - step) / max(rate, 1e-9)
+    shown = ' '.join(f'{name} {value:.4g}' for name, value in sorted(values.items()) if name != 'steps_per_sec')
+    return (f'step {step}/{self.num_steps} | {shown} | {rate:.2f} steps/s, '
+            f'{rate * self.batch_size:.0f} examples/s | ETA {eta:.0f}s')
+
+
+class _Training:
+  """The state of one run and the three things done to it besides stepping:
+  reporting progress, evaluating and saving."""
+
+  def __init__(self, config, workdir: pathlib.Path, task: Task, mesh, optimizer, num_steps: int):
+    self.config, self.workdir, self.task, self.mesh, self.num_steps = config, workdir, task, mesh, num_steps
+    self.parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=self.parts.params,
+                       opt_state=optimizer.init(self.parts.params))
+    self.state = jax.device_put(state, replicated(mesh))
+    self.parts.params = None  # the state holds them from now on
+
+    self.checkpoints = Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=config.best_metric,
+                                   best_mode=config.best_mode)
+    self.start_step = self.checkpoints.latest_step() or 0
+    if self.start_step:
+      self.state = self.checkpoints.restore(self.start_step, abstract_like(self.state, replicated(mesh)))
+      logging.info('Resumed from the checkpoint at step %d.', self.start_step)
+    self.is_main = jax.process_index() == 0
+    if self.is_main:
+      workdir_lib.save_config(workdir, config)
+      parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
+    self.writers = make_writers(workdir, self.is_main)
+
+    self.train_step = make_train_step(task, self.parts, optimizer, mesh, seed=config.seed,
+                                      grad_accum_steps=config.grad_accum_steps)
+    self.eval_step = make_eval_step(task, self.parts, mesh)
+    self.batches = task.train_batches(batch_size=config.batch_size, seed=config.seed, start_step=self.start_step,
+                                      process_index=jax.process_index(), process_count=jax.process_count())
+    self.step = self.start_step
+    self.pending_metrics = None
+    self.last_eval: dict[str, float] = {}
+    self.evaluated_step = None
+    self.saved_step = self.start_step or None
+    self.progress = _Progress(self.step, num_steps, config.batch_size)
+
+  def train_one_step(self) -> None:
+    if self.pending_metrics is None:
+      self.pending_metrics = jax.device_put(self.task.train_metrics.empty(), replicated(self.mesh))
+    self.state, self.pending_metrics = self.train_step(self.state, self.pending_metrics,
+                                                       global_batch(next(self.batches), self.mesh))
+    self.step += 1
+
+  def report_progress(self) -> None:
+    """Writes and prints the training metrics since the last report; stops on a NaN loss."""
+    if self.pending_metrics is None:
+      return
+    values = {name: float(value) for name, value in self.pending_metrics.compute().items()}
+    self.pending_metrics = None
+    self._check_finite(values.get('loss'))
+    values['steps_per_sec'] = self.progress.steps_per_sec(self.step)
+    self.writers['train'].write_scalars(self.step, values)
+    if self.is_main:
+      print(self.progress.line(self.step, values), flush=True)
+
+  def _check_finite(self, loss: float | None) -> None:
+    if loss is None or np.isfinite(loss):
+      return
+    self.checkpoints.wait()
+    last = self.checkpoints.latest_step()
+    if last is None:
+      kept = (f'No checkpoint has been saved yet (none in {self.checkpoints.directory}); '
+              'a rerun starts from the beginning.')
+    else:
+      kept = f'The last good checkpoint (step {last}) is kept in {self.checkpoints.directory}.'
+    raise TrainingDiverged(f'Training loss became {loss} by step {self.step}; stopped. {kept}')
+
+  def evaluate(self) -> dict[str, float]:
+    """Metrics of the current parameters on ``config.eval_split``, written and printed."""
+    self.report_progress()
+    results = evaluate_params(self.task, self.parts, self.state.params, self.config.eval_split, self.mesh,
+                              self.config.eval_batch_size, self.eval_step, self.workdir)
+    self.last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
+    self.evaluated_step = self.step
+    texts = {name: value for name, value in results.items() if isinstance(value, str)}
+    self.writers['eval'].write_scalars(self.step, self.last_eval)
+    if texts:
+      self.writers['eval'].write_texts(self.step, texts)
+    return self.last_eval
+
+  def maybe_save(self, reason: str) -> None:
+    """The one place that saves: once per step, with the metrics of an evaluation at that step."""
+    if self.saved_step == self.step:
+      return
+    self.report_progress()
+    metrics = self.last_eval if self.evaluated_step == self.step else None
+    logging.info('Saving checkpoint %d (%s).', self.step, reason)
+    self.checkpoints.save(self.step, self.state, metrics=metrics)
+    self.saved_step = self.step
+
+  def run(self, stop: StopRequest) -> TrainResult:
+    config, split = self.config, self.config.eval_split
+    while self.step < self.num_steps:
+      self.train_one_step()
+      step = self.step
+      if step % config.log_every_steps == 0:
+        self.report_progress()
+      if step % config.eval_every_steps == 0 or step == self.num_steps:
+        metrics = self.evaluate()
+        if self.is_main:
+          print(f'eval {split} at step {step}: ' + _format(metrics), flush=True)
+        self.maybe_save('evaluation')
+      elif step % config.checkpoint_every_steps == 0:
+        self.maybe_save('schedule')
+      if step < self.num_steps and stop.should_stop(step):
+        self.maybe_save('stop')
+        self.checkpoints.wait()
+        print(f'{stop.reason()}: saved a checkpoint at step {step} in {self.checkpoints.directory}; '
+              'rerun the same command to resume.', flush=True)
+        return TrainResult(step=step, interrupted=True, eval_metrics=self.last_eval)
+    if self.start_step >= self.num_steps:  # already trained: report the final metrics again
+      self.last_eval = evaluate_params(self.task, self.parts, self.state.params, split, self.mesh,
+                                       config.eval_batch_size, self.eval_step, self.workdir)
+      metrics = self.last_eval
+      print(f'already trained to step {self.start_step}; eval {split}: ' + _format(metrics), flush=True)
+    return TrainResult(step=self.step, interrupted=False, eval_metrics=self.last_eval)
+
+  def close(self) -> None:
+    try:
+      self.checkpoints.wait()
+      self.checkpoints.close()
+    finally:
+      for writer in self.writers.values():
+        writer.flush()
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> TrainResult:
@@ -113,101 +257,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   num_steps = total_steps(config, task)
   optimizer = make_optimizer(config.optimizer, num_steps)
   workdir.mkdir(parents=True, exist_ok=True)
-  task.prepare(workdir)
-
-  parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
-  state = TrainState(step=jnp.zeros((), jnp.int32), params=parts.params,
-                     opt_state=optimizer.init(parts.params))
-  state = jax.device_put(state, replicated(mesh))
-  parts.params = None  # the state holds them from now on
-
-  checkpoints = Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=config.best_metric,
-                            best_mode=config.best_mode)
-  start_step = checkpoints.latest_step() or 0
-  if start_step:
-    state = checkpoints.restore(start_step, abstract_like(state, replicated(mesh)))
-    logging.info('Resumed from the checkpoint at step %d.', start_step)
-  is_main = jax.process_index() == 0
-  if is_main:
-    workdir_lib.save_config(workdir, config)
-    parameter_overview.log_parameter_overview(nnx.to_pure_dict(state.params))
-  writers = make_writers(workdir, is_main)
-
-  train_step = make_train_step(task, parts, optimizer, mesh, seed=config.seed,
-                               grad_accum_steps=config.grad_accum_steps)
-  eval_step = make_eval_step(task, parts, mesh)
-  batches = task.train_batches(batch_size=config.batch_size, seed=config.seed, start_step=start_step,
-                               process_index=jax.process_index(), process_count=jax.process_count())
-
-  pending_metrics = None
-  last_eval: dict[str, float] = {}
-  step = start_step
-  timer = (time.perf_counter(), step)
-
-  def flush_train_metrics():
-    nonlocal pending_metrics, timer
-    if pending_metrics is None:
-      return
-    values = {name: float(value) for name, value in pending_metrics.compute().items()}
-    pending_metrics = None
-    _check_finite(values, step, checkpoints)
-    now = time.perf_counter()
-    steps_per_sec = (step - timer[1]) / max(now - timer[0], 1e-9)
-    timer = (now, step)
-    values['steps_per_sec'] = steps_per_sec
-    writers['train'].write_scalars(step, values)
-    if is_main:
-      eta = (num_steps - step) / max(steps_per_sec, 1e-9)
-      shown = ' '.join(f'{name} {value:.4g}' for name, value in sorted(values.items())
-                       if name != 'steps_per_sec')
-      print(f'step {step}/{num_steps} | {shown} | {steps_per_sec:.2f} steps/s, '
-            f'{steps_per_sec * config.batch_size:.0f} examples/s | ETA {eta:.0f}s', flush=True)
-
-  def evaluate_and_save():
-    nonlocal last_eval
-    flush_train_metrics()
-    results = evaluate_params(task, parts, state.params, config.eval_split, mesh,
-                              config.eval_batch_size, eval_step, workdir)
-    last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
-    texts = {name: value for name, value in results.items() if isinstance(value, str)}
-    writers['eval'].write_scalars(step, last_eval)
-    if texts:
-      writers['eval'].write_texts(step, texts)
-    if is_main:
-      print(f'eval {config.eval_split} at step {step}: ' + _format(last_eval), flush=True)
-    checkpoints.save(step, state, metrics=last_eval)
-
-  interrupted = False
+  lock = _lock_workdir(workdir)
   try:
-    with _StopRequest() as stop:
-      while step < num_steps:
-        if pending_metrics is None:
-          pending_metrics = jax.device_put(task.train_metrics.empty(), replicated(mesh))
-        state, pending_metrics = train_step(state, pending_metrics, global_batch(next(batches), mesh))
-        step += 1
-        if step % config.log_every_steps == 0:
-          flush_train_metrics()
-        if step % config.eval_every_steps == 0 or step == num_steps:
-          evaluate_and_save()
-        elif step % config.checkpoint_every_steps == 0:
-          flush_train_metrics()
-          checkpoints.save(step, state)
-        if stop.signal_name and step < num_steps:
-          flush_train_metrics()
-          checkpoints.save(step, state)
-          checkpoints.wait()
-          print(f'{stop.signal_name} received: saved a checkpoint at step {step} in {checkpoints.directory}; '
-                'rerun the same command to resume.', flush=True)
-          interrupted = True
-          break
-      if start_step >= num_steps:  # already trained: report the final metrics again
-        last_eval = evaluate_params(task, parts, state.params, config.eval_split, mesh,
-                                    config.eval_batch_size, eval_step, workdir)
-        print(f'already trained to step {start_step}; eval {config.eval_split}: ' + _format(last_eval),
-              flush=True)
+    task.prepare(workdir)
+    training = _Training(config, workdir, task, mesh, optimizer, num_steps)
+    try:
+      with StopRequest(sync_every_steps=config.log_every_steps) as stop:
+        return training.run(stop)
+    finally:
+      training.close()
   finally:
-    checkpoints.wait()
-    checkpoints.close()
-    for writer in writers.values():
-      writer.flush()
-  return TrainResult(step=step, interrupted=interrupted, eval_metrics=last_eval)
+    lock.release()

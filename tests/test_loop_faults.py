@@ -1,0 +1,101 @@
+"""The training loop when things go wrong: a stop signal mid-evaluation, a locked workdir, an early NaN."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from tests.vit_test_configs import tiny_vit_config
+from trainer.errors import TrainingDiverged, WorkdirError
+from trainer.evaluation import restore_checkpoint
+from trainer.loop import train_and_evaluate
+from trainer.metrics_io import read_metrics
+from trainer.workdir_lock import LOCK_FILE
+from vit.input_pipeline import ImageData
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _params(workdir):
+  _, _, params, step = restore_checkpoint(workdir, 'latest')
+  return step, jax.tree.map(np.asarray, nnx.to_pure_dict(params))
+
+
+def _train_losses(workdir):
+  return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
+
+
+def test_stop_during_evaluation_on_a_checkpoint_step_saves_once_and_resumes(tmp_path, monkeypatch, capsys):
+  reference = train_and_evaluate(tiny_vit_config(), tmp_path / 'reference')
+  assert reference.step == 8
+  original = ImageData.eval_batches
+  calls = []
+
+  def interrupting_eval_batches(self, split, **kwargs):
+    calls.append(split)
+    if len(calls) == 1:  # the evaluation at step 4, also a checkpoint step
+      signal.raise_signal(signal.SIGTERM)
+    yield from original(self, split, **kwargs)
+
+  monkeypatch.setattr(ImageData, 'eval_batches', interrupting_eval_batches)
+  first = train_and_evaluate(tiny_vit_config(), tmp_path / 'stopped')
+  assert first.interrupted and first.step == 4
+  assert 'SIGTERM received: saved a checkpoint at step 4' in capsys.readouterr().out
+  second = train_and_evaluate(tiny_vit_config(), tmp_path / 'stopped')
+  assert second.step == 8 and not second.interrupted
+  step, resumed = _params(tmp_path / 'stopped')
+  _, expected = _params(tmp_path / 'reference')
+  assert step == 8
+  jax.tree.map(np.testing.assert_array_equal, resumed, expected)
+  assert _train_losses(tmp_path / 'stopped') == _train_losses(tmp_path / 'reference')
+
+
+def _hold_lock(workdir):
+  script = textwrap.dedent(f"""
+      import sys, time
+      from trainer.workdir_lock import WorkdirLock
+      lock = WorkdirLock({str(workdir)!r})
+      lock.acquire()
+      print('locked', flush=True)
+      time.sleep(300)
+  """)
+  holder = subprocess.Popen([sys.executable, '-c', script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  assert holder.stdout.readline().strip() == 'locked'
+  return holder
+
+
+def test_a_second_process_is_refused_and_a_dead_holder_is_taken_over(tmp_path, caplog):
+  workdir = tmp_path / 'workdir'
+  workdir.mkdir()
+  holder = _hold_lock(workdir)
+  try:
+    started = time.perf_counter()
+    with pytest.raises(WorkdirError, match=f'{workdir} is being trained by pid {holder.pid} on host'):
+      train_and_evaluate(tiny_vit_config(total_steps=2, eval_every_steps=2), workdir)
+    assert time.perf_counter() - started < 60
+    assert not (workdir / 'config.json').exists() and not (workdir / 'checkpoints').exists()
+  finally:
+    holder.kill()
+    holder.wait()
+  assert str(holder.pid) in (workdir / LOCK_FILE).read_text()  # killed: its name stays, the OS lock does not
+  with caplog.at_level(logging.WARNING):
+    result = train_and_evaluate(tiny_vit_config(total_steps=2, eval_every_steps=2), workdir)
+  assert result.step == 2 and not result.interrupted
+  assert any(f'pid {holder.pid}' in r.getMessage() and 'no longer running' in r.getMessage() for r in caplog.records)
+  assert (workdir / LOCK_FILE).read_text() == ''  # released on a clean exit
+
+
+def test_nan_before_the_first_checkpoint_says_there_is_none(tmp_path):
+  config = tiny_vit_config(checkpoint_every_steps=100, eval_every_steps=100, total_steps=20)
+  config.optimizer.update(learning_rate=1e30, grad_clip_norm=0.0, warmup_steps=3, schedule='constant')
+  with pytest.raises(TrainingDiverged, match='No checkpoint has been saved yet') as raised:
+    train_and_evaluate(config, tmp_path)
+  assert 'None' not in str(raised.value)
