@@ -95,9 +95,10 @@ def _lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
 class _Progress:
   """The progress line: step, training metrics, steps/s, examples/s and ETA.
 
-  Not clu's ``ReportProgress``: that one logs through absl at INFO (which the command
-  lines quiet), has no examples/s, and writes ``steps_per_sec`` as a record of its own
-  rather than beside the loss.
+  Not clu's ``ReportProgress``: it puts its line in the work unit's notes (only
+  logged at INFO locally, which the command lines quiet), never fires on its first
+  call, has no examples/s, and writes ``steps_per_sec`` and ``uptime`` as records of
+  their own in ``metrics.jsonl`` rather than beside the loss.
   """
 
   def __init__(self, step: int, num_steps: int, batch_size: int):
