@@ -1,15 +1,15 @@
 """A sweep over config axes and seeds: plan every run, check them all, then train them one by one.
 
 An axis is ``'path=value1,value2,...'``: an existing config field and the values it takes, each
-parsed with the field's type (``model.posemb=none,learn1d``, ``optimizer.learning_rate=1e-3,3e-3``).
+parsed with the field's type (``model.depth=1,2``, ``optimizer.learning_rate=1e-3,3e-3``).
 The runs are every combination of the axes' values, each repeated for ``num_seeds`` seeds (seed i
 sets ``config.seed`` to the config's own seed + i), and each trains in ``<workdir>/<name>/`` where
-the name spells its overrides (``posemb=learn1d,seed=0``). Combinations that do not exist
-(``attention.positional.combination_exists``: ``none`` with ``every_layer``, say) are not run;
-the tables write N/A for them.
+the name spells its overrides (``depth=2,seed=0``). Combinations whose task says they
+do not exist (it raises ``trainer.task.NotApplicable``) are not run; the tables write N/A for them.
 
 Every run is checked before the first one trains: its task is built (so a bad value fails with
-the task's own message) and its workdir, if there is one, must hold the same model. A run whose
+the task's own message, naming the allowed values) and its workdir, if there is one, must hold
+the same model. A run whose
 workdir has an evaluation at its last step and a checkpoint of that step is finished and is not
 trained again, whether ablate.py or train.py trained it; any other run starts, or resumes from its
 latest checkpoint, so rerunning a sweep continues where it stopped.
@@ -26,16 +26,13 @@ from typing import Any, Callable
 import ml_collections
 from absl import flags
 
-from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer import workdir as workdir_lib
-from trainer.errors import ConfigError
 from trainer.checkpoints import Checkpoints
+from trainer.errors import ConfigError
 from trainer.loop import total_steps, train_and_evaluate
 from trainer.metrics_io import read_metrics
-from trainer.task import Task, load_task
+from trainer.task import NotApplicable, Task, load_task
 
-# Option strings known here, so that a typo names the allowed values before any task is built.
-KNOWN_OPTIONS = {'model.posemb': POSEMB_KINDS, 'model.posemb_injection': INJECTIONS}
 _PARSERS = {bool: flags.BooleanParser(), int: flags.IntegerParser(), float: flags.FloatParser(),
             str: flags.ArgumentParser()}
 
@@ -75,7 +72,7 @@ def _field(config: ml_collections.ConfigDict, path: str) -> tuple[ml_collections
 
 
 def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
-  """``'model.posemb=none,learn1d'`` -> ``Axis('model.posemb', ('none', 'learn1d'))``, checked against ``config``."""
+  """``'model.depth=1,2'`` -> ``Axis('model.depth', (1, 2))``, checked against ``config``."""
   path, equals, text = spec.partition('=')
   path = path.strip()
   if not equals or not path or not text.strip():
@@ -96,8 +93,6 @@ def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
       value = _PARSERS[field_type].parse(item)
     except ValueError:
       raise ConfigError(f'--axis {path}: {item!r} is not of the field\'s type, {field_type.__name__}.') from None
-    if path in KNOWN_OPTIONS and value not in KNOWN_OPTIONS[path]:
-      raise ConfigError(f'--axis {path}: unknown value {item!r}; allowed values: {", ".join(KNOWN_OPTIONS[path])}.')
     values.append(value)
   if len(set(values)) != len(values):
     raise ConfigError(f'--axis {path}: a value is repeated in {text!r}.')
@@ -112,15 +107,8 @@ def _with_overrides(config: ml_collections.ConfigDict, overrides: dict[str, Any]
   return config
 
 
-def _exists(config: ml_collections.ConfigDict) -> bool:
-  model = config.get('model')
-  if not isinstance(model, ml_collections.ConfigDict) or 'posemb' not in model:
-    return True
-  return combination_exists(model.posemb, model.get('posemb_injection', 'stem'))
-
-
 def _run_name(overrides: dict[str, Any]) -> str:
-  """``{'model.posemb': 'learn1d', 'seed': 0}`` -> ``'posemb=learn1d,seed=0'`` (whole paths where last parts clash)."""
+  """``{'model.depth': 2, 'seed': 0}`` -> ``'depth=2,seed=0'`` (whole paths where last parts clash)."""
   last = [path.rsplit('.', 1)[-1] for path in overrides]
   parts = []
   for path, short in zip(overrides, last):
@@ -147,10 +135,11 @@ def plan_sweep(config: ml_collections.ConfigDict, axis_specs: list[str], num_see
   for values in itertools.product(*(axis.values for axis in axes)):
     combination = dict(zip(paths, values))
     combination_config = _with_overrides(config, combination)
-    if not _exists(combination_config):
+    try:
+      task = load_task(combination_config)
+    except NotApplicable:
       not_applicable.append(combination)
       continue
-    task = load_task(combination_config)
     for seed in seeds:
       overrides = dict(combination, seed=seed)
       name = _run_name(overrides)

@@ -5,14 +5,10 @@
 that do not exist) and ``runs``, each ``{"overrides": {path: value, ..., "seed": s}, "name",
 "workdir", "metrics"}`` with the metrics ``evaluate.py`` prints.
 
-``results.md`` takes the shape of the table the sweep reproduces, each cell the mean ± sample
-standard deviation over seeds:
-- a ViT sweep over ``model.posemb`` (and ``model.posemb_injection``): rows are encodings, columns
-  injections, cells the accuracy in %, N/A where the combination does not exist (ViT Table 8);
-- a translator sweep over ``model.posemb``: rows are encodings, columns the perplexity, BLEU and
-  exact match on the evaluation split (Vaswani et al. Table 3, row (E)); with a ``data.split``
-  axis too (SCAN's simple and length splits), one group of those columns per split;
-- any other sweep: one row per combination, one column per metric.
+``results.md`` holds the table the task draws for the sweep (``Task.ablation_table``: a family
+knows the axes of the paper tables it reproduces) or else the generic one: one row per
+combination, one column per metric. Each cell is the mean ± sample standard deviation over
+seeds; the helpers below build such cells for any family's table.
 """
 
 import csv
@@ -25,23 +21,11 @@ from typing import Any
 import numpy as np
 
 from trainer.errors import WorkdirError
+from trainer.task import task_class
 
 RESULTS_JSON, RESULTS_CSV, RESULTS_MD = 'results.json', 'results.csv', 'results.md'
-POSEMB, INJECTION, DATA_SPLIT = 'model.posemb', 'model.posemb_injection', 'data.split'
-PERCENT_METRICS = ('accuracy', 'exact_match')
+PERCENT_METRICS = ('accuracy', 'exact_match')  # fractions, shown in %
 _NOT_METRICS = ('step', 'split', 'checkpoint')
-_TRANSLATOR_COLUMNS = (('perplexity', 'PPL'), ('bleu', 'BLEU'), ('exact_match', 'exact match (%)'))
-
-
-def family(summary: dict[str, Any]) -> str:
-  """``'vit'``, ``'translator'`` or ``'generic'``: which table shape fits the sweep."""
-  axes = set(summary['axes'])
-  task = summary['task']
-  if task.startswith('vit.') and POSEMB in axes and axes <= {POSEMB, INJECTION}:
-    return 'vit'
-  if task.startswith('seq2seq.') and POSEMB in axes and axes <= {POSEMB, DATA_SPLIT}:
-    return 'translator'
-  return 'generic'
 
 
 def combination(record: dict[str, Any], axes: list[str]) -> tuple:
@@ -72,7 +56,7 @@ def mean_std(values: list[float]) -> tuple[float, float]:
   return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
-def _cell(values: list[float], num_seeds: int, scale: float = 1.0, digits: int = 1) -> str:
+def cell(values: list[float], num_seeds: int, scale: float = 1.0, digits: int = 1) -> str:
   if not values:
     return 'not run'
   mean, std = mean_std([value * scale for value in values])
@@ -80,52 +64,15 @@ def _cell(values: list[float], num_seeds: int, scale: float = 1.0, digits: int =
   return text if len(values) == num_seeds else f'{text} (n={len(values)})'
 
 
-def _markdown_rows(header: list[str], rows: list[list[str]]) -> str:
+def over_seeds(summary: dict[str, Any]) -> str:
+  num_seeds = len(summary['seeds'])
+  return f'mean ± std over {num_seeds} seed{"s" if num_seeds > 1 else ""}'
+
+
+def markdown_rows(header: list[str], rows: list[list[str]]) -> str:
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
   return '\n'.join(lines)
-
-
-def _vit_table(summary: dict[str, Any]) -> str:
-  groups, num_seeds = group_runs(summary), len(summary['seeds'])
-  injections = summary['axes'].get(INJECTION)
-  header = [POSEMB] + (list(injections) if injections else [f'{summary["eval_split"]} accuracy (%)'])
-  rows = []
-  for posemb in summary['axes'][POSEMB]:
-    row = [posemb]
-    for injection in injections or [None]:
-      values = (posemb, injection) if injections else (posemb,)
-      if is_not_applicable(summary, values):
-        row.append('N/A')
-      else:
-        row.append(_cell(metric_values(groups.get(values, []), 'accuracy'), num_seeds, scale=100))
-    rows.append(row)
-  caption = (f'{summary["task"]}: {summary["eval_split"]} accuracy (%), mean ± std over '
-             f'{num_seeds} seed{"s" if num_seeds > 1 else ""}' +
-             (f'; columns: {INJECTION}' if injections else '') + '.')
-  return caption + '\n\n' + _markdown_rows(header, rows)
-
-
-def _translator_table(summary: dict[str, Any]) -> str:
-  groups, num_seeds, split = group_runs(summary), len(summary['seeds']), summary['eval_split']
-  present = {name for run in summary['runs'] for name in run['metrics']}
-  columns = [(name, label) for name, label in _TRANSLATOR_COLUMNS if name in present]
-  data_splits = summary['axes'].get(DATA_SPLIT)
-  header = [POSEMB] + [f'{data_split + " " if data_splits else ""}{split} {label}'
-                       for data_split in data_splits or [None] for _, label in columns]
-  rows = []
-  for posemb in summary['axes'][POSEMB]:
-    row = [posemb]
-    for data_split in data_splits or [None]:
-      values = tuple(posemb if path == POSEMB else data_split for path in summary['axes'])
-      runs = groups.get(values, [])
-      row += [_cell(metric_values(runs, name), num_seeds, scale=100 if name in PERCENT_METRICS else 1,
-                    digits=2 if name == 'perplexity' else 1) for name, _ in columns]
-    rows.append(row)
-  caption = (f'{summary["task"]}: {split} perplexity, BLEU and exact match' +
-             (f' for each {DATA_SPLIT}' if data_splits else '') +
-             f', mean ± std over {num_seeds} seed{"s" if num_seeds > 1 else ""}.')
-  return caption + '\n\n' + _markdown_rows(header, rows)
 
 
 def metric_names(summary: dict[str, Any]) -> list[str]:
@@ -137,7 +84,7 @@ def all_combinations(summary: dict[str, Any]) -> list[tuple]:
   return list(itertools.product(*summary['axes'].values()))
 
 
-def _generic_table(summary: dict[str, Any]) -> str:
+def generic_table(summary: dict[str, Any]) -> str:
   groups, num_seeds = group_runs(summary), len(summary['seeds'])
   metrics = metric_names(summary)
   header = list(summary['axes']) + metrics
@@ -147,16 +94,16 @@ def _generic_table(summary: dict[str, Any]) -> str:
       cells = ['N/A'] * len(metrics)
     else:
       runs = groups.get(values, [])
-      cells = [_cell(metric_values(runs, name), num_seeds, digits=4) for name in metrics]
+      cells = [cell(metric_values(runs, name), num_seeds, digits=4) for name in metrics]
     rows.append([str(value) for value in values] + cells)
-  caption = (f'{summary["task"]}: {summary["eval_split"]} metrics, mean ± std over '
-             f'{num_seeds} seed{"s" if num_seeds > 1 else ""}.')
-  return caption + '\n\n' + _markdown_rows(header, rows)
+  caption = f'{summary["task"]}: {summary["eval_split"]} metrics, {over_seeds(summary)}.'
+  return caption + '\n\n' + markdown_rows(header, rows)
 
 
 def markdown(summary: dict[str, Any]) -> str:
-  tables = {'vit': _vit_table, 'translator': _translator_table, 'generic': _generic_table}
-  return f'# Ablation over {" x ".join(summary["axes"])}\n\n' + tables[family(summary)](summary) + '\n'
+  """The task's table for the sweep (``Task.ablation_table``), or the generic one."""
+  table = task_class(summary['task']).ablation_table(summary) or generic_table(summary)
+  return f'# Ablation over {" x ".join(summary["axes"])}\n\n' + table + '\n'
 
 
 def csv_text(summary: dict[str, Any]) -> str:

@@ -34,17 +34,17 @@ import ml_collections
 import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
-from jax.experimental import multihost_utils
 
-from seq2seq import input_pipeline
+from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
+from seq2seq import ablation_table, input_pipeline
 from seq2seq.decoding import translate
 from seq2seq.model import PAD_ID, make_transformer
 from seq2seq.sources import open_source
 from seq2seq.text_metrics import corpus_scores
 from seq2seq.workdir_tokenizers import check_tokenizer_config, default_tokenizer_config, prepare_tokenizers
+from trainer.devices import Devices
 from trainer.errors import ConfigError
-from trainer.partitioning import global_batch, make_mesh
-from trainer.task import Task
+from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 
 
@@ -129,6 +129,10 @@ class Translation(Task):
     if model.max_length < max(data.max_source_length, data.max_target_length):
       raise ConfigError(f'model.max_length ({model.max_length}) must cover data.max_source_length '
                         f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).')
+    if model.posemb in POSEMB_KINDS and model.posemb_injection in INJECTIONS and not combination_exists(
+        model.posemb, model.posemb_injection):
+      raise NotApplicable(f"model.posemb {model.posemb!r} has no {model.posemb_injection!r} injection; "
+                          "only 'stem' exists for it.")
     decode = config.decode
     if decode.beam_size < 1 or decode.max_extra_length < 0:
       raise ConfigError(f'decode.beam_size must be >= 1 and decode.max_extra_length >= 0, got '
@@ -222,30 +226,41 @@ class Translation(Task):
 
   # Decoding -----------------------------------------------------------------------
 
-  def translate_split(self, model: nnx.Module, split: str) -> list[str]:
+  def translate_split(self, model: nnx.Module, split: str, devices: Devices) -> list[str]:
     """Detokenised hypotheses for every evaluated pair of ``split``, in the split's order.
 
     Each process decodes its rows of each global batch; all processes get every hypothesis.
     """
-    decode, mesh = self.config.decode, make_mesh()
+    decode = self.config.decode
     hypotheses = [None] * len(self._tokenized(split))
     for local in self.eval_batches(split, batch_size=self.config.eval_batch_size,
-                                   process_index=jax.process_index(), process_count=jax.process_count()):
-      batch = global_batch({name: local[name] for name in ('src', 'index', 'mask')}, mesh)
+                                   process_index=devices.process_index, process_count=devices.process_count):
+      batch = devices.shard({name: local[name] for name in ('src', 'index', 'mask')})
       tokens = translate(model, batch['src'], beam_size=decode.beam_size, alpha=decode.alpha,
                          max_extra_length=decode.max_extra_length)
-      tokens, index, mask = multihost_utils.process_allgather((tokens, batch['index'], batch['mask']), tiled=True)
+      tokens, index, mask = devices.gather((tokens, batch['index'], batch['mask']))
       for row in np.flatnonzero(mask):
         hypotheses[index[row]] = self.target_tokenizer.decode(tokens[row])
     return hypotheses
 
-  def extra_evaluation(self, model, split, output_dir=None):
-    hypotheses = self.translate_split(model, split)
+  def extra_evaluation(self, model, split, output_dir=None, devices=None):
+    devices = devices or Devices()
+    hypotheses = self.translate_split(model, split, devices)
     pairs = self.eval_pairs(split)
     sources, references = [source for source, _ in pairs], [target for _, target in pairs]
     results = corpus_scores(hypotheses, references)
     results['samples'] = _sample_text(sources, hypotheses, references, self.config.decode.num_samples)
-    if output_dir is not None and jax.process_index() == 0:
+    if output_dir is not None and devices.is_main_process:
       path = pathlib.Path(output_dir) / f'hypotheses_{split}.txt'
       path.write_text(''.join(hypothesis + '\n' for hypothesis in hypotheses), encoding='utf-8')
     return results
+
+  # Ablations ----------------------------------------------------------------------
+
+  @classmethod
+  def ablation_table(cls, summary):
+    return ablation_table.table(summary)
+
+  def draw_pictures(self, model, out_dir, name, title):
+    from seq2seq import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+    return pictures.draw(model, self, out_dir, name, title)

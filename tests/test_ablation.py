@@ -1,6 +1,7 @@
 """ablate.py on a tiny ViT: the sweep, its tables, its pictures, reruns, bad axes and printed commands."""
 
 import csv
+import itertools
 import json
 import os
 import pathlib
@@ -10,19 +11,24 @@ import shutil
 import subprocess
 import sys
 
+import flax
 import numpy as np
+import optax
 import pytest
 from absl import flags
+from clu import metrics as clu_metrics
 from flax import nnx
+from matplotlib.figure import Figure
 from ml_collections import config_flags
 
-from ablation import sweep, tables
-from ablation.plots import attention_rollout, plot_ablation, plot_cross_attention, plot_workdir
+from ablation import drawing, sweep, tables
+from ablation.drawing import attention_rollout
+from ablation.plots import plot_ablation, plot_workdir
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir
 from trainer.loop import TrainResult
-from trainer.task import load_task
+from trainer.task import NotApplicable, Task, load_task
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TINY = dict(total_steps=3, eval_every_steps=3, checkpoint_every_steps=3, log_every_steps=3)
@@ -127,7 +133,7 @@ def test_bad_axes_fail_before_any_run(tmp_path, no_training):
   cases = [
       ('model.posembb=none', "the config has no field 'model.posembb'"),
       ('model.width=16,wide', "'wide' is not of the field's type, int"),
-      ('model.posemb=none,learn3d', "unknown value 'learn3d'; allowed values: none, learn1d, learn2d"),
+      ('model.posemb=none,learn3d', "Unknown positional encoding 'learn3d'; allowed values: none, learn1d, learn2d"),
       ('model.posemb_injection=stem,everywhere', 'allowed values: stem, every_layer, every_layer_shared'),
       ('model.pool=cls,avg', "Unknown pool 'avg'"),
       ('model.posemb', "expected 'path=value1,value2,...'"),
@@ -197,12 +203,11 @@ def test_translator_table_puts_each_data_split_in_its_own_columns(tmp_path):
 
 
 def test_cross_attention_picture_of_a_translator(tmp_path):
-  config = tiny_translation_config()
-  task = load_task(config)
+  task = load_task(tiny_translation_config(**{'model.posemb': 'learn1d'}))
   task.prepare(tmp_path)
-  model = task.make_model(nnx.Rngs(0))
-  path = plot_cross_attention(model, task, config, 'untrained', tmp_path / 'cross_attention.png')
-  assert _png(path)
+  paths = task.draw_pictures(task.make_model(nnx.Rngs(0)), tmp_path / 'plots', 'run', 'untrained')
+  assert {path.name for path in paths} == {'cross_attention_run.png', 'posemb_similarity_run.png'}
+  assert all(_png(path) for path in paths)
 
 
 def _parse_train_command(argv):
@@ -235,3 +240,94 @@ def test_print_commands_prints_runnable_train_commands(tmp_path):
     assert run_dir == str(workdir / f'posemb={posemb},posemb_injection={injection},seed={seed}')
     assert (config.model.posemb, config.model.posemb_injection, config.seed) == (posemb, injection, seed)
     assert config.optimizer.learning_rate == 0.01 and config.total_steps == 3
+
+
+# A family that ablation/ has never heard of ----------------------------------------------------
+
+@flax.struct.dataclass
+class _ToyMetrics(clu_metrics.Collection):
+  loss: clu_metrics.Average.from_output('loss')
+  accuracy: clu_metrics.Accuracy
+
+
+class ToyTask(Task):
+  """The sign of a point's first coordinate; learning rates above 1 do not exist (its N/A cells)."""
+
+  train_metrics = eval_metrics = _ToyMetrics
+
+  def __init__(self, config):
+    super().__init__(config)
+    if config.optimizer.learning_rate > 1:
+      raise NotApplicable('the toy has no learning rate above 1')
+
+  def eval_split_names(self):
+    return ('test',)
+
+  def eval_metric_names(self):
+    return ('loss', 'accuracy')
+
+  def make_model(self, rngs):
+    return nnx.Linear(2, 2, rngs=rngs)
+
+  @staticmethod
+  def _points(seed, rows):
+    points = np.random.default_rng(seed).normal(size=(rows, 2)).astype(np.float32)
+    return {'x': points, 'label': (points[:, 0] > 0).astype(np.int32)}
+
+  def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
+    for step in itertools.count(start_step):
+      yield self._points([seed, step, process_index], batch_size // process_count)
+
+  def eval_batches(self, split, *, batch_size, process_index, process_count):
+    rows = batch_size // process_count
+    return iter([dict(self._points([7, process_index], rows), mask=np.ones(rows, np.float32))])
+
+  def loss_and_outputs(self, model, batch, *, rngs, deterministic):
+    logits = model(batch['x'])
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch['label'])
+    return losses.mean(), {'loss': losses, 'logits': logits, 'labels': batch['label']}
+
+  def eval_outputs(self, model, batch):
+    return dict(self.loss_and_outputs(model, batch, rngs=None, deterministic=True)[1], mask=batch['mask'])
+
+  @classmethod
+  def ablation_table(cls, summary):
+    if list(summary['axes']) != ['optimizer.learning_rate']:
+      return None
+    groups = tables.group_runs(summary)
+    rows = [[f'{rate:g}', 'N/A' if tables.is_not_applicable(summary, (rate,)) else
+             tables.cell(tables.metric_values(groups.get((rate,), []), 'accuracy'), len(summary['seeds']), 100)]
+            for rate in summary['axes']['optimizer.learning_rate']]
+    return 'Toy table.\n\n' + tables.markdown_rows(['rate', 'toy accuracy (%)'], rows)
+
+  def draw_pictures(self, model, out_dir, name, title):
+    figure = Figure(figsize=(3, 3))
+    figure.subplots().imshow(np.asarray(model.kernel[...]))
+    figure.suptitle(title)
+    return [drawing.save(figure, out_dir / f'kernel_{name}.png')]
+
+
+def test_a_new_family_brings_its_own_table_and_pictures(tmp_path):
+  config = tiny_config(task=f'{__name__}:ToyTask')
+  plan = sweep.plan_sweep(config, ['optimizer.learning_rate=0.1,0.5,2.0'], 1, tmp_path)
+  assert [run.name for run in plan.runs] == ['learning_rate=0.1,seed=0', 'learning_rate=0.5,seed=0']
+  assert plan.not_applicable == [{'optimizer.learning_rate': 2.0}]
+  table = tables.write_results(tmp_path, sweep.run_sweep(plan, log=quiet))
+  assert 'Toy table.' in table and '| rate | toy accuracy (%) |' in table and '| 2 | N/A |' in table
+  assert re.search(r'^\| 0\.1 \| \d+\.\d \|$', table, re.M)
+  paths = plot_workdir(tmp_path)
+  assert {path.name for path in paths} == {'ablation.png', 'training_curves.png', 'kernel_learning_rate=0.1,seed=0.png',
+                                           'kernel_learning_rate=0.5,seed=0.png'}
+  assert all(_png(path) for path in paths)
+  other = sweep.plan_sweep(config, ['batch_size=16,32'], 1, tmp_path)
+  records = [dict(overrides=run.overrides, name=run.name, workdir=str(run.workdir), metrics={'accuracy': 0.5})
+             for run in other.runs]
+  assert '| batch_size | accuracy |' in tables.markdown(sweep.summarize(other, records))
+
+
+def test_ablation_code_names_no_family():
+  """Families come in through the task interface only: ablation/ imports, reads and dispatches on none."""
+  for path in (ROOT / 'ablation').glob('*.py'):
+    text = path.read_text()
+    for word in ('vit', 'seq2seq', 'posemb', 'positional', 'source_tokenizer', 'translat', 'startswith'):
+      assert not re.search(rf'\b{word}', text, re.I), f'{path.name} mentions {word!r}'

@@ -16,9 +16,17 @@ from clu import metrics as clu_metrics
 from flax import nnx
 
 from trainer import validation
+from trainer.devices import Devices
 from trainer.errors import ConfigError
 
 Batch = dict[str, np.ndarray]
+
+
+class NotApplicable(ConfigError):
+  """A config whose options do not exist together (the N/A cells of a paper's table).
+
+  A task raises it from its constructor; a sweep skips the combination instead of failing.
+  """
 
 
 class Task(abc.ABC):
@@ -57,22 +65,46 @@ class Task(abc.ABC):
     return outputs
 
   def prepare(self, workdir: pathlib.Path) -> None:
-    """Called with the workdir before the model is built, in training and in evaluation.
+    """Binds the task to its workdir; always called, once, before ``make_model`` or any batch.
 
-    A task that learns something from the data before training (a tokenizer) saves
-    it here on the first run and loads it on later ones; nothing by default.
+    Every path that builds a model calls it: training (``trainer.loop.train_and_evaluate``)
+    and restoring a checkpoint (``trainer.evaluation.restore_checkpoint``, which evaluation
+    and pictures use). What comes before it (the constructor, ``num_train_examples``,
+    ``eval_split_names``, ``eval_metric_names``, ``ablation_table``) needs no workdir. A task
+    that learns something from the data (a tokenizer) saves it here on the first run and
+    loads it on later ones; nothing by default.
     """
     del workdir
 
-  def extra_evaluation(self, model: nnx.Module, split: str,
-                       output_dir: pathlib.Path | None = None) -> dict[str, float | str]:
+  def extra_evaluation(self, model: nnx.Module, split: str, output_dir: pathlib.Path | None = None,
+                       devices: Devices | None = None) -> dict[str, float | str]:
     """Metrics that need more than one forward pass (decoding, BLEU); none by default.
 
-    String values are written as TensorBoard text (sample translations); files such
-    as hypotheses may be written into ``output_dir``.
+    ``devices`` (the trainer's) shards this process's rows and gathers results from every
+    process. String values are written as TensorBoard text (sample translations); files
+    such as hypotheses may be written into ``output_dir``.
     """
-    del model, split, output_dir
+    del model, split, output_dir, devices
     return {}
+
+  @classmethod
+  def ablation_table(cls, summary: dict[str, Any]) -> str | None:
+    """Markdown for a sweep whose axes this family knows (the table a paper printed), else ``None``.
+
+    ``summary`` is what ``ablation.sweep.run_sweep`` returns (``ablation.tables`` describes
+    it and has helpers for cells); ``None`` gives the generic table, one row per combination.
+    """
+    del summary
+    return None
+
+  def draw_pictures(self, model: nnx.Module, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:
+    """Pictures of one trained model (attention maps, position similarities) as PNGs in ``out_dir``.
+
+    Called after ``prepare`` on a restored checkpoint; ``name`` (the run's) ends every file
+    name, ``title`` heads every picture. Returns the paths written; none by default.
+    """
+    del model, out_dir, name, title
+    return []
 
   def eval_split_names(self) -> tuple[str, ...]:
     """The split names ``eval_batches`` accepts (checked against ``eval_split`` before training)."""
@@ -86,9 +118,20 @@ class Task(abc.ABC):
     """Training-set size, for durations given in epochs."""
     raise NotImplementedError(f'{type(self).__name__} does not know its training-set size; set total_steps.')
 
-  def describe_model(self) -> dict[str, Any]:
-    """The config fields that define the parameters; a workdir must not be resumed under others."""
-    return self.config.model.to_dict()
+
+def task_class(spec: str) -> type[Task]:
+  """The class ``config.task`` names (``'package.module:ClassName'``), imported but not built."""
+  module_name, colon, class_name = spec.partition(':')
+  if not colon:
+    raise ConfigError(f"config.task must look like 'package.module:ClassName', got {spec!r}.")
+  try:
+    module = importlib.import_module(module_name)
+  except ModuleNotFoundError as error:
+    raise ConfigError(f'config.task {spec!r}: cannot import module {module_name!r} ({error}).') from None
+  found = getattr(module, class_name, None)
+  if not (isinstance(found, type) and issubclass(found, Task)):
+    raise ConfigError(f'config.task {spec!r}: {module_name} has no Task subclass named {class_name!r}.')
+  return found
 
 
 def load_task(config: ml_collections.ConfigDict) -> Task:

@@ -8,9 +8,11 @@ import optax
 from clu import metrics as clu_metrics
 from flax import nnx
 
+from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer.errors import ConfigError
-from trainer.task import Task
+from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
+from vit import ablation_table
 from vit.input_pipeline import load_image_data
 from vit.model import make_vit
 
@@ -43,6 +45,9 @@ class ImageClassification(Task):
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+    posemb, injection = config.model.posemb, config.model.posemb_injection
+    if posemb in POSEMB_KINDS and injection in INJECTIONS and not combination_exists(posemb, injection):
+      raise NotApplicable(f"model.posemb {posemb!r} has no {injection!r} injection; only 'stem' exists for it.")
     self.data = load_image_data(config.data)
     # Build the model abstractly now, so a bad model option fails before any real work.
     try:
@@ -56,6 +61,14 @@ class ImageClassification(Task):
 
   def num_train_examples(self) -> int:
     return self.data.num_train
+
+  @classmethod
+  def ablation_table(cls, summary):
+    return ablation_table.table(summary)
+
+  def draw_pictures(self, model, out_dir, name, title):
+    from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+    return pictures.draw(model, self, out_dir, name, title)
 
   def eval_split_names(self) -> tuple[str, ...]:
     return tuple(self.data.split_names)

@@ -1,0 +1,39 @@
+"""The translator's ablation table (``Translation.ablation_table``): Vaswani et al. Table 3, row (E).
+
+For a sweep over ``model.posemb``: rows are encodings, columns the perplexity, BLEU and exact
+match on the evaluation split, mean ± std over seeds; with a ``data.split`` axis too (SCAN's
+simple and length splits), one group of those columns per split. Any other sweep gets the
+generic table.
+"""
+
+from typing import Any
+
+from ablation import tables
+
+POSEMB, DATA_SPLIT = 'model.posemb', 'data.split'
+COLUMNS = (('perplexity', 'PPL'), ('bleu', 'BLEU'), ('exact_match', 'exact match (%)'))
+
+
+def table(summary: dict[str, Any]) -> str | None:
+  axes = set(summary['axes'])
+  if POSEMB not in axes or not axes <= {POSEMB, DATA_SPLIT}:
+    return None
+  groups, num_seeds, split = tables.group_runs(summary), len(summary['seeds']), summary['eval_split']
+  present = {name for run in summary['runs'] for name in run['metrics']}
+  columns = [(name, label) for name, label in COLUMNS if name in present]
+  data_splits = summary['axes'].get(DATA_SPLIT)
+  header = [POSEMB] + [f'{data_split + " " if data_splits else ""}{split} {label}'
+                       for data_split in data_splits or [None] for _, label in columns]
+  rows = []
+  for posemb in summary['axes'][POSEMB]:
+    row = [posemb]
+    for data_split in data_splits or [None]:
+      named = {POSEMB: posemb, DATA_SPLIT: data_split}
+      runs = groups.get(tuple(named[path] for path in summary['axes']), [])
+      row += [tables.cell(tables.metric_values(runs, name), num_seeds,
+                          scale=100 if name in tables.PERCENT_METRICS else 1,
+                          digits=2 if name == 'perplexity' else 1) for name, _ in columns]
+    rows.append(row)
+  caption = (f'{summary["task"]}: {split} perplexity, BLEU and exact match' +
+             (f' for each {DATA_SPLIT}' if data_splits else '') + f', {tables.over_seeds(summary)}.')
+  return caption + '\n\n' + tables.markdown_rows(header, rows)

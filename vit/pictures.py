@@ -1,0 +1,92 @@
+"""The ViT's pictures of one trained model (``ImageClassification.draw_pictures``).
+
+``attention_<run>.png``          one evaluation image, then per layer and head which patches the
+                                 class token attends to (the average query without a class token),
+                                 and the attention rollout up to each layer
+``posemb_similarity_<run>.png``  for learned tables (``learn1d``, ``learn2d``): the cosine similarity
+                                 of each patch's embedding to every other's, one tile per patch laid
+                                 out on the patch grid (ViT paper Figure 7, centre)
+"""
+
+import contextlib
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+from matplotlib.figure import Figure
+
+from ablation import drawing
+
+LEARNED_TABLES = ('learn1d', 'learn2d')
+
+
+def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:
+  paths = []
+  positional = model.encoder.positional
+  if positional.kind in LEARNED_TABLES:
+    where = 'encoder, first layer' if len(positional.tables) > 1 else 'encoder'
+    paths.append(drawing.plot_similarity(
+        np.asarray(positional.tables[0](), np.float32), model.grid,
+        f'{title}: {positional.kind} position embedding similarity ({where})',
+        out_dir / f'posemb_similarity_{name}.png'))
+  paths.append(plot_attention_maps(model, task, title, out_dir / f'attention_{name}.png'))
+  return paths
+
+
+def _patch_map(attention: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+  """``[T, T]`` -> ``grid``: the class token's row, or without prefix tokens the average query's."""
+  num_prefix = attention.shape[-1] - grid[0] * grid[1]
+  row = attention[0, num_prefix:] if num_prefix else attention.mean(axis=0)
+  return row.reshape(grid)
+
+
+def _show_image(ax, image: np.ndarray) -> None:
+  image = (image - image.min()) / max(float(image.max() - image.min()), 1e-12)
+  if image.shape[-1] == 1:
+    ax.imshow(image[..., 0], cmap='gray')
+  else:
+    ax.imshow(image)
+
+
+def _first_eval_image(task) -> tuple[np.ndarray, int]:
+  config = task.config
+  batches = task.eval_batches(config.eval_split, batch_size=config.eval_batch_size, process_index=0,
+                              process_count=1)
+  with contextlib.closing(batches):
+    batch = next(iter(batches))
+  return np.asarray(batch['image'][:1]), int(batch['label'][0])
+
+
+def plot_attention_maps(model, task, title: str, path: pathlib.Path) -> pathlib.Path:
+  """One evaluation image, its attention per layer and head, and the rollout."""
+  image, label = _first_eval_image(task)
+  logits, intermediates = model(jnp.asarray(image), return_weights=True)
+  weights = [np.asarray(layer[0], np.float32) for layer in intermediates['attention_weights']]
+  grid = tuple(intermediates['grid'])
+  rollouts = drawing.attention_rollout(weights)
+  depth, heads = len(weights), weights[0].shape[0]
+  figure = Figure(figsize=(1.5 * (heads + 2), 1.5 * (depth + 1) + 0.4))
+  axes = figure.subplots(depth + 1, heads + 2, squeeze=False)
+  for ax in axes.flat:
+    ax.set_xticks([])
+    ax.set_yticks([])
+  _show_image(axes[0, 0], image[0])
+  axes[0, 0].set_title(f'label {label}, predicted {int(np.argmax(logits[0]))}', fontsize=8)
+  _show_image(axes[0, 1], image[0])
+  height, width = image.shape[1:3]
+  axes[0, 1].imshow(_patch_map(rollouts[-1], grid), cmap='inferno', alpha=0.6, interpolation='nearest',
+                    extent=(-0.5, width - 0.5, height - 0.5, -0.5))
+  axes[0, 1].set_title('rollout on the image', fontsize=8)
+  for ax in axes[0, 2:]:
+    ax.axis('off')
+  for layer in range(depth):
+    maps = [weights[layer][head] for head in range(heads)] + [weights[layer].mean(axis=0), rollouts[layer]]
+    for column, attention in enumerate(maps):
+      axes[layer + 1, column].imshow(_patch_map(attention, grid), cmap='inferno', interpolation='nearest')
+    axes[layer + 1, 0].set_ylabel(f'layer {layer + 1}', fontsize=8)
+  for column, heading in enumerate([f'head {head + 1}' for head in range(heads)] + ['mean of heads', 'rollout']):
+    axes[1, column].set_title(heading, fontsize=8)
+  reader = 'class token' if weights[0].shape[-1] > grid[0] * grid[1] else 'average query'
+  figure.suptitle(f'{title}: attention of the {reader} to each patch (each tile scaled to its maximum)',
+                  fontsize=10)
+  return drawing.save(figure, path)
