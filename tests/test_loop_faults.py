@@ -33,9 +33,25 @@ def _train_losses(workdir):
   return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
 
 
-def test_stop_during_evaluation_on_a_checkpoint_step_saves_once_and_resumes(tmp_path, monkeypatch, capsys):
-  reference = train_and_evaluate(tiny_vit_config(), tmp_path / 'reference')
-  assert reference.step == 8
+@pytest.fixture(scope='module')
+def reference_dir(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('reference')
+  assert train_and_evaluate(tiny_vit_config(), workdir).step == 8
+  return workdir
+
+
+def _resume_and_compare(workdir, reference_dir):
+  second = train_and_evaluate(tiny_vit_config(), workdir)
+  assert second.step == 8 and not second.interrupted
+  step, resumed = _params(workdir)
+  _, expected = _params(reference_dir)
+  assert step == 8
+  jax.tree.map(np.testing.assert_array_equal, resumed, expected)
+  assert _train_losses(workdir) == _train_losses(reference_dir)
+
+
+def test_stop_during_evaluation_on_a_checkpoint_step_saves_once_and_resumes(reference_dir, tmp_path, monkeypatch,
+                                                                            capsys):
   original = ImageData.eval_batches
   calls = []
 
@@ -46,16 +62,25 @@ def test_stop_during_evaluation_on_a_checkpoint_step_saves_once_and_resumes(tmp_
     yield from original(self, split, **kwargs)
 
   monkeypatch.setattr(ImageData, 'eval_batches', interrupting_eval_batches)
-  first = train_and_evaluate(tiny_vit_config(), tmp_path / 'stopped')
+  first = train_and_evaluate(tiny_vit_config(), tmp_path)
   assert first.interrupted and first.step == 4
   assert 'SIGTERM received: saved a checkpoint at step 4' in capsys.readouterr().out
-  second = train_and_evaluate(tiny_vit_config(), tmp_path / 'stopped')
-  assert second.step == 8 and not second.interrupted
-  step, resumed = _params(tmp_path / 'stopped')
-  _, expected = _params(tmp_path / 'reference')
-  assert step == 8
-  jax.tree.map(np.testing.assert_array_equal, resumed, expected)
-  assert _train_losses(tmp_path / 'stopped') == _train_losses(tmp_path / 'reference')
+  _resume_and_compare(tmp_path, reference_dir)
+
+
+def test_stop_on_a_checkpoint_step_saves_once_and_resumes(reference_dir, tmp_path, monkeypatch):
+  original = ImageData.train_batches
+
+  def interrupting_batches(self, **kwargs):
+    for index, batch in enumerate(original(self, **kwargs)):
+      if kwargs['start_step'] == 0 and index == 1:  # during step 2, a checkpoint step without evaluation
+        signal.raise_signal(signal.SIGTERM)
+      yield batch
+
+  monkeypatch.setattr(ImageData, 'train_batches', interrupting_batches)
+  first = train_and_evaluate(tiny_vit_config(), tmp_path)
+  assert first.interrupted and first.step == 2
+  _resume_and_compare(tmp_path, reference_dir)
 
 
 def _hold_lock(workdir):
