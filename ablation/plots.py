@@ -27,16 +27,17 @@ from trainer.cli import quiet_library_logs, run_reporting_user_errors
 from trainer.errors import WorkdirError
 from trainer.evaluation import restore_checkpoint
 from trainer.metrics_io import read_metrics
+from trainer.task import task_class
 
 PLOTS_DIR = 'plots'
 
 
-def _scale(metric: str) -> float:
-  return 100.0 if metric in tables.PERCENT_METRICS else 1.0
+def _is_percent(task: str, metric: str) -> bool:
+  return metric in task_class(task).percent_metrics
 
 
-def _metric_label(split: str, metric: str) -> str:
-  return f'{split} {metric}' + (' (%)' if metric in tables.PERCENT_METRICS else '')
+def _metric_label(split: str, metric: str, percent: bool) -> str:
+  return f'{split} {metric}' + (' (%)' if percent else '')
 
 
 # The ablation and the training curves -----------------------------------------------------------
@@ -47,7 +48,9 @@ def _short(path: str) -> str:
 
 def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
   """Bars (mean), error bars (std) and dots (seeds) of ``best_metric``; rows of the table along x."""
-  metric, scale = summary['best_metric'], _scale(summary['best_metric'])
+  metric = summary['best_metric']
+  percent = _is_percent(summary['task'], metric)
+  scale = 100.0 if percent else 1.0
   axes = list(summary['axes'])
   groups = tables.group_runs(summary)
   if len(axes) <= 2:
@@ -84,7 +87,7 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
   ax.set_xticks(range(len(positions)), labels)
   ax.set_ylim(0, max(tops) * 1.12 or 1.0)
   ax.set_xlabel(axes[0] if len(axes) <= 2 else 'combination')
-  ax.set_ylabel(_metric_label(summary['eval_split'], metric))
+  ax.set_ylabel(_metric_label(summary['eval_split'], metric, percent))
   ax.set_title(f'{summary["task"]}: {tables.over_seeds(summary)}', fontsize=10)
   if hues != [()]:
     ax.legend(title=_short(axes[1]), fontsize=8, title_fontsize=8, loc='upper left',
@@ -101,8 +104,8 @@ def _curve(records: list[dict[str, Any]], split: str, metric: str) -> tuple[list
   return steps, [by_step[step] for step in steps]
 
 
-def plot_training_curves(runs: list[tuple[pathlib.Path, str]], metric: str, split: str,
-                         path: pathlib.Path) -> pathlib.Path:
+def plot_training_curves(runs: list[tuple[pathlib.Path, str]], metric: str, split: str, path: pathlib.Path,
+                         percent: bool = False) -> pathlib.Path:
   """``runs``: (workdir, group); the runs of a group (its seeds) share a colour and a legend entry."""
   figure = Figure(figsize=(11, 4))
   loss_ax, metric_ax = figure.subplots(1, 2)
@@ -116,10 +119,11 @@ def plot_training_curves(runs: list[tuple[pathlib.Path, str]], metric: str, spli
     loss_ax.plot(steps, losses, color=color, linewidth=1, alpha=0.8, marker='.' if len(steps) < 30 else None,
                  label=group if first else None)
     steps, values = _curve(records, 'eval', metric)
-    metric_ax.plot(steps, [value * _scale(metric) for value in values], color=color, linewidth=1, marker='.',
+    scaled = [value * (100.0 if percent else 1.0) for value in values]
+    metric_ax.plot(steps, scaled, color=color, linewidth=1, marker='.',
                    alpha=0.8, label=group if first else None)
   loss_ax.set(xlabel='step', ylabel='training loss', title='training loss')
-  metric_ax.set(xlabel='step', ylabel=_metric_label(split, metric), title=f'evaluation ({split})')
+  metric_ax.set(xlabel='step', ylabel=_metric_label(split, metric, percent), title=f'evaluation ({split})')
   for ax in (loss_ax, metric_ax):
     ax.grid(alpha=0.3)
   metric_ax.legend(fontsize=8)
@@ -144,15 +148,15 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
     runs = [(workdir / run['name'], ','.join(f'{_short(path)}={run["overrides"][path]}' for path in axes))
             for run in summary['runs']]
     paths = [plot_ablation(summary, out_dir / 'ablation.png'),
-             plot_training_curves(runs, summary['best_metric'], summary['eval_split'],
-                                  out_dir / 'training_curves.png')]
+             plot_training_curves(runs, summary['best_metric'], summary['eval_split'], out_dir / 'training_curves.png',
+                                  _is_percent(summary['task'], summary['best_metric']))]
     for group in tables.group_runs(summary).values():
       paths += plot_run_pictures(workdir / group[0]['name'], out_dir, group[0]['name'])
     return paths
   if (workdir / workdir_lib.CONFIG_FILE).exists():
     config = workdir_lib.load_config(workdir)
     paths = [plot_training_curves([(workdir, workdir.name)], config.best_metric, config.eval_split,
-                                  out_dir / 'training_curves.png')]
+                                  out_dir / 'training_curves.png', _is_percent(config.task, config.best_metric))]
     return paths + plot_run_pictures(workdir, out_dir, workdir.name)
   raise WorkdirError(f'{workdir} has neither {tables.RESULTS_JSON} (written by ablate.py) nor '
                      f'{workdir_lib.CONFIG_FILE} (written by train.py).')

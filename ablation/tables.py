@@ -24,7 +24,6 @@ from trainer.errors import WorkdirError
 from trainer.task import task_class
 
 RESULTS_JSON, RESULTS_CSV, RESULTS_MD = 'results.json', 'results.csv', 'results.md'
-PERCENT_METRICS = ('accuracy', 'exact_match')  # fractions, shown in %
 _NOT_METRICS = ('step', 'split', 'checkpoint')
 
 

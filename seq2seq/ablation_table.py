@@ -11,7 +11,8 @@ from typing import Any
 from ablation import tables
 
 POSEMB, DATA_SPLIT = 'model.posemb', 'data.split'
-COLUMNS = (('perplexity', 'PPL'), ('bleu', 'BLEU'), ('exact_match', 'exact match (%)'))
+# metric, column label, scale, digits
+COLUMNS = (('perplexity', 'PPL', 1, 2), ('bleu', 'BLEU', 1, 1), ('exact_match', 'exact match (%)', 100, 1))
 
 
 def table(summary: dict[str, Any]) -> str | None:
@@ -20,19 +21,18 @@ def table(summary: dict[str, Any]) -> str | None:
     return None
   groups, num_seeds, split = tables.group_runs(summary), len(summary['seeds']), summary['eval_split']
   present = {name for run in summary['runs'] for name in run['metrics']}
-  columns = [(name, label) for name, label in COLUMNS if name in present]
+  columns = [column for column in COLUMNS if column[0] in present]
   data_splits = summary['axes'].get(DATA_SPLIT)
   header = [POSEMB] + [f'{data_split + " " if data_splits else ""}{split} {label}'
-                       for data_split in data_splits or [None] for _, label in columns]
+                       for data_split in data_splits or [None] for _, label, _, _ in columns]
   rows = []
   for posemb in summary['axes'][POSEMB]:
     row = [posemb]
     for data_split in data_splits or [None]:
       named = {POSEMB: posemb, DATA_SPLIT: data_split}
       runs = groups.get(tuple(named[path] for path in summary['axes']), [])
-      row += [tables.cell(tables.metric_values(runs, name), num_seeds,
-                          scale=100 if name in tables.PERCENT_METRICS else 1,
-                          digits=2 if name == 'perplexity' else 1) for name, _ in columns]
+      row += [tables.cell(tables.metric_values(runs, name), num_seeds, scale, digits)
+              for name, _, scale, digits in columns]
     rows.append(row)
   caption = (f'{summary["task"]}: {split} perplexity, BLEU and exact match' +
              (f' for each {DATA_SPLIT}' if data_splits else '') + f', {tables.over_seeds(summary)}.')

@@ -113,6 +113,7 @@ class Translation(Task):
 
   train_metrics = TranslationMetrics
   eval_metrics = TranslationEvalMetrics
+  percent_metrics = ('accuracy', 'exact_match')
 
   def __init__(self, config: ml_collections.ConfigDict):
     super().__init__(config)

@@ -36,6 +36,8 @@ class Task(abc.ABC):
   #: (training) and ``eval_outputs`` (evaluation, with the batch's padding ``mask``).
   train_metrics: type[clu_metrics.Collection]
   eval_metrics: type[clu_metrics.Collection]
+  #: the evaluation metrics that are fractions, shown in % by tables and pictures
+  percent_metrics: tuple[str, ...] = ()
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config

@@ -39,6 +39,7 @@ class ImageClassification(Task):
 
   train_metrics = ClassificationMetrics
   eval_metrics = ClassificationMetrics
+  percent_metrics = ('accuracy',)
 
   def __init__(self, config: ml_collections.ConfigDict):
     super().__init__(config)
