@@ -97,3 +97,42 @@ def test_a_stop_signal_on_one_process_stops_both_at_the_same_step(tmp_path):
   assert results[0] == results[1] and results[0][0] == 'True' and 0 < int(results[0][1]) < 8
   saved = sorted(p.name for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
   assert saved == [results[0][1]]
+
+
+def test_a_locked_workdir_stops_every_process(tmp_path):
+  from trainer.workdir_lock import WorkdirLock  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'locked'
+  workdir.mkdir()
+  lock = WorkdirLock(workdir)
+  lock.acquire()
+  port = _free_port()
+  script = textwrap.dedent(f"""
+      import sys
+      import jax
+      jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+      jax.distributed.initialize(coordinator_address='127.0.0.1:{port}', num_processes=2,
+                                 process_id=int(sys.argv[1]))
+      from tests.vit_test_configs import tiny_vit_config
+      from trainer.errors import WorkdirError
+      from trainer.loop import train_and_evaluate
+      try:
+        train_and_evaluate(tiny_vit_config(), {str(workdir)!r})
+      except WorkdirError as error:
+        print('refused:', error)
+  """)
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  try:
+    workers = [subprocess.Popen([sys.executable, '-c', script, str(i)], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+      outputs = [worker.communicate(timeout=120) for worker in workers]
+    finally:
+      for worker in workers:
+        worker.kill()
+  finally:
+    lock.release()
+  for worker, (out, stderr) in zip(workers, outputs):
+    assert worker.returncode == 0 and f'refused: {workdir}' in out, stderr[-3000:]
+  assert f'pid {os.getpid()}' in outputs[0][0]
+  assert not (workdir / 'config.json').exists()
