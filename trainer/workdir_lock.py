@@ -46,17 +46,17 @@ class WorkdirLock:
     self._file = None
 
   def acquire(self) -> None:
-    file = open(self.path, 'a+')  # pylint: disable=consider-using-with
+    file = open(self.path, 'a+b', buffering=0)  # pylint: disable=consider-using-with
     try:
       fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
       file.seek(0)
-      holder = file.read().strip()
+      holder = file.read().decode(errors='replace').strip()
       file.close()
       raise WorkdirError(f'{self.workdir} is being trained by {_describe(holder)}; '
                          'wait for it to finish or stop it, or use another --workdir.') from None
     file.seek(0)
-    previous = file.read().strip()
+    previous = file.read().decode(errors='replace').strip()
     if previous:
       pid, _, host = previous.partition(' ')
       if host == socket.gethostname() and _is_running(pid) is True and int(pid) != os.getpid():
@@ -64,18 +64,21 @@ class WorkdirLock:
       else:
         state = 'no longer running'
       logging.warning('Took over the lock on %s from %s (%s).', self.workdir, _describe(previous), state)
-    file.seek(0)
-    file.truncate()
-    file.write(f'{os.getpid()} {socket.gethostname()}\n')
-    file.flush()
     self._file = file
+    self._write(f'{os.getpid()} {socket.gethostname()}\n')
+
+  def _write(self, holder: str) -> None:
+    """Names the holder; the flock is the lock, so a full disk here is no reason to fail."""
+    try:
+      self._file.seek(0)
+      self._file.truncate()
+      self._file.write(holder.encode())
+    except OSError as error:
+      logging.warning('Could not write %s: %s', self.path, error)
 
   def release(self) -> None:
     if self._file is None:
       return
-    self._file.seek(0)
-    self._file.truncate()
-    self._file.flush()
-    fcntl.flock(self._file, fcntl.LOCK_UN)
-    self._file.close()
+    self._write('')
+    self._file.close()  # closing lets the flock go
     self._file = None
