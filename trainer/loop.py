@@ -186,7 +186,7 @@ class _Training:
       kept = f'The last good checkpoint (step {last}) is kept in {self.checkpoints.directory}.'
     raise TrainingDiverged(f'Training loss became {loss} by step {self.step}; stopped. {kept}')
 
-  def evaluate(self) -> dict[str, float]:
+  def evaluate(self) -> None:
     """Metrics of the current parameters on ``config.eval_split``, written and printed."""
     self.report_progress()
     results = evaluate_params(self.task, self.parts, self.state.params, self.config.eval_split, self.mesh,
@@ -197,7 +197,8 @@ class _Training:
     self.writers['eval'].write_scalars(self.step, self.last_eval)
     if texts:
       self.writers['eval'].write_texts(self.step, texts)
-    return self.last_eval
+    if self.is_main:
+      print(f'eval {self.config.eval_split} at step {self.step}: ' + _format(self.last_eval), flush=True)
 
   def maybe_save(self, reason: str) -> None:
     """The one place that saves: once per step, with the metrics of an evaluation at that step."""
@@ -217,9 +218,7 @@ class _Training:
       if step % config.log_every_steps == 0:
         self.report_progress()
       if step % config.eval_every_steps == 0 or step == self.num_steps:
-        metrics = self.evaluate()
-        if self.is_main:
-          print(f'eval {split} at step {step}: ' + _format(metrics), flush=True)
+        self.evaluate()
         self.maybe_save('evaluation')
       elif step % config.checkpoint_every_steps == 0:
         self.maybe_save('schedule')
@@ -232,8 +231,7 @@ class _Training:
     if self.start_step >= self.num_steps:  # already trained: report the final metrics again
       self.last_eval = evaluate_params(self.task, self.parts, self.state.params, split, self.mesh,
                                        config.eval_batch_size, self.eval_step, self.workdir)
-      metrics = self.last_eval
-      print(f'already trained to step {self.start_step}; eval {split}: ' + _format(metrics), flush=True)
+      print(f'already trained to step {self.start_step}; eval {split}: ' + _format(self.last_eval), flush=True)
     return TrainResult(step=self.step, interrupted=False, eval_metrics=self.last_eval)
 
   def close(self) -> None:
