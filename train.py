@@ -31,6 +31,7 @@ def main(argv):
   cli.run_reporting_user_errors(validation.check_trainer_fields, _CONFIG.value)
   cli.run_reporting_user_errors(validation.check_workdir, _WORKDIR.value)
   import jax  # pylint: disable=g-import-not-at-top  (JAX and TensorFlow load in seconds: not for --help)
+
   from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
   if _DISTRIBUTED.value:
     jax.distributed.initialize()

@@ -25,6 +25,7 @@ sentences), ``bleu_signature``, sample translations, and every hypothesis in
 ``<output_dir>/hypotheses_<split>.txt`` (in the split's order, rewritten at each evaluation).
 """
 
+import functools
 import pathlib
 
 import flax
@@ -43,7 +44,7 @@ from seq2seq.sources import open_source
 from seq2seq.text_metrics import corpus_scores
 from seq2seq.workdir_tokenizers import check_tokenizer_config, default_tokenizer_config, prepare_tokenizers
 from trainer.devices import Devices
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DataError
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 
@@ -144,17 +145,25 @@ class Translation(Task):
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
     self.source = open_source(data)
-    self.train_pairs = self.source.read(data.train_split)
-    self.source.read(config.eval_split)
+    self.source.read(config.eval_split)  # a missing or mismatched evaluation split fails here
     self.source_tokenizer = self.target_tokenizer = None
     self._training_batches = {}
     self._eval_tokens = {}
 
   # Data -------------------------------------------------------------------------
 
+  @functools.cached_property
+  def train_pairs(self) -> list[tuple[str, str]]:
+    """The training split, read when first needed, so evaluating a checkpoint never reads it."""
+    return self.source.read(self.config.data.train_split)
+
+  def check_training_data(self) -> None:
+    if not self.train_pairs:  # reads the split once; later uses take the cached pairs
+      raise DataError(f'The training split {self.config.data.train_split!r} has no pairs.')
+
   def prepare(self, workdir: pathlib.Path) -> None:
-    self.source_tokenizer, self.target_tokenizer = prepare_tokenizers(self.config.data.tokenizer,
-                                                                      self.train_pairs, workdir)
+    self.source_tokenizer, self.target_tokenizer = prepare_tokenizers(
+        self.config.data.tokenizer, lambda: self.train_pairs, workdir)
     self._training_batches.clear()
     self._eval_tokens.clear()
 
@@ -244,8 +253,7 @@ class Translation(Task):
         hypotheses[index[row]] = self.target_tokenizer.decode(tokens[row])
     return hypotheses
 
-  def extra_evaluation(self, model, split, output_dir=None, devices=None):
-    devices = devices or Devices()
+  def extra_evaluation(self, model, split, output_dir, devices):
     hypotheses = self.translate_split(model, split, devices)
     pairs = self.eval_pairs(split)
     sources, references = [source for source, _ in pairs], [target for _, target in pairs]

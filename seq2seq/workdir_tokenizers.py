@@ -59,16 +59,20 @@ def check_tokenizer_config(config: ml_collections.ConfigDict) -> None:
       raise MissingFileError(f'SentencePiece model file {path} not found')
 
 
-def prepare_tokenizers(config: ml_collections.ConfigDict, train_pairs: Sequence[tuple[str, str]],
+def prepare_tokenizers(config: ml_collections.ConfigDict, train_pairs: Callable[[], Sequence[tuple[str, str]]],
                        workdir: pathlib.Path) -> tuple[Tokenizer, Tokenizer]:
-  """``(source tokenizer, target tokenizer)`` of the workdir (the same object when shared)."""
+  """``(source tokenizer, target tokenizer)`` of the workdir (the same object when shared).
+
+  ``train_pairs`` is called only when a tokenizer has to be trained, so a workdir that
+  already holds its tokenizers (evaluation, resuming) reads no training data here.
+  """
   directory = pathlib.Path(workdir) / TOKENIZER_DIR
   if config.shared:
-    tokenizer = _prepare(config, directory, lambda: [text for pair in train_pairs for text in pair],
+    tokenizer = _prepare(config, directory, lambda: [text for pair in train_pairs() for text in pair],
                          config.model_file)
     return tokenizer, tokenizer
-  source = _prepare(config, directory / 'source', lambda: [source for source, _ in train_pairs], config.model_file)
-  target = _prepare(config, directory / 'target', lambda: [target for _, target in train_pairs],
+  source = _prepare(config, directory / 'source', lambda: [source for source, _ in train_pairs()], config.model_file)
+  target = _prepare(config, directory / 'target', lambda: [target for _, target in train_pairs()],
                     config.target_model_file)
   return source, target
 

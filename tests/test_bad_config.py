@@ -205,6 +205,7 @@ def _fields(config, prefix=''):
                                         if path.stem not in ('__init__', 'common')))
 def test_every_config_writes_out_every_field_and_is_valid(name):
   import importlib
+
   from configs.common import trainer_config
   config = importlib.import_module(f'configs.{name}').get_config()
   if config.task == 'vit.task:ImageClassification':

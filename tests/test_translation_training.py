@@ -140,7 +140,7 @@ def test_bad_parallel_text_fails_before_any_work(tmp_path, damage):
     ({'data.source': 'tfds', 'data.name': 'wmt14_translate/de-en', 'data.src_lang': 'de', 'data.tgt_lang': 'en',
       'data.data_dir': '{tmp}/no_tfds'}, 'tfds build wmt14_translate/de-en'),
     ({'data.split': 'around_right'}, 'Unknown SCAN split'),
-    ({'data.path': '{tmp}/no_scan'}, 'simple_split/tasks_train_simple.txt'),
+    ({'data.path': '{tmp}/no_scan'}, r'simple_split/tasks_(train|test)_simple.txt'),
     ({'model.posemb': 'sincos2d'}, 'needs a 2-D patch grid'),
     ({'model.variant': 'huge'}, 'Unknown Transformer variant'),
     ({'model.share_embeddings': True}, 'tokenizer.shared=True'),
@@ -153,3 +153,15 @@ def test_bad_config_fails_before_any_work(tmp_path, overrides, message):
   with pytest.raises((ValueError, FileNotFoundError), match=message):
     train_and_evaluate(tiny_translation_config(**overrides), workdir)
   assert not workdir.exists()
+
+
+def test_evaluation_reads_no_training_data(tmp_path):
+  corpus = tmp_path / 'corpus'
+  write_corpus(corpus, 'train', 60)
+  write_corpus(corpus, 'val', 10, seed=1)
+  workdir = tmp_path / 'run'
+  trained = train_and_evaluate(tiny_parallel_config(corpus, total_steps=2), workdir)
+  for name in ('train.de', 'train.en'):
+    (corpus / name).unlink()
+  result = evaluate_workdir(workdir)
+  assert result['bleu'] == pytest.approx(trained.eval_metrics['bleu'])

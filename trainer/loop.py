@@ -26,7 +26,8 @@ from flax import nnx
 
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like
-from trainer.errors import TrainingDiverged, WorkdirError
+from trainer.devices import Devices
+from trainer.errors import DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
 from trainer.optim import make_optimizer
 from trainer.partitioning import check_batch_size, global_batch, make_mesh, replicated
@@ -63,9 +64,9 @@ def evaluate_params(task: Task, parts: ModelParts, params, split: str, mesh, bat
     metrics = eval_step(params, global_batch(local, mesh))
     totals = metrics if totals is None else totals.merge(metrics)
   if totals is None:
-    raise ValueError(f'Split {split!r} has no examples.')
+    raise DataError(f'Split {split!r} has no examples.')
   results = {name: float(value) for name, value in totals.compute().items()}
-  results.update(task.extra_evaluation(parts.merge(params), split, output_dir))
+  results.update(task.extra_evaluation(parts.merge(params), split, output_dir, Devices(mesh)))
   return results
 
 
@@ -250,11 +251,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   mesh = make_mesh()
   check_batch_size(config.batch_size, mesh)
   check_batch_size(config.eval_batch_size, mesh, 'eval_batch_size')
-  if config.batch_size % config.grad_accum_steps:
-    raise ValueError(f'batch_size ({config.batch_size}) must be divisible by grad_accum_steps '
-                     f'({config.grad_accum_steps}).')
   num_steps = total_steps(config, task)
   optimizer = make_optimizer(config.optimizer, num_steps)
+  task.check_training_data()
   workdir.mkdir(parents=True, exist_ok=True)
   lock = _lock_workdir(workdir)
   try:

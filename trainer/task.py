@@ -78,8 +78,8 @@ class Task(abc.ABC):
     """
     del workdir
 
-  def extra_evaluation(self, model: nnx.Module, split: str, output_dir: pathlib.Path | None = None,
-                       devices: Devices | None = None) -> dict[str, float | str]:
+  def extra_evaluation(self, model: nnx.Module, split: str, output_dir: pathlib.Path | None,
+                       devices: Devices) -> dict[str, float | str]:
     """Metrics that need more than one forward pass (decoding, BLEU); none by default.
 
     ``devices`` (the trainer's) shards this process's rows and gathers results from every
@@ -116,6 +116,11 @@ class Task(abc.ABC):
     """The scalar metric names an evaluation returns (``best_metric`` must be one of them)."""
     raise NotImplementedError
 
+  def check_training_data(self) -> None:
+    """Reads what training will read, so a missing or damaged file fails before the workdir is
+    touched. Tasks that read everything in ``__init__`` need nothing here."""
+    return None
+
   def num_train_examples(self) -> int:
     """Training-set size, for durations given in epochs."""
     raise NotImplementedError(f'{type(self).__name__} does not know its training-set size; set total_steps.')
@@ -140,17 +145,6 @@ def load_task(config: ml_collections.ConfigDict) -> Task:
   """Checks the trainer's fields, imports ``config.task`` (``'package.module:ClassName'``), builds it
   from ``config`` (which checks the rest), then checks ``eval_split`` and ``best_metric`` against it."""
   validation.check_trainer_fields(config)
-  spec = config.task
-  if ':' not in spec:
-    raise ConfigError(f"config.task must look like 'package.module:ClassName', got {spec!r}.")
-  module_name, class_name = spec.split(':', 1)
-  try:
-    module = importlib.import_module(module_name)
-  except ModuleNotFoundError as error:
-    raise ValueError(f'config.task {spec!r}: cannot import module {module_name!r} ({error}).') from None
-  task_class = getattr(module, class_name, None)
-  if task_class is None or not (isinstance(task_class, type) and issubclass(task_class, Task)):
-    raise ConfigError(f'config.task {spec!r}: {module_name} has no Task subclass named {class_name!r}.')
-  task = task_class(config)
+  task = task_class(config.task)(config)
   validation.check_task_names(config, task)
   return task
