@@ -31,12 +31,21 @@ from ml_collections import config_flags
 from trainer import cli
 from trainer.cli import run_reporting_user_errors
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to an experiment config file.', lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the sweep: one workdir per run, tables, plots/.')
-_AXES = flags.DEFINE_multi_string('axis', [], "A config field and its values, 'path=value1,value2,...'; "
-                                  'repeat the flag to sweep several fields.')
+_CONFIG = config_flags.DEFINE_config_file(
+  'config', None, 'Path to an experiment config file.', lock_config=True
+)
+_WORKDIR = flags.DEFINE_string(
+  'workdir', None, 'Directory of the sweep: one workdir per run, tables, plots/.'
+)
+_AXES = flags.DEFINE_multi_string(
+  'axis',
+  [],
+  "A config field and its values, 'path=value1,value2,...'; repeat the flag to sweep several fields.",
+)
 _SEEDS = flags.DEFINE_integer('seeds', 1, 'Seeds per combination: config.seed, config.seed + 1, ...')
-_PRINT_COMMANDS = flags.DEFINE_boolean('print_commands', False, "Print every run's train.py command and exit.")
+_PRINT_COMMANDS = flags.DEFINE_boolean(
+  'print_commands', False, "Print every run's train.py command and exit."
+)
 _PLOTS_ONLY = flags.DEFINE_boolean('plots_only', False, 'Only redraw the pictures of an existing --workdir.')
 flags.mark_flag_as_required('workdir')
 
@@ -46,6 +55,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   cli.quiet_library_logs()
   from ablation import plots, sweep, tables  # pylint: disable=g-import-not-at-top  (JAX and TensorFlow: not for --help)
+
   workdir = pathlib.Path(_WORKDIR.value)
   if _PLOTS_ONLY.value:
     for path in run_reporting_user_errors(plots.plot_workdir, workdir):
@@ -56,8 +66,9 @@ def main(argv):
   plan = run_reporting_user_errors(sweep.plan_sweep, _CONFIG.value, _AXES.value, _SEEDS.value, workdir)
   if _PRINT_COMMANDS.value:
     config_flag = flags.FLAGS['config']
-    for command in sweep.train_commands(plan, config_flags.get_config_filename(config_flag),
-                                        config_flags.get_override_values(config_flag)):
+    for command in sweep.train_commands(
+      plan, config_flags.get_config_filename(config_flag), config_flags.get_override_values(config_flag)
+    ):
       print(command)
     return
   summary = run_reporting_user_errors(sweep.run_sweep, plan)

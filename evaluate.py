@@ -18,9 +18,15 @@ from trainer import cli, validation
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
 _SPLIT = flags.DEFINE_string('split', None, "Split to evaluate; default: the config's eval_split.")
-_BATCH_SIZE = flags.DEFINE_integer('batch_size', None, "Evaluation batch size; default: the config's.", lower_bound=1)
-_AVERAGE_LAST = flags.DEFINE_integer('average_last', 1, 'Average the parameters of the last N kept checkpoints '
-                                     'up to --checkpoint before evaluating.', lower_bound=1)
+_BATCH_SIZE = flags.DEFINE_integer(
+  'batch_size', None, "Evaluation batch size; default: the config's.", lower_bound=1
+)
+_AVERAGE_LAST = flags.DEFINE_integer(
+  'average_last',
+  1,
+  'Average the parameters of the last N kept checkpoints up to --checkpoint before evaluating.',
+  lower_bound=1,
+)
 flags.mark_flag_as_required('workdir')
 
 
@@ -31,8 +37,10 @@ def main(argv):
   if _SPLIT.value is not None:
     cli.run_reporting_user_errors(validation.check_split_name, _SPLIT.value, '--split')
   from trainer.evaluation import evaluate_workdir  # pylint: disable=g-import-not-at-top
-  result = cli.run_reporting_user_errors(evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value,
-                                         _BATCH_SIZE.value, _AVERAGE_LAST.value)
+
+  result = cli.run_reporting_user_errors(
+    evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value, _BATCH_SIZE.value, _AVERAGE_LAST.value
+  )
   print(json.dumps(result, sort_keys=True))
 
 

@@ -16,10 +16,16 @@ from ml_collections import config_flags
 
 from trainer import cli, validation
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Path to an experiment config file.', lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  'config', None, 'Path to an experiment config file.', lock_config=True
+)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and the resolved config.')
-_DISTRIBUTED = flags.DEFINE_bool('distributed', False, 'Call jax.distributed.initialize() first (multi-host: '
-                                 'TPU pods, SLURM, Open MPI, or JAX_COORDINATOR_ADDRESS etc. set).')
+_DISTRIBUTED = flags.DEFINE_bool(
+  'distributed',
+  False,
+  'Call jax.distributed.initialize() first (multi-host: '
+  'TPU pods, SLURM, Open MPI, or JAX_COORDINATOR_ADDRESS etc. set).',
+)
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -33,6 +39,7 @@ def main(argv):
   import jax  # pylint: disable=g-import-not-at-top  (JAX and TensorFlow load in seconds: not for --help)
 
   from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
   result = cli.run_reporting_user_errors(train_and_evaluate, _CONFIG.value, _WORKDIR.value)

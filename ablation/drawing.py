@@ -21,8 +21,9 @@ def cosine_similarity(table: np.ndarray) -> np.ndarray:
   return unit @ unit.T
 
 
-def plot_similarity(table: np.ndarray, grid: tuple[int, int] | None, title: str,
-                    path: pathlib.Path) -> pathlib.Path:
+def plot_similarity(
+  table: np.ndarray, grid: tuple[int, int] | None, title: str, path: pathlib.Path
+) -> pathlib.Path:
   """The cosine similarity of each row of ``table`` to every other.
 
   Without ``grid``, one matrix; with a ``(height, width)`` grid (rows in row-major order),
@@ -43,7 +44,9 @@ def plot_similarity(table: np.ndarray, grid: tuple[int, int] | None, title: str,
   for row in range(height):
     for column in range(width):
       ax = tiles[row, column]
-      image = ax.imshow(similarity[row * width + column].reshape(height, width), vmin=-1, vmax=1, cmap='viridis')
+      image = ax.imshow(
+        similarity[row * width + column].reshape(height, width), vmin=-1, vmax=1, cmap='viridis'
+      )
       ax.set_xticks([])
       ax.set_yticks([])
       if column == 0:
@@ -72,8 +75,16 @@ def attention_rollout(weights: list[np.ndarray]) -> list[np.ndarray]:
   return result
 
 
-def plot_token_attention(layers: list[np.ndarray], columns: list[str], rows: list[str], title: str,
-                         path: pathlib.Path, *, xlabel: str, ylabel: str) -> pathlib.Path:
+def plot_token_attention(
+  layers: list[np.ndarray],
+  columns: list[str],
+  rows: list[str],
+  title: str,
+  path: pathlib.Path,
+  *,
+  xlabel: str,
+  ylabel: str,
+) -> pathlib.Path:
   """One heat map per layer, ``[len(rows), len(columns)]`` each, on one colour scale, labelled by token."""
   panel = (0.8 + 0.22 * len(columns), 0.8 + 0.22 * len(rows))
   figure = Figure(figsize=(panel[0] * len(layers) + 2.0, panel[1] + 1.2), layout='constrained')

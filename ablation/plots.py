@@ -42,6 +42,7 @@ def _metric_label(split: str, metric: str, percent: bool) -> str:
 
 # The ablation and the training curves -----------------------------------------------------------
 
+
 def _short(path: str) -> str:
   return path.rsplit('.', 1)[-1]
 
@@ -78,11 +79,24 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
       mean, std = tables.mean_std(seeds)
       label = str(hue[0]) if hue and hue not in labelled else None
       labelled.add(hue)
-      ax.bar(center, mean, width * 0.9, yerr=std if len(seeds) > 1 else None, capsize=3,
-             color=colors[h % len(colors)], label=label)
+      ax.bar(
+        center,
+        mean,
+        width * 0.9,
+        yerr=std if len(seeds) > 1 else None,
+        capsize=3,
+        color=colors[h % len(colors)],
+        label=label,
+      )
       ax.scatter([center] * len(seeds), seeds, s=9, color='black', zorder=3)
-      ax.text(center, mean + std, f'{mean:.1f}' if scale > 1 else f'{mean:.3g}', ha='center', va='bottom',
-              fontsize=8)
+      ax.text(
+        center,
+        mean + std,
+        f'{mean:.1f}' if scale > 1 else f'{mean:.3g}',
+        ha='center',
+        va='bottom',
+        fontsize=8,
+      )
       tops.append(mean + std)
   ax.set_xticks(range(len(positions)), labels)
   ax.set_ylim(0, max(tops) * 1.12 or 1.0)
@@ -90,22 +104,25 @@ def plot_ablation(summary: dict[str, Any], path: pathlib.Path) -> pathlib.Path:
   ax.set_ylabel(_metric_label(summary['eval_split'], metric, percent))
   ax.set_title(f'{summary["task"]}: {tables.over_seeds(summary)}', fontsize=10)
   if hues != [()]:
-    ax.legend(title=_short(axes[1]), fontsize=8, title_fontsize=8, loc='upper left',
-              bbox_to_anchor=(1.01, 1.0))
+    ax.legend(
+      title=_short(axes[1]), fontsize=8, title_fontsize=8, loc='upper left', bbox_to_anchor=(1.01, 1.0)
+    )
   ax.grid(axis='y', alpha=0.3)
   return save(figure, path)
 
 
 def _curve(records: list[dict[str, Any]], split: str, metric: str) -> tuple[list[int], list[float]]:
   """Steps and values of ``metric``; a step logged twice (a resumed run) keeps its last record."""
-  by_step = {record['step']: record[metric] for record in records
-             if record.get('split') == split and metric in record}
+  by_step = {
+    record['step']: record[metric] for record in records if record.get('split') == split and metric in record
+  }
   steps = sorted(by_step)
   return steps, [by_step[step] for step in steps]
 
 
-def plot_training_curves(runs: list[tuple[pathlib.Path, str]], metric: str, split: str, path: pathlib.Path,
-                         percent: bool = False) -> pathlib.Path:
+def plot_training_curves(
+  runs: list[tuple[pathlib.Path, str]], metric: str, split: str, path: pathlib.Path, percent: bool = False
+) -> pathlib.Path:
   """``runs``: (workdir, group); the runs of a group (its seeds) share a colour and a legend entry."""
   figure = Figure(figsize=(11, 4))
   loss_ax, metric_ax = figure.subplots(1, 2)
@@ -116,12 +133,20 @@ def plot_training_curves(runs: list[tuple[pathlib.Path, str]], metric: str, spli
     first = group not in group_index
     color = colors[group_index.setdefault(group, len(group_index)) % len(colors)]
     steps, losses = _curve(records, 'train', 'loss')
-    loss_ax.plot(steps, losses, color=color, linewidth=1, alpha=0.8, marker='.' if len(steps) < 30 else None,
-                 label=group if first else None)
+    loss_ax.plot(
+      steps,
+      losses,
+      color=color,
+      linewidth=1,
+      alpha=0.8,
+      marker='.' if len(steps) < 30 else None,
+      label=group if first else None,
+    )
     steps, values = _curve(records, 'eval', metric)
     scaled = [value * (100.0 if percent else 1.0) for value in values]
-    metric_ax.plot(steps, scaled, color=color, linewidth=1, marker='.',
-                   alpha=0.8, label=group if first else None)
+    metric_ax.plot(
+      steps, scaled, color=color, linewidth=1, marker='.', alpha=0.8, label=group if first else None
+    )
   loss_ax.set(xlabel='step', ylabel='training loss', title='training loss')
   metric_ax.set(xlabel='step', ylabel=_metric_label(split, metric, percent), title=f'evaluation ({split})')
   for ax in (loss_ax, metric_ax):
@@ -131,6 +156,7 @@ def plot_training_curves(runs: list[tuple[pathlib.Path, str]], metric: str, spli
 
 
 # Pictures of one trained model -------------------------------------------------------------------
+
 
 def plot_run_pictures(run_dir: pathlib.Path, out_dir: pathlib.Path, name: str) -> list[pathlib.Path]:
   """The pictures the run's task draws of its model, restored from the latest checkpoint."""
@@ -145,21 +171,39 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
   if (workdir / tables.RESULTS_JSON).exists():
     summary = tables.read_results(workdir)
     axes = list(summary['axes'])
-    runs = [(workdir / run['name'], ','.join(f'{_short(path)}={run["overrides"][path]}' for path in axes))
-            for run in summary['runs']]
-    paths = [plot_ablation(summary, out_dir / 'ablation.png'),
-             plot_training_curves(runs, summary['best_metric'], summary['eval_split'], out_dir / 'training_curves.png',
-                                  _is_percent(summary['task'], summary['best_metric']))]
+    runs = [
+      (workdir / run['name'], ','.join(f'{_short(path)}={run["overrides"][path]}' for path in axes))
+      for run in summary['runs']
+    ]
+    paths = [
+      plot_ablation(summary, out_dir / 'ablation.png'),
+      plot_training_curves(
+        runs,
+        summary['best_metric'],
+        summary['eval_split'],
+        out_dir / 'training_curves.png',
+        _is_percent(summary['task'], summary['best_metric']),
+      ),
+    ]
     for group in tables.group_runs(summary).values():
       paths += plot_run_pictures(workdir / group[0]['name'], out_dir, group[0]['name'])
     return paths
   if (workdir / workdir_lib.CONFIG_FILE).exists():
     config = workdir_lib.load_config(workdir)
-    paths = [plot_training_curves([(workdir, workdir.name)], config.best_metric, config.eval_split,
-                                  out_dir / 'training_curves.png', _is_percent(config.task, config.best_metric))]
+    paths = [
+      plot_training_curves(
+        [(workdir, workdir.name)],
+        config.best_metric,
+        config.eval_split,
+        out_dir / 'training_curves.png',
+        _is_percent(config.task, config.best_metric),
+      )
+    ]
     return paths + plot_run_pictures(workdir, out_dir, workdir.name)
-  raise WorkdirError(f'{workdir} has neither {tables.RESULTS_JSON} (written by ablate.py) nor '
-                     f'{workdir_lib.CONFIG_FILE} (written by train.py).')
+  raise WorkdirError(
+    f'{workdir} has neither {tables.RESULTS_JSON} (written by ablate.py) nor '
+    f'{workdir_lib.CONFIG_FILE} (written by train.py).'
+  )
 
 
 def main(argv):

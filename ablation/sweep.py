@@ -33,8 +33,12 @@ from trainer.loop import total_steps, train_and_evaluate
 from trainer.metrics_io import read_metrics
 from trainer.task import NotApplicable, Task, load_task
 
-_PARSERS = {bool: flags.BooleanParser(), int: flags.IntegerParser(), float: flags.FloatParser(),
-            str: flags.ArgumentParser()}
+_PARSERS = {
+  bool: flags.BooleanParser(),
+  int: flags.IntegerParser(),
+  float: flags.FloatParser(),
+  str: flags.ArgumentParser(),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +86,10 @@ def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
   node, key = _field(config, path)
   field_type = node.get_type(key)
   if field_type not in _PARSERS:
-    raise ConfigError(f'--axis {path}: the field holds a {field_type.__name__}; an axis takes a bool, int, '
-                      'float or str field.')
+    raise ConfigError(
+      f'--axis {path}: the field holds a {field_type.__name__}; an axis takes a bool, int, '
+      'float or str field.'
+    )
   values = []
   for item in text.split(','):
     item = item.strip()
@@ -92,14 +98,18 @@ def parse_axis(spec: str, config: ml_collections.ConfigDict) -> Axis:
     try:
       value = _PARSERS[field_type].parse(item)
     except ValueError:
-      raise ConfigError(f'--axis {path}: {item!r} is not of the field\'s type, {field_type.__name__}.') from None
+      raise ConfigError(
+        f"--axis {path}: {item!r} is not of the field's type, {field_type.__name__}."
+      ) from None
     values.append(value)
   if len(set(values)) != len(values):
     raise ConfigError(f'--axis {path}: a value is repeated in {text!r}.')
   return Axis(path, tuple(values))
 
 
-def _with_overrides(config: ml_collections.ConfigDict, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+def _with_overrides(
+  config: ml_collections.ConfigDict, overrides: dict[str, Any]
+) -> ml_collections.ConfigDict:
   config = config.copy_and_resolve_references()
   for path, value in overrides.items():
     node, key = _field(config, path)
@@ -118,11 +128,12 @@ def _run_name(overrides: dict[str, Any]) -> str:
   return ','.join(parts)
 
 
-def plan_sweep(config: ml_collections.ConfigDict, axis_specs: list[str], num_seeds: int,
-               workdir: str | pathlib.Path) -> Plan:
+def plan_sweep(
+  config: ml_collections.ConfigDict, axis_specs: list[str], num_seeds: int, workdir: str | pathlib.Path
+) -> Plan:
   """Every run of the sweep, each checked (task built, workdir compatible) before anything trains."""
   if not axis_specs:
-    raise ConfigError("Give at least one --axis path=value1,value2,...")
+    raise ConfigError('Give at least one --axis path=value1,value2,...')
   if num_seeds < 1:
     raise ConfigError(f'--seeds must be at least 1, got {num_seeds}.')
   axes = [parse_axis(spec, config) for spec in axis_specs]
@@ -164,24 +175,31 @@ def _latest_checkpoint(workdir: pathlib.Path) -> int | None:
 
 def _metrics_record(config: ml_collections.ConfigDict, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
   """The keys ``evaluate.py`` prints: the scalar metrics, ``step``, ``split`` and ``checkpoint``."""
-  scalars = {name: value for name, value in metrics.items()
-             if name not in ('step', 'split') and isinstance(value, (int, float))}
+  scalars = {
+    name: value
+    for name, value in metrics.items()
+    if name not in ('step', 'split') and isinstance(value, (int, float))
+  }
   return dict(scalars, step=int(step), split=config.eval_split, checkpoint='latest')
 
 
 def finished_metrics(run: Run) -> dict[str, Any] | None:
   """The final evaluation of a finished run (at its last step, with a checkpoint there), else ``None``."""
   last_step = total_steps(run.config, run.task)
-  evaluations = [record for record in read_metrics(run.workdir)
-                 if record.get('split') == 'eval' and record.get('step') == last_step]
+  evaluations = [
+    record
+    for record in read_metrics(run.workdir)
+    if record.get('split') == 'eval' and record.get('step') == last_step
+  ]
   if not evaluations or _latest_checkpoint(run.workdir) != last_step:
     return None
   return _metrics_record(run.config, last_step, evaluations[-1])
 
 
 def _shown(metrics: dict[str, Any]) -> str:
-  return ' '.join(f'{name} {value:.4g}' for name, value in sorted(metrics.items())
-                  if isinstance(value, float))
+  return ' '.join(
+    f'{name} {value:.4g}' for name, value in sorted(metrics.items()) if isinstance(value, float)
+  )
 
 
 def run_sweep(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any] | None:
@@ -211,9 +229,15 @@ def run_sweep(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any] 
 
 
 def summarize(plan: Plan, records: list[dict[str, Any]]) -> dict[str, Any]:
-  return dict(task=plan.config.task, eval_split=plan.config.eval_split, best_metric=plan.config.best_metric,
-              axes={axis.path: list(axis.values) for axis in plan.axes}, seeds=plan.seeds,
-              not_applicable=plan.not_applicable, runs=records)
+  return dict(
+    task=plan.config.task,
+    eval_split=plan.config.eval_split,
+    best_metric=plan.config.best_metric,
+    axes={axis.path: list(axis.values) for axis in plan.axes},
+    seeds=plan.seeds,
+    not_applicable=plan.not_applicable,
+    runs=records,
+  )
 
 
 def _flag_text(value: Any) -> str:
@@ -225,11 +249,15 @@ def _flag_text(value: Any) -> str:
 def train_commands(plan: Plan, config_file: str, config_overrides: dict[str, Any]) -> list[str]:
   """The ``python train.py ...`` command of every run, with the sweep's other ``--config.`` overrides."""
   swept = {axis.path for axis in plan.axes} | {'seed'}
-  shared = [f'--config.{path}={_flag_text(value)}' for path, value in config_overrides.items()
-            if path not in swept]
+  shared = [
+    f'--config.{path}={_flag_text(value)}' for path, value in config_overrides.items() if path not in swept
+  ]
   commands = []
   for run in plan.runs:
     own = [f'--config.{path}={_flag_text(value)}' for path, value in run.overrides.items()]
-    commands.append(shlex.join(['python', 'train.py', '--config', config_file, '--workdir', str(run.workdir),
-                                *shared, *own]))
+    commands.append(
+      shlex.join(
+        ['python', 'train.py', '--config', config_file, '--workdir', str(run.workdir), *shared, *own]
+      )
+    )
   return commands

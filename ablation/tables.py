@@ -111,9 +111,12 @@ def csv_text(summary: dict[str, Any]) -> str:
   writer = csv.writer(output, lineterminator='\n')
   writer.writerow(['name', 'workdir'] + axes + ['seed', 'step'] + metrics)
   for run in summary['runs']:
-    writer.writerow([run['name'], run['workdir']] + [run['overrides'][path] for path in axes] +
-                    [run['overrides']['seed'], run['metrics'].get('step')] +
-                    [run['metrics'].get(name, '') for name in metrics])
+    writer.writerow(
+      [run['name'], run['workdir']]
+      + [run['overrides'][path] for path in axes]
+      + [run['overrides']['seed'], run['metrics'].get('step')]
+      + [run['metrics'].get(name, '') for name in metrics]
+    )
   return output.getvalue()
 
 

@@ -2,27 +2,27 @@
 encodings, resampling, Transformer blocks and stacks, used by both the ViT and the translator."""
 
 from attention.blocks import (
-                              ACTIVATIONS,
-                              NORM_PLACEMENTS,
-                              DecoderBlock,
-                              DropPath,
-                              EncoderBlock,
-                              Mlp,
-                              layer_norm,
+  ACTIVATIONS,
+  NORM_PLACEMENTS,
+  DecoderBlock,
+  DropPath,
+  EncoderBlock,
+  Mlp,
+  layer_norm,
 )
 from attention.dtypes import DTYPES, resolve_dtype
 from attention.masks import causal_mask, combine_masks, masked_softmax, padding_mask
 from attention.multi_head import MultiHeadAttention
 from attention.positional import (
-                                  ADDITIVE_KINDS,
-                                  INJECTIONS,
-                                  POSEMB_KINDS,
-                                  PositionalEncoding,
-                                  Rotary,
-                                  check_posemb,
-                                  combination_exists,
-                                  sincos_1d_table,
-                                  sincos_2d_table,
+  ADDITIVE_KINDS,
+  INJECTIONS,
+  POSEMB_KINDS,
+  PositionalEncoding,
+  Rotary,
+  check_posemb,
+  combination_exists,
+  sincos_1d_table,
+  sincos_2d_table,
 )
 from attention.resample import RESAMPLE_METHODS, resample_axis_table, resample_grid_table
 from attention.scores import MIN_COSINE_TEMPERATURE, SCORES, AttentionScore

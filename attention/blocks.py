@@ -29,22 +29,45 @@ def check_activation(activation: str) -> str:
 
 def check_norm_placement(norm_placement: str) -> str:
   if norm_placement not in NORM_PLACEMENTS:
-    raise ValueError(f'Unknown norm_placement {norm_placement!r}; allowed values: {", ".join(NORM_PLACEMENTS)}.')
+    raise ValueError(
+      f'Unknown norm_placement {norm_placement!r}; allowed values: {", ".join(NORM_PLACEMENTS)}.'
+    )
   return norm_placement
 
 
 class Mlp(nnx.Module):
   """Linear -> activation -> dropout -> Linear -> dropout."""
 
-  def __init__(self, features: int, hidden_features: int, *, dropout_rate: float = 0.0, activation: str = 'gelu',
-               dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    features: int,
+    hidden_features: int,
+    *,
+    dropout_rate: float = 0.0,
+    activation: str = 'gelu',
+    dtype=None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+  ):
     self.activation = check_activation(activation)
-    self.fc1 = nnx.Linear(features, hidden_features, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-                          kernel_init=nnx.initializers.xavier_uniform(),
-                          bias_init=nnx.initializers.normal(1e-6))
-    self.fc2 = nnx.Linear(hidden_features, features, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-                          kernel_init=nnx.initializers.xavier_uniform(),
-                          bias_init=nnx.initializers.normal(1e-6))
+    self.fc1 = nnx.Linear(
+      features,
+      hidden_features,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+      kernel_init=nnx.initializers.xavier_uniform(),
+      bias_init=nnx.initializers.normal(1e-6),
+    )
+    self.fc2 = nnx.Linear(
+      hidden_features,
+      features,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+      kernel_init=nnx.initializers.xavier_uniform(),
+      bias_init=nnx.initializers.normal(1e-6),
+    )
     self.dropout = nnx.Dropout(dropout_rate)
 
   def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
@@ -93,27 +116,65 @@ class _ResidualBlock(nnx.Module):
 class EncoderBlock(_ResidualBlock):
   """Self-attention and MLP, each a residual sublayer with dropout and stochastic depth."""
 
-  def __init__(self, features: int, num_heads: int, mlp_features: int, *, score: str = 'scaled_dot',
-               dropout_rate: float = 0.0, attention_dropout_rate: float = 0.0, drop_path_rate: float = 0.0,
-               activation: str = 'gelu', norm_placement: str = 'pre', rotary: Rotary | None = None, dtype=None,
-               param_dtype=jnp.float32, rngs: nnx.Rngs, **attention_options):
+  def __init__(
+    self,
+    features: int,
+    num_heads: int,
+    mlp_features: int,
+    *,
+    score: str = 'scaled_dot',
+    dropout_rate: float = 0.0,
+    attention_dropout_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
+    activation: str = 'gelu',
+    norm_placement: str = 'pre',
+    rotary: Rotary | None = None,
+    dtype=None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+    **attention_options,
+  ):
     self.norm_placement = check_norm_placement(norm_placement)
     self.norm1 = layer_norm(features, dtype, param_dtype, rngs=rngs)
     self.attention = MultiHeadAttention(
-        num_heads, features, score=score, dropout_rate=attention_dropout_rate, rotary=rotary, dtype=dtype,
-        param_dtype=param_dtype, rngs=rngs, **attention_options)
+      num_heads,
+      features,
+      score=score,
+      dropout_rate=attention_dropout_rate,
+      rotary=rotary,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+      **attention_options,
+    )
     self.norm2 = layer_norm(features, dtype, param_dtype, rngs=rngs)
-    self.mlp = Mlp(features, mlp_features, dropout_rate=dropout_rate, activation=activation, dtype=dtype,
-                   param_dtype=param_dtype, rngs=rngs)
+    self.mlp = Mlp(
+      features,
+      mlp_features,
+      dropout_rate=dropout_rate,
+      activation=activation,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+    )
     self.dropout = nnx.Dropout(dropout_rate)
     self.drop_path = DropPath(drop_path_rate)
 
-  def __call__(self, x, *, mask=None, bias=None, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_weights: bool = False):
+  def __call__(
+    self,
+    x,
+    *,
+    mask=None,
+    bias=None,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ):
     """Returns the new ``x`` and the attention weights (``None`` unless ``return_weights``)."""
     kwargs = dict(deterministic=deterministic, rngs=rngs)
-    y, weights = self.attention(self._norm_input(x, self.norm1), mask=mask, bias=bias,
-                                return_weights=return_weights, **kwargs)
+    y, weights = self.attention(
+      self._norm_input(x, self.norm1), mask=mask, bias=bias, return_weights=return_weights, **kwargs
+    )
     x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm1)
     y = self.mlp(self._norm_input(x, self.norm2), **kwargs)
     x = self._add(x, self.drop_path(y, **kwargs), self.norm2)
@@ -123,37 +184,76 @@ class EncoderBlock(_ResidualBlock):
 class DecoderBlock(_ResidualBlock):
   """Causal self-attention, cross-attention to the encoder output and MLP, each a residual sublayer."""
 
-  def __init__(self, features: int, num_heads: int, mlp_features: int, *, score: str = 'scaled_dot',
-               dropout_rate: float = 0.0, attention_dropout_rate: float = 0.0, drop_path_rate: float = 0.0,
-               activation: str = 'gelu', norm_placement: str = 'pre', rotary: Rotary | None = None,
-               encoder_features: int | None = None, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs,
-               **attention_options):
-    common = dict(score=score, dropout_rate=attention_dropout_rate, dtype=dtype, param_dtype=param_dtype,
-                  rngs=rngs, **attention_options)
+  def __init__(
+    self,
+    features: int,
+    num_heads: int,
+    mlp_features: int,
+    *,
+    score: str = 'scaled_dot',
+    dropout_rate: float = 0.0,
+    attention_dropout_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
+    activation: str = 'gelu',
+    norm_placement: str = 'pre',
+    rotary: Rotary | None = None,
+    encoder_features: int | None = None,
+    dtype=None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+    **attention_options,
+  ):
+    common = dict(
+      score=score,
+      dropout_rate=attention_dropout_rate,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+      **attention_options,
+    )
     self.norm_placement = check_norm_placement(norm_placement)
     self.norm1 = layer_norm(features, dtype, param_dtype, rngs=rngs)
     self.self_attention = MultiHeadAttention(num_heads, features, rotary=rotary, **common)
     self.norm2 = layer_norm(features, dtype, param_dtype, rngs=rngs)
     self.cross_attention = MultiHeadAttention(num_heads, features, kv_features=encoder_features, **common)
     self.norm3 = layer_norm(features, dtype, param_dtype, rngs=rngs)
-    self.mlp = Mlp(features, mlp_features, dropout_rate=dropout_rate, activation=activation, dtype=dtype,
-                   param_dtype=param_dtype, rngs=rngs)
+    self.mlp = Mlp(
+      features,
+      mlp_features,
+      dropout_rate=dropout_rate,
+      activation=activation,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+    )
     self.dropout = nnx.Dropout(dropout_rate)
     self.drop_path = DropPath(drop_path_rate)
 
-  def __call__(self, x, encoded, *, self_mask=None, cross_mask=None, self_bias=None,
-               deterministic: bool = True, rngs: nnx.Rngs | None = None, return_weights: bool = False):
+  def __call__(
+    self,
+    x,
+    encoded,
+    *,
+    self_mask=None,
+    cross_mask=None,
+    self_bias=None,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ):
     """Teacher-forced pass. ``self_mask`` should include the causal mask.
 
     Returns the new ``x`` and ``{'self': weights, 'cross': weights}`` (``None`` values
     unless ``return_weights``).
     """
     kwargs = dict(deterministic=deterministic, rngs=rngs)
-    y, self_weights = self.self_attention(self._norm_input(x, self.norm1), mask=self_mask, bias=self_bias,
-                                          return_weights=return_weights, **kwargs)
+    y, self_weights = self.self_attention(
+      self._norm_input(x, self.norm1), mask=self_mask, bias=self_bias, return_weights=return_weights, **kwargs
+    )
     x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm1)
-    y, cross_weights = self.cross_attention(self._norm_input(x, self.norm2), encoded, mask=cross_mask,
-                                            return_weights=return_weights, **kwargs)
+    y, cross_weights = self.cross_attention(
+      self._norm_input(x, self.norm2), encoded, mask=cross_mask, return_weights=return_weights, **kwargs
+    )
     x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm2)
     y = self.mlp(self._norm_input(x, self.norm3), **kwargs)
     x = self._add(x, self.drop_path(y, **kwargs), self.norm3)
@@ -161,13 +261,16 @@ class DecoderBlock(_ResidualBlock):
 
   def init_cache(self, encoded, max_length: int) -> dict:
     """The decoding cache: an empty self-attention cache and the encoder's keys and values."""
-    return {'self': self.self_attention.init_cache(encoded.shape[0], max_length, encoded.dtype),
-            'cross': self.cross_attention.cross_cache(encoded)}
+    return {
+      'self': self.self_attention.init_cache(encoded.shape[0], max_length, encoded.dtype),
+      'cross': self.cross_attention.cross_cache(encoded),
+    }
 
   def decode_step(self, x, cache: dict, *, cross_mask=None, self_bias=None):
     """Runs the new tokens ``x`` (``[batch, step_len, features]``) against the cache."""
-    y, self_cache = self.self_attention.decode_step(self._norm_input(x, self.norm1), cache['self'],
-                                                    bias=self_bias)
+    y, self_cache = self.self_attention.decode_step(
+      self._norm_input(x, self.norm1), cache['self'], bias=self_bias
+    )
     x = self._add(x, y, self.norm1)
     y = self.cross_attention.attend_to_cache(self._norm_input(x, self.norm2), cache['cross'], mask=cross_mask)
     x = self._add(x, y, self.norm2)

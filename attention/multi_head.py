@@ -27,24 +27,24 @@ class MultiHeadAttention(nnx.Module):
   """
 
   def __init__(
-      self,
-      num_heads: int,
-      in_features: int,
-      *,
-      kv_features: int | None = None,
-      qkv_features: int | None = None,
-      out_features: int | None = None,
-      score: str = 'scaled_dot',
-      dropout_rate: float = 0.0,
-      use_bias: bool = True,
-      rotary: Rotary | None = None,
-      cosine_temperature: float = 0.1,
-      learn_temperature: bool = True,
-      additive_features: int | None = None,
-      fused_kernel: bool | None = None,
-      dtype=None,
-      param_dtype=jnp.float32,
-      rngs: nnx.Rngs,
+    self,
+    num_heads: int,
+    in_features: int,
+    *,
+    kv_features: int | None = None,
+    qkv_features: int | None = None,
+    out_features: int | None = None,
+    score: str = 'scaled_dot',
+    dropout_rate: float = 0.0,
+    use_bias: bool = True,
+    rotary: Rotary | None = None,
+    cosine_temperature: float = 0.1,
+    learn_temperature: bool = True,
+    additive_features: int | None = None,
+    fused_kernel: bool | None = None,
+    dtype=None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
   ):
     qkv_features = qkv_features or in_features
     if qkv_features % num_heads:
@@ -59,17 +59,24 @@ class MultiHeadAttention(nnx.Module):
     kv_features = kv_features or in_features
 
     def projection(features_in, features_out):
-      return nnx.Linear(features_in, features_out, use_bias=use_bias, dtype=dtype,
-                        param_dtype=param_dtype, rngs=rngs)
+      return nnx.Linear(
+        features_in, features_out, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+      )
 
     self.query = projection(in_features, qkv_features)
     self.key = projection(kv_features, qkv_features)
     self.value = projection(kv_features, qkv_features)
     self.out = projection(qkv_features, out_features or in_features)
     self.score = AttentionScore(
-        score, num_heads=num_heads, head_dim=self.head_dim, cosine_temperature=cosine_temperature,
-        learn_temperature=learn_temperature, additive_features=additive_features,
-        param_dtype=param_dtype, rngs=rngs)
+      score,
+      num_heads=num_heads,
+      head_dim=self.head_dim,
+      cosine_temperature=cosine_temperature,
+      learn_temperature=learn_temperature,
+      additive_features=additive_features,
+      param_dtype=param_dtype,
+      rngs=rngs,
+    )
     self.dropout = nnx.Dropout(dropout_rate)
 
   def _split_heads(self, x: jax.Array) -> jax.Array:
@@ -136,17 +143,17 @@ class MultiHeadAttention(nnx.Module):
     return self.out(context), weights
 
   def __call__(
-      self,
-      inputs_q: jax.Array,
-      inputs_kv: jax.Array | None = None,
-      *,
-      mask: jax.Array | None = None,
-      bias: jax.Array | None = None,
-      q_positions: jax.Array | None = None,
-      k_positions: jax.Array | None = None,
-      deterministic: bool = True,
-      rngs: nnx.Rngs | None = None,
-      return_weights: bool = False,
+    self,
+    inputs_q: jax.Array,
+    inputs_kv: jax.Array | None = None,
+    *,
+    mask: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    q_positions: jax.Array | None = None,
+    k_positions: jax.Array | None = None,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
   ) -> tuple[jax.Array, jax.Array | None]:
     """Self-attention (``inputs_kv=None``) or cross-attention.
 
@@ -166,12 +173,19 @@ class MultiHeadAttention(nnx.Module):
   def init_cache(self, batch_size: int, max_length: int, dtype=jnp.float32) -> dict[str, jax.Array]:
     """An empty self-attention cache for ``max_length`` positions."""
     shape = (batch_size, max_length, self.num_heads, self.head_dim)
-    return {'key': jnp.zeros(shape, dtype), 'value': jnp.zeros(shape, dtype),
-            'index': jnp.zeros((), jnp.int32)}
+    return {
+      'key': jnp.zeros(shape, dtype),
+      'value': jnp.zeros(shape, dtype),
+      'index': jnp.zeros((), jnp.int32),
+    }
 
   def decode_step(
-      self, inputs_q: jax.Array, cache: dict[str, jax.Array], *, mask: jax.Array | None = None,
-      bias: jax.Array | None = None,
+    self,
+    inputs_q: jax.Array,
+    cache: dict[str, jax.Array],
+    *,
+    mask: jax.Array | None = None,
+    bias: jax.Array | None = None,
   ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Causal self-attention for the ``step_len`` new tokens at ``cache['index']``.
 
@@ -185,11 +199,14 @@ class MultiHeadAttention(nnx.Module):
     positions = index + jnp.arange(step_len)
     query, key, value = self._project_qkv(inputs_q, positions)
     cached_key = jax.lax.dynamic_update_slice(cache['key'], key.astype(cache['key'].dtype), (0, index, 0, 0))
-    cached_value = jax.lax.dynamic_update_slice(cache['value'], value.astype(cache['value'].dtype), (0, index, 0, 0))
+    cached_value = jax.lax.dynamic_update_slice(
+      cache['value'], value.astype(cache['value'].dtype), (0, index, 0, 0)
+    )
     causal = causal_mask(step_len, max_length, q_offset=index)
     mask = causal if mask is None else causal & mask
-    output, _ = self._attend(query, cached_key.astype(query.dtype), cached_value.astype(query.dtype),
-                             mask, bias, True, None, False)
+    output, _ = self._attend(
+      query, cached_key.astype(query.dtype), cached_value.astype(query.dtype), mask, bias, True, None, False
+    )
     return output, {'key': cached_key, 'value': cached_value, 'index': index + step_len}
 
   def cross_cache(self, inputs_kv: jax.Array) -> dict[str, jax.Array]:
@@ -197,8 +214,9 @@ class MultiHeadAttention(nnx.Module):
     key, value = self._project_kv(inputs_kv, None)
     return {'key': key, 'value': value}
 
-  def attend_to_cache(self, inputs_q: jax.Array, cross_cache: dict[str, jax.Array], *,
-                      mask: jax.Array | None = None) -> jax.Array:
+  def attend_to_cache(
+    self, inputs_q: jax.Array, cross_cache: dict[str, jax.Array], *, mask: jax.Array | None = None
+  ) -> jax.Array:
     """Cross-attention from new queries to a memory prepared by ``cross_cache``."""
     query = self._project_q(inputs_q, None)
     output, _ = self._attend(query, cross_cache['key'], cross_cache['value'], mask, None, True, None, False)

@@ -45,11 +45,14 @@ def check_posemb(kind: str, injection: str = 'stem', grid: tuple[int, int] | Non
   if kind not in POSEMB_KINDS:
     raise ValueError(f'Unknown positional encoding {kind!r}; allowed values: {", ".join(POSEMB_KINDS)}.')
   if injection not in INJECTIONS:
-    raise ValueError(f'Unknown positional-encoding injection {injection!r}; allowed values: {", ".join(INJECTIONS)}.')
+    raise ValueError(
+      f'Unknown positional-encoding injection {injection!r}; allowed values: {", ".join(INJECTIONS)}.'
+    )
   if not combination_exists(kind, injection):
     raise ValueError(
-        f'Positional encoding {kind!r} has no {injection!r} injection: it is not added to the tokens '
-        "(use injection 'stem', its default placement).")
+      f'Positional encoding {kind!r} has no {injection!r} injection: it is not added to the tokens '
+      "(use injection 'stem', its default placement)."
+    )
   if kind in GRID_ONLY_KINDS and grid is None:
     raise ValueError(f'Positional encoding {kind!r} needs a 2-D patch grid, but the input is a 1-D sequence.')
 
@@ -77,8 +80,7 @@ def sincos_2d_table(height: int, width: int, dim: int, max_wavelength: float = 1
     raise ValueError(f'sincos2d needs a width divisible by 4, got {dim}.')
   rows = sincos_1d_table(height, dim // 2, max_wavelength)
   cols = sincos_1d_table(width, dim // 2, max_wavelength)
-  return np.concatenate(
-      [np.repeat(rows, width, axis=0), np.tile(cols, (height, 1))], axis=1)
+  return np.concatenate([np.repeat(rows, width, axis=0), np.tile(cols, (height, 1))], axis=1)
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, max_wavelength: float = 10_000.0) -> jax.Array:
@@ -133,13 +135,21 @@ class RelativePositionBias(nnx.Module):
 class RelativePositionBias2D(nnx.Module):
   """A learned bias per head and per 2-D offset ``(dy, dx)`` between the patches of a grid."""
 
-  def __init__(self, num_heads: int, grid: tuple[int, int], num_prefix_tokens: int = 0, *,
-               param_dtype=jnp.float32, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    num_heads: int,
+    grid: tuple[int, int],
+    num_prefix_tokens: int = 0,
+    *,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+  ):
     self.grid = tuple(grid)
     self.num_prefix_tokens = num_prefix_tokens
     height, width = self.grid
     self.table = nnx.Param(
-        _TABLE_INIT(rngs.params(), ((2 * height - 1) * (2 * width - 1), num_heads), param_dtype))
+      _TABLE_INIT(rngs.params(), ((2 * height - 1) * (2 * width - 1), num_heads), param_dtype)
+    )
 
   def __call__(self, q_len: int, k_len: int, q_offset: int | jax.Array = 0) -> jax.Array:
     height, width = self.grid
@@ -158,8 +168,16 @@ class RelativePositionBias2D(nnx.Module):
 class AdditiveTable(nnx.Module):
   """One additive table ``[positions, dim]``: learned (1-D or row+column) or fixed sinusoids."""
 
-  def __init__(self, kind: str, dim: int, *, length: int, grid: tuple[int, int] | None,
-               param_dtype=jnp.float32, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    kind: str,
+    dim: int,
+    *,
+    length: int,
+    grid: tuple[int, int] | None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+  ):
     self.kind = kind
     if kind == 'learn1d':
       self.table = nnx.Param(_TABLE_INIT(rngs.params(), (length, dim), param_dtype))
@@ -196,19 +214,19 @@ class PositionalEncoding(nnx.Module):
   """
 
   def __init__(
-      self,
-      kind: str,
-      injection: str = 'stem',
-      *,
-      dim: int,
-      num_heads: int,
-      num_layers: int,
-      max_length: int | None = None,
-      grid: tuple[int, int] | None = None,
-      num_prefix_tokens: int = 0,
-      max_distance: int | None = None,
-      param_dtype=jnp.float32,
-      rngs: nnx.Rngs,
+    self,
+    kind: str,
+    injection: str = 'stem',
+    *,
+    dim: int,
+    num_heads: int,
+    num_layers: int,
+    max_length: int | None = None,
+    grid: tuple[int, int] | None = None,
+    num_prefix_tokens: int = 0,
+    max_distance: int | None = None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
   ):
     check_posemb(kind, injection, grid)
     if grid is None and max_length is None:
@@ -219,18 +237,27 @@ class PositionalEncoding(nnx.Module):
     length = grid[0] * grid[1] if grid is not None else max_length
     if kind in ADDITIVE_KINDS:
       num_tables = num_layers if injection == 'every_layer' else 1
-      self.tables = nnx.List([
+      self.tables = nnx.List(
+        [
           AdditiveTable(kind, dim, length=length, grid=grid, param_dtype=param_dtype, rngs=rngs)
-          for _ in range(num_tables)])
+          for _ in range(num_tables)
+        ]
+      )
     elif kind == 'relative':
       max_distance = max_distance or (num_prefix_tokens + length - 1)
-      self.biases = nnx.List([
+      self.biases = nnx.List(
+        [
           RelativePositionBias(num_heads, max_distance, param_dtype=param_dtype, rngs=rngs)
-          for _ in range(num_layers)])
+          for _ in range(num_layers)
+        ]
+      )
     elif kind == 'relative2d':
-      self.biases = nnx.List([
+      self.biases = nnx.List(
+        [
           RelativePositionBias2D(num_heads, grid, num_prefix_tokens, param_dtype=param_dtype, rngs=rngs)
-          for _ in range(num_layers)])
+          for _ in range(num_layers)
+        ]
+      )
 
   @property
   def rotary(self) -> Rotary | None:
@@ -247,21 +274,26 @@ class PositionalEncoding(nnx.Module):
     if self.injection == 'stem' and layer != 0:
       return x
     table = self.tables[layer if self.injection == 'every_layer' else 0]()
-    prefix, tokens = x[:, :self.num_prefix_tokens], x[:, self.num_prefix_tokens:]
+    prefix, tokens = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
     if positions is None:
       if tokens.shape[1] != table.shape[0] and self.kind in ('learn2d', 'sincos2d'):
-        raise ValueError(f'{self.kind} table has {table.shape[0]} positions, input has {tokens.shape[1]} tokens.')
+        raise ValueError(
+          f'{self.kind} table has {table.shape[0]} positions, input has {tokens.shape[1]} tokens.'
+        )
       if tokens.shape[1] > table.shape[0]:
-        raise ValueError(f'{self.kind} table has {table.shape[0]} positions, input has {tokens.shape[1]} tokens.')
-      encoding = table[None, :tokens.shape[1]]
+        raise ValueError(
+          f'{self.kind} table has {table.shape[0]} positions, input has {tokens.shape[1]} tokens.'
+        )
+      encoding = table[None, : tokens.shape[1]]
     else:
       encoding = table[jnp.asarray(positions)]
       if encoding.ndim == 2:
         encoding = encoding[None]
     return jnp.concatenate([prefix, tokens + encoding.astype(x.dtype)], axis=1)
 
-  def attention_bias(self, layer: int, q_len: int, k_len: int,
-                     q_offset: int | jax.Array = 0) -> jax.Array | None:
+  def attention_bias(
+    self, layer: int, q_len: int, k_len: int, q_offset: int | jax.Array = 0
+  ) -> jax.Array | None:
     """``[1, heads, q_len, k_len]`` relative bias for ``layer``, or ``None``."""
     if self.kind not in ('relative', 'relative2d'):
       return None

@@ -14,16 +14,23 @@ def _check_method(method: str) -> None:
     raise ValueError(f'Unknown resampling method {method!r}; allowed values: {", ".join(RESAMPLE_METHODS)}.')
 
 
-def resample_grid_table(table: jax.Array, old_grid: tuple[int, int], new_grid: tuple[int, int],
-                        num_prefix_tokens: int = 0, method: str = 'bilinear') -> jax.Array:
+def resample_grid_table(
+  table: jax.Array,
+  old_grid: tuple[int, int],
+  new_grid: tuple[int, int],
+  num_prefix_tokens: int = 0,
+  method: str = 'bilinear',
+) -> jax.Array:
   """``[prefix + old_h * old_w, dim]`` (row-major patches) -> ``[prefix + new_h * new_w, dim]``."""
   _check_method(method)
   old_h, old_w = old_grid
   new_h, new_w = new_grid
   expected = num_prefix_tokens + old_h * old_w
   if table.shape[0] != expected:
-    raise ValueError(f'Table has {table.shape[0]} rows; a {old_h}x{old_w} grid with '
-                     f'{num_prefix_tokens} prefix tokens needs {expected}.')
+    raise ValueError(
+      f'Table has {table.shape[0]} rows; a {old_h}x{old_w} grid with '
+      f'{num_prefix_tokens} prefix tokens needs {expected}.'
+    )
   prefix, patches = table[:num_prefix_tokens], table[num_prefix_tokens:]
   if tuple(old_grid) != tuple(new_grid):
     grid = patches.reshape(old_h, old_w, -1)

@@ -31,24 +31,26 @@ class AttentionScore(nnx.Module):
   """Computes attention logits; holds the score's parameters (cosine, additive)."""
 
   def __init__(
-      self,
-      kind: str,
-      *,
-      num_heads: int,
-      head_dim: int,
-      cosine_temperature: float = 0.1,
-      learn_temperature: bool = True,
-      additive_features: int | None = None,
-      param_dtype=jnp.float32,
-      rngs: nnx.Rngs,
+    self,
+    kind: str,
+    *,
+    num_heads: int,
+    head_dim: int,
+    cosine_temperature: float = 0.1,
+    learn_temperature: bool = True,
+    additive_features: int | None = None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
   ):
     self.kind = check_score(kind)
     self.head_dim = head_dim
     self.learn_temperature = learn_temperature
     if kind == 'cosine':
       if not cosine_temperature >= MIN_COSINE_TEMPERATURE:
-        raise ValueError(f'cosine_temperature must be at least {MIN_COSINE_TEMPERATURE} (a logit scale of at '
-                         f'most {1 / MIN_COSINE_TEMPERATURE:g}), got {cosine_temperature}.')
+        raise ValueError(
+          f'cosine_temperature must be at least {MIN_COSINE_TEMPERATURE} (a logit scale of at '
+          f'most {1 / MIN_COSINE_TEMPERATURE:g}), got {cosine_temperature}.'
+        )
       log_tau = jnp.full((num_heads,), math.log(cosine_temperature), param_dtype)
       self.log_temperature = nnx.Param(log_tau) if learn_temperature else nnx.Variable(log_tau)
     if kind == 'additive':

@@ -22,13 +22,36 @@ from attention.positional import PositionalEncoding
 class _Stack(nnx.Module):
   """What both stacks share: the positional encoding, the stem and the final LayerNorm."""
 
-  def _build_common(self, *, features, depth, num_heads, posemb, posemb_injection, max_length, grid,
-                    num_prefix_tokens, dropout_rate, norm_placement, dtype, param_dtype, rngs):
+  def _build_common(
+    self,
+    *,
+    features,
+    depth,
+    num_heads,
+    posemb,
+    posemb_injection,
+    max_length,
+    grid,
+    num_prefix_tokens,
+    dropout_rate,
+    norm_placement,
+    dtype,
+    param_dtype,
+    rngs,
+  ):
     check_norm_placement(norm_placement)
     self.positional = PositionalEncoding(
-        posemb, posemb_injection, dim=features, num_heads=num_heads, num_layers=depth,
-        max_length=max_length, grid=grid, num_prefix_tokens=num_prefix_tokens,
-        param_dtype=param_dtype, rngs=rngs)
+      posemb,
+      posemb_injection,
+      dim=features,
+      num_heads=num_heads,
+      num_layers=depth,
+      max_length=max_length,
+      grid=grid,
+      num_prefix_tokens=num_prefix_tokens,
+      param_dtype=param_dtype,
+      rngs=rngs,
+    )
     self.dropout = nnx.Dropout(dropout_rate)
     self.final_norm = norm_placement == 'pre'
 
@@ -44,28 +67,77 @@ class _Stack(nnx.Module):
 class Encoder(_Stack):
   """A stack of encoder blocks. Give ``grid`` for patch grids, ``max_length`` for sequences."""
 
-  def __init__(self, *, features: int, depth: int, num_heads: int, mlp_features: int,
-               posemb: str = 'sincos1d', posemb_injection: str = 'stem', max_length: int | None = None,
-               grid: tuple[int, int] | None = None, num_prefix_tokens: int = 0, score: str = 'scaled_dot',
-               dropout_rate: float = 0.0, attention_dropout_rate: float = 0.0, drop_path_rate: float = 0.0,
-               activation: str = 'gelu', norm_placement: str = 'pre', dtype=None, param_dtype=jnp.float32,
-               rngs: nnx.Rngs, **attention_options):
-    self._build_common(features=features, depth=depth, num_heads=num_heads, posemb=posemb,
-                       posemb_injection=posemb_injection, max_length=max_length, grid=grid,
-                       num_prefix_tokens=num_prefix_tokens, dropout_rate=dropout_rate,
-                       norm_placement=norm_placement, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.blocks = nnx.List([
-        EncoderBlock(features, num_heads, mlp_features, score=score, dropout_rate=dropout_rate,
-                     attention_dropout_rate=attention_dropout_rate,
-                     drop_path_rate=drop_path_rate * i / max(depth - 1, 1), activation=activation,
-                     norm_placement=norm_placement, rotary=self.positional.rotary, dtype=dtype,
-                     param_dtype=param_dtype, rngs=rngs, **attention_options)
-        for i in range(depth)])
+  def __init__(
+    self,
+    *,
+    features: int,
+    depth: int,
+    num_heads: int,
+    mlp_features: int,
+    posemb: str = 'sincos1d',
+    posemb_injection: str = 'stem',
+    max_length: int | None = None,
+    grid: tuple[int, int] | None = None,
+    num_prefix_tokens: int = 0,
+    score: str = 'scaled_dot',
+    dropout_rate: float = 0.0,
+    attention_dropout_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
+    activation: str = 'gelu',
+    norm_placement: str = 'pre',
+    dtype=None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+    **attention_options,
+  ):
+    self._build_common(
+      features=features,
+      depth=depth,
+      num_heads=num_heads,
+      posemb=posemb,
+      posemb_injection=posemb_injection,
+      max_length=max_length,
+      grid=grid,
+      num_prefix_tokens=num_prefix_tokens,
+      dropout_rate=dropout_rate,
+      norm_placement=norm_placement,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+    )
+    self.blocks = nnx.List(
+      [
+        EncoderBlock(
+          features,
+          num_heads,
+          mlp_features,
+          score=score,
+          dropout_rate=dropout_rate,
+          attention_dropout_rate=attention_dropout_rate,
+          drop_path_rate=drop_path_rate * i / max(depth - 1, 1),
+          activation=activation,
+          norm_placement=norm_placement,
+          rotary=self.positional.rotary,
+          dtype=dtype,
+          param_dtype=param_dtype,
+          rngs=rngs,
+          **attention_options,
+        )
+        for i in range(depth)
+      ]
+    )
     if self.final_norm:
       self.norm = layer_norm(features, dtype, param_dtype, rngs=rngs)
 
-  def __call__(self, x, *, mask=None, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_weights: bool = False):
+  def __call__(
+    self,
+    x,
+    *,
+    mask=None,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ):
     """``x``: ``[batch, length, features]`` tokens (prefix tokens first).
 
     Returns the encoded tokens and intermediates: ``attention_weights`` (a list per
@@ -78,8 +150,9 @@ class Encoder(_Stack):
       if layer:
         x = self.positional.before_layer(x, layer)
       bias = self.positional.attention_bias(layer, x.shape[1], x.shape[1])
-      x, weights = block(x, mask=mask, bias=bias, deterministic=deterministic, rngs=rngs,
-                         return_weights=return_weights)
+      x, weights = block(
+        x, mask=mask, bias=bias, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+      )
       all_weights.append(weights)
     intermediates = {'pre_norm': x}
     if return_weights:
@@ -90,28 +163,79 @@ class Encoder(_Stack):
 class Decoder(_Stack):
   """A stack of causal decoder blocks attending to an encoder output; 1-D sequences only."""
 
-  def __init__(self, *, features: int, depth: int, num_heads: int, mlp_features: int, max_length: int,
-               posemb: str = 'sincos1d', posemb_injection: str = 'stem', score: str = 'scaled_dot',
-               dropout_rate: float = 0.0, attention_dropout_rate: float = 0.0, drop_path_rate: float = 0.0,
-               activation: str = 'gelu', norm_placement: str = 'pre', encoder_features: int | None = None,
-               dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs, **attention_options):
-    self._build_common(features=features, depth=depth, num_heads=num_heads, posemb=posemb,
-                       posemb_injection=posemb_injection, max_length=max_length, grid=None,
-                       num_prefix_tokens=0, dropout_rate=dropout_rate, norm_placement=norm_placement,
-                       dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.blocks = nnx.List([
-        DecoderBlock(features, num_heads, mlp_features, score=score, dropout_rate=dropout_rate,
-                     attention_dropout_rate=attention_dropout_rate,
-                     drop_path_rate=drop_path_rate * i / max(depth - 1, 1), activation=activation,
-                     norm_placement=norm_placement, rotary=self.positional.rotary,
-                     encoder_features=encoder_features, dtype=dtype, param_dtype=param_dtype, rngs=rngs,
-                     **attention_options)
-        for i in range(depth)])
+  def __init__(
+    self,
+    *,
+    features: int,
+    depth: int,
+    num_heads: int,
+    mlp_features: int,
+    max_length: int,
+    posemb: str = 'sincos1d',
+    posemb_injection: str = 'stem',
+    score: str = 'scaled_dot',
+    dropout_rate: float = 0.0,
+    attention_dropout_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
+    activation: str = 'gelu',
+    norm_placement: str = 'pre',
+    encoder_features: int | None = None,
+    dtype=None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+    **attention_options,
+  ):
+    self._build_common(
+      features=features,
+      depth=depth,
+      num_heads=num_heads,
+      posemb=posemb,
+      posemb_injection=posemb_injection,
+      max_length=max_length,
+      grid=None,
+      num_prefix_tokens=0,
+      dropout_rate=dropout_rate,
+      norm_placement=norm_placement,
+      dtype=dtype,
+      param_dtype=param_dtype,
+      rngs=rngs,
+    )
+    self.blocks = nnx.List(
+      [
+        DecoderBlock(
+          features,
+          num_heads,
+          mlp_features,
+          score=score,
+          dropout_rate=dropout_rate,
+          attention_dropout_rate=attention_dropout_rate,
+          drop_path_rate=drop_path_rate * i / max(depth - 1, 1),
+          activation=activation,
+          norm_placement=norm_placement,
+          rotary=self.positional.rotary,
+          encoder_features=encoder_features,
+          dtype=dtype,
+          param_dtype=param_dtype,
+          rngs=rngs,
+          **attention_options,
+        )
+        for i in range(depth)
+      ]
+    )
     if self.final_norm:
       self.norm = layer_norm(features, dtype, param_dtype, rngs=rngs)
 
-  def __call__(self, x, encoded, *, target_mask=None, cross_mask=None, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_weights: bool = False):
+  def __call__(
+    self,
+    x,
+    encoded,
+    *,
+    target_mask=None,
+    cross_mask=None,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ):
     """Teacher-forced pass over all target positions ``x`` (``[batch, target, features]``).
 
     ``target_mask`` (e.g. padded target keys) is combined with the causal mask.
@@ -126,8 +250,16 @@ class Decoder(_Stack):
       if layer:
         x = self.positional.before_layer(x, layer)
       bias = self.positional.attention_bias(layer, length, length)
-      x, weights = block(x, encoded, self_mask=self_mask, cross_mask=cross_mask, self_bias=bias,
-                         deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+      x, weights = block(
+        x,
+        encoded,
+        self_mask=self_mask,
+        cross_mask=cross_mask,
+        self_bias=bias,
+        deterministic=deterministic,
+        rngs=rngs,
+        return_weights=return_weights,
+      )
       self_weights.append(weights['self'])
       cross_weights.append(weights['cross'])
     intermediates = {}

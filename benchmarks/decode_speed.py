@@ -49,9 +49,15 @@ def _median_seconds(function, src) -> float:
 def main(argv):
   del argv
   shape = decode_variant(_VARIANT.value)
-  model = Transformer(source_vocab_size=_VOCAB_SIZE.value, target_vocab_size=_VOCAB_SIZE.value,
-                      share_embeddings=True, max_length=max(256, _OUTPUT_LENGTH.value), dropout=0.0,
-                      rngs=nnx.Rngs(0), **shape)
+  model = Transformer(
+    source_vocab_size=_VOCAB_SIZE.value,
+    target_vocab_size=_VOCAB_SIZE.value,
+    share_embeddings=True,
+    max_length=max(256, _OUTPUT_LENGTH.value),
+    dropout=0.0,
+    rngs=nnx.Rngs(0),
+    **shape,
+  )
   rng = np.random.default_rng(0)
   src = rng.integers(4, _VOCAB_SIZE.value, size=(_BATCH_SIZE.value, _SOURCE_LENGTH.value)).astype(np.int32)
   # The output buffer holds source length + extra + 1 positions; all of them are decoded.
@@ -64,14 +70,18 @@ def main(argv):
   else:
     search = f'beam search, beam {_BEAM_SIZE.value}'
     cached = jax.jit(lambda s: beam_search(model, s, beam_size=_BEAM_SIZE.value, **settings)[0])
-    uncached = jax.jit(lambda s: beam_search(model, s, beam_size=_BEAM_SIZE.value, use_cache=False, **settings)[0])
+    uncached = jax.jit(
+      lambda s: beam_search(model, s, beam_size=_BEAM_SIZE.value, use_cache=False, **settings)[0]
+    )
   assert cached(src).shape[1] == _OUTPUT_LENGTH.value
   np.testing.assert_array_equal(cached(src), uncached(src))
   cached_seconds = _median_seconds(cached, src)
   uncached_seconds = _median_seconds(uncached, src)
-  print(f'{search}, {jax.devices()[0].device_kind}, variant {_VARIANT.value} ({shape["features"]} features, '
-        f'{shape["decoder_layers"]} decoder layers), batch {_BATCH_SIZE.value}, source {_SOURCE_LENGTH.value} '
-        f'tokens, {_OUTPUT_LENGTH.value} output tokens')
+  print(
+    f'{search}, {jax.devices()[0].device_kind}, variant {_VARIANT.value} ({shape["features"]} features, '
+    f'{shape["decoder_layers"]} decoder layers), batch {_BATCH_SIZE.value}, source {_SOURCE_LENGTH.value} '
+    f'tokens, {_OUTPUT_LENGTH.value} output tokens'
+  )
   print(f'cached:   {cached_seconds * 1e3:8.1f} ms per batch')
   print(f'uncached: {uncached_seconds * 1e3:8.1f} ms per batch')
   print(f'speed-up: {uncached_seconds / cached_seconds:.1f}x')

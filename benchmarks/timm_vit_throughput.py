@@ -27,8 +27,9 @@ def main():
   args = parser.parse_args()
 
   torch.manual_seed(0)
-  model = VisionTransformer(img_size=32, patch_size=4, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4,
-                            num_classes=10)
+  model = VisionTransformer(
+    img_size=32, patch_size=4, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4, num_classes=10
+  )
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
   images = torch.randn(args.batch_size, 3, 32, 32)
   labels = torch.randint(0, 10, (args.batch_size,))
@@ -46,8 +47,10 @@ def main():
     step()
   seconds = (time.perf_counter() - start) / args.steps
   num_params = sum(p.numel() for p in model.parameters())
-  print(f'timm {timm.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, '
-        f'{num_params / 1e6:.2f}M parameters, float32, batch {args.batch_size}')
+  print(
+    f'timm {timm.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads, '
+    f'{num_params / 1e6:.2f}M parameters, float32, batch {args.batch_size}'
+  )
   print(f'train step: {seconds * 1e3:.1f} ms/step, {args.batch_size / seconds:.1f} images/s')
 
 

@@ -55,9 +55,14 @@ _MLP = flags.DEFINE_integer('mlp_dim', 768, 'MLP hidden width.')
 _PATCH = flags.DEFINE_integer('patch', 4, 'Patch size.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps.')
-_GRAD_ACCUM = flags.DEFINE_integer('grad_accum_steps', 1, 'Micro-batches per step (the same update, less memory).')
-_IMAGE_FOLDER = flags.DEFINE_string('image_folder', None, 'Optional root/<split>/<class>/ image folder '
-                                    '(e.g. CIFAR-10): also time the input pipeline on it.')
+_GRAD_ACCUM = flags.DEFINE_integer(
+  'grad_accum_steps', 1, 'Micro-batches per step (the same update, less memory).'
+)
+_IMAGE_FOLDER = flags.DEFINE_string(
+  'image_folder',
+  None,
+  'Optional root/<split>/<class>/ image folder (e.g. CIFAR-10): also time the input pipeline on it.',
+)
 
 
 class _SyntheticCifarTask(ImageClassification):
@@ -73,18 +78,31 @@ def main(argv):
   del argv
   config = trainer_config()
   config.model = default_model_config()
-  config.model.update(width=_WIDTH.value, depth=_DEPTH.value, num_heads=_HEADS.value, mlp_dim=_MLP.value,
-                      patch_size=_PATCH.value, dtype=_DTYPE.value)
+  config.model.update(
+    width=_WIDTH.value,
+    depth=_DEPTH.value,
+    num_heads=_HEADS.value,
+    mlp_dim=_MLP.value,
+    patch_size=_PATCH.value,
+    dtype=_DTYPE.value,
+  )
   task = _SyntheticCifarTask(config)
   mesh = make_mesh()
   parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
   optimizer = make_optimizer(config.optimizer, 1000)
-  state = jax.device_put(TrainState(step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params)),
-                         replicated(mesh))
+  state = jax.device_put(
+    TrainState(step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params)),
+    replicated(mesh),
+  )
   step = make_train_step(task, parts, optimizer, mesh, seed=0, grad_accum_steps=_GRAD_ACCUM.value)
   rng = np.random.default_rng(0)
-  batch = global_batch({'image': rng.normal(size=(_BATCH.value, 32, 32, 3)).astype(np.float32),
-                        'label': rng.integers(0, 10, _BATCH.value).astype(np.int32)}, mesh)
+  batch = global_batch(
+    {
+      'image': rng.normal(size=(_BATCH.value, 32, 32, 3)).astype(np.float32),
+      'label': rng.integers(0, 10, _BATCH.value).astype(np.int32),
+    },
+    mesh,
+  )
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   metrics = jax.device_put(task.train_metrics.empty(), replicated(mesh))
   for _ in range(3):
@@ -96,8 +114,10 @@ def main(argv):
   jax.block_until_ready(state)
   seconds = time.perf_counter() - start
   images_per_sec = _STEPS.value * _BATCH.value / seconds
-  print(f'model: width {_WIDTH.value}, depth {_DEPTH.value}, heads {_HEADS.value}, mlp {_MLP.value}, '
-        f'patch {_PATCH.value}, {num_params / 1e6:.2f}M parameters, {_DTYPE.value}, batch {_BATCH.value}')
+  print(
+    f'model: width {_WIDTH.value}, depth {_DEPTH.value}, heads {_HEADS.value}, mlp {_MLP.value}, '
+    f'patch {_PATCH.value}, {num_params / 1e6:.2f}M parameters, {_DTYPE.value}, batch {_BATCH.value}'
+  )
   print(f'devices: {jax.device_count()} x {jax.devices()[0].device_kind}')
   print(f'train step: {seconds / _STEPS.value * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
 
@@ -112,8 +132,10 @@ def main(argv):
     for _ in range(_STEPS.value):
       next(batches)
     pipeline_ms = (time.perf_counter() - start) / _STEPS.value * 1e3
-    print(f'input pipeline ({data.image_shape} images, crop + flip, prefetched): {pipeline_ms:.2f} ms/batch, '
-          f'{_BATCH.value / pipeline_ms * 1e3:.0f} images/s')
+    print(
+      f'input pipeline ({data.image_shape} images, crop + flip, prefetched): {pipeline_ms:.2f} ms/batch, '
+      f'{_BATCH.value / pipeline_ms * 1e3:.0f} images/s'
+    )
 
 
 if __name__ == '__main__':

@@ -21,8 +21,23 @@ def trainer_config() -> ml_collections.ConfigDict:
   plus the best by ``best_metric``/``best_mode``), ``eval_split``, ``optimizer``.
   """
   from trainer.optim import default_optimizer_config  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
-  return ml_collections.ConfigDict(dict(
-      task='', seed=0, batch_size=128, eval_batch_size=256, grad_accum_steps=1,
-      total_steps=0, num_epochs=0.0, log_every_steps=50, eval_every_steps=500,
-      checkpoint_every_steps=500, keep_checkpoints=3, best_metric='accuracy', best_mode='max',
-      eval_split='test', optimizer=default_optimizer_config()))
+
+  return ml_collections.ConfigDict(
+    dict(
+      task='',
+      seed=0,
+      batch_size=128,
+      eval_batch_size=256,
+      grad_accum_steps=1,
+      total_steps=0,
+      num_epochs=0.0,
+      log_every_steps=50,
+      eval_every_steps=500,
+      checkpoint_every_steps=500,
+      keep_checkpoints=3,
+      best_metric='accuracy',
+      best_mode='max',
+      eval_split='test',
+      optimizer=default_optimizer_config(),
+    )
+  )

@@ -65,7 +65,9 @@ def get_config():
   config.data.tokenizer.target_model_file = unset(str)
 
   config.model = ml_collections.ConfigDict()
-  config.model.variant = 'base'  # d=512, 6 + 6 layers, 8 heads, MLP 2048 (the paper's); the next five are unused
+  config.model.variant = (
+    'base'  # d=512, 6 + 6 layers, 8 heads, MLP 2048 (the paper's); the next five are unused
+  )
   config.model.num_heads = 4
   config.model.features = 256
   config.model.encoder_layers = 3
@@ -92,7 +94,7 @@ def get_config():
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.name = 'adamw'
-  config.optimizer.learning_rate = 512 ** -0.5 * 4000 ** -0.5  # d_model ** -0.5 * warmup ** -0.5 (rsqrt peak)
+  config.optimizer.learning_rate = 512**-0.5 * 4000**-0.5  # d_model ** -0.5 * warmup ** -0.5 (rsqrt peak)
   config.optimizer.schedule = 'rsqrt'
   config.optimizer.warmup_steps = 4000
   config.optimizer.end_learning_rate = 0.0

@@ -22,5 +22,5 @@ def get_config():
   config.eval_batch_size = 128
   config.total_steps = 300_000
   config.keep_checkpoints = 20
-  config.optimizer.learning_rate = 1024 ** -0.5 * 4000 ** -0.5
+  config.optimizer.learning_rate = 1024**-0.5 * 4000**-0.5
   return config

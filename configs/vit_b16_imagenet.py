@@ -57,7 +57,9 @@ def get_config():
   config.data.augment.mixup_alpha = 0.0
 
   config.model = ml_collections.ConfigDict()
-  config.model.variant = 'B/16'  # width 768, depth 12, 12 heads, MLP 3072, patches of 16; the next five are unused
+  config.model.variant = (
+    'B/16'  # width 768, depth 12, 12 heads, MLP 3072, patches of 16; the next five are unused
+  )
   config.model.width = 192
   config.model.depth = 6
   config.model.num_heads = 3

@@ -23,17 +23,25 @@ def table(summary: dict[str, Any]) -> str | None:
   present = {name for run in summary['runs'] for name in run['metrics']}
   columns = [column for column in COLUMNS if column[0] in present]
   data_splits = summary['axes'].get(DATA_SPLIT)
-  header = [POSEMB] + [f'{data_split + " " if data_splits else ""}{split} {label}'
-                       for data_split in data_splits or [None] for _, label, _, _ in columns]
+  header = [POSEMB] + [
+    f'{data_split + " " if data_splits else ""}{split} {label}'
+    for data_split in data_splits or [None]
+    for _, label, _, _ in columns
+  ]
   rows = []
   for posemb in summary['axes'][POSEMB]:
     row = [posemb]
     for data_split in data_splits or [None]:
       named = {POSEMB: posemb, DATA_SPLIT: data_split}
       runs = groups.get(tuple(named[path] for path in summary['axes']), [])
-      row += [tables.cell(tables.metric_values(runs, name), num_seeds, scale, digits)
-              for name, _, scale, digits in columns]
+      row += [
+        tables.cell(tables.metric_values(runs, name), num_seeds, scale, digits)
+        for name, _, scale, digits in columns
+      ]
     rows.append(row)
-  caption = (f'{summary["task"]}: {split} perplexity, BLEU and exact match' +
-             (f' for each {DATA_SPLIT}' if data_splits else '') + f', {tables.over_seeds(summary)}.')
+  caption = (
+    f'{summary["task"]}: {split} perplexity, BLEU and exact match'
+    + (f' for each {DATA_SPLIT}' if data_splits else '')
+    + f', {tables.over_seeds(summary)}.'
+  )
   return caption + '\n\n' + tables.markdown_rows(header, rows)

@@ -56,8 +56,14 @@ def _never_special(logits: jax.Array, bos_id: int) -> jax.Array:
   return jnp.where((vocab == PAD_ID) | (vocab == bos_id), NEG_INF, logits)
 
 
-def greedy_search(model: Transformer, src_ids: jax.Array, *, max_extra_length: int = 50,
-                  eos_id: int | None = EOS_ID, bos_id: int = BOS_ID) -> jax.Array:
+def greedy_search(
+  model: Transformer,
+  src_ids: jax.Array,
+  *,
+  max_extra_length: int = 50,
+  eos_id: int | None = EOS_ID,
+  bos_id: int = BOS_ID,
+) -> jax.Array:
   """The most likely token at each step, with the cache. ``eos_id=None`` never stops early
   (for timing: every sentence runs to the full output length)."""
   batch_size = src_ids.shape[0]
@@ -82,13 +88,24 @@ def greedy_search(model: Transformer, src_ids: jax.Array, *, max_extra_length: i
       finished = finished | (token == eos_id)
     return step + 1, token, tokens, finished, cache
 
-  state = (jnp.zeros((), jnp.int32), jnp.full((batch_size,), bos_id, jnp.int32),
-           jnp.zeros((batch_size, out_length), jnp.int32), jnp.zeros((batch_size,), bool), cache)
+  state = (
+    jnp.zeros((), jnp.int32),
+    jnp.full((batch_size,), bos_id, jnp.int32),
+    jnp.zeros((batch_size, out_length), jnp.int32),
+    jnp.zeros((batch_size,), bool),
+    cache,
+  )
   return jax.lax.while_loop(not_done, next_token, state)[2]
 
 
-def uncached_greedy_search(model: Transformer, src_ids: jax.Array, *, max_extra_length: int = 50,
-                           eos_id: int | None = EOS_ID, bos_id: int = BOS_ID) -> jax.Array:
+def uncached_greedy_search(
+  model: Transformer,
+  src_ids: jax.Array,
+  *,
+  max_extra_length: int = 50,
+  eos_id: int | None = EOS_ID,
+  bos_id: int = BOS_ID,
+) -> jax.Array:
   """Greedy search that reruns the decoder over the whole output buffer at every step."""
   batch_size = src_ids.shape[0]
   out_length = output_length(model, src_ids.shape[1], max_extra_length)
@@ -114,8 +131,11 @@ def uncached_greedy_search(model: Transformer, src_ids: jax.Array, *, max_extra_
       finished = finished | (token == eos_id)
     return step + 1, tokens, finished
 
-  state = (jnp.zeros((), jnp.int32), jnp.zeros((batch_size, out_length), jnp.int32),
-           jnp.zeros((batch_size,), bool))
+  state = (
+    jnp.zeros((), jnp.int32),
+    jnp.zeros((batch_size, out_length), jnp.int32),
+    jnp.zeros((batch_size,), bool),
+  )
   return jax.lax.while_loop(not_done, next_token, state)[1]
 
 
@@ -137,9 +157,17 @@ def _reorder_self_attention_cache(cache: list[dict], beams: jax.Array, beam_size
   return [dict(layer, self=jax.tree.map(reorder, layer['self'])) for layer in cache]
 
 
-def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, alpha: float = 0.6,
-                max_extra_length: int = 50, eos_id: int | None = EOS_ID, bos_id: int = BOS_ID,
-                use_cache: bool = True) -> tuple[jax.Array, jax.Array]:
+def beam_search(
+  model: Transformer,
+  src_ids: jax.Array,
+  *,
+  beam_size: int = 4,
+  alpha: float = 0.6,
+  max_extra_length: int = 50,
+  eos_id: int | None = EOS_ID,
+  bos_id: int = BOS_ID,
+  use_cache: bool = True,
+) -> tuple[jax.Array, jax.Array]:
   """The best finished hypothesis per sentence ``[batch, out_length]`` and its score ``[batch]``.
 
   ``use_cache=False`` reruns the decoder over every hypothesis's whole prefix at each step
@@ -160,7 +188,9 @@ def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, a
   def next_token_logits(step, alive, cache):
     """``[batch * k, vocab]`` logits of each live hypothesis's next token, and the new cache."""
     if use_cache:
-      last = jnp.where(step == 0, bos_id, jax.lax.dynamic_index_in_dim(alive, step - 1, axis=2, keepdims=False))
+      last = jnp.where(
+        step == 0, bos_id, jax.lax.dynamic_index_in_dim(alive, step - 1, axis=2, keepdims=False)
+      )
       logits, cache = model.decode_step(last.reshape(batch_size * k, 1), cache, src_mask)
       return logits[:, 0], cache
     prefixes = alive.reshape(batch_size * k, out_length)
@@ -194,21 +224,35 @@ def beam_search(model: Transformer, src_ids: jax.Array, *, beam_size: int = 4, a
 
     # Finished: EOS among the k best extensions joins the k best finished so far, until the
     # sentence is done (so its result does not depend on how long other sentences run).
-    new_scores = jnp.where(is_eos[:, :k] & (top_logp[:, :k] > NEG_INF / 2) & ~done[:, None],
-                           top_logp[:, :k] / length_penalty(step + 1.0, alpha), NEG_INF)
+    new_scores = jnp.where(
+      is_eos[:, :k] & (top_logp[:, :k] > NEG_INF / 2) & ~done[:, None],
+      top_logp[:, :k] / length_penalty(step + 1.0, alpha),
+      NEG_INF,
+    )
     merged_scores = jnp.concatenate([finished_scores, new_scores], axis=1)
     merged_seqs = jnp.concatenate([finished, top_seqs[:, :k]], axis=1)
     finished_scores, finished_pick = jax.lax.top_k(merged_scores, k)
     finished = _gather_beams(merged_seqs, finished_pick)
     best_possible = live_logp[:, 0] / best_possible_penalty
-    done = (done | (finished_scores[:, -1] > NEG_INF / 2) | (finished_scores[:, 0] > best_possible)
-            | (live_logp[:, 0] <= NEG_INF / 2))
+    done = (
+      done
+      | (finished_scores[:, -1] > NEG_INF / 2)
+      | (finished_scores[:, 0] > best_possible)
+      | (live_logp[:, 0] <= NEG_INF / 2)
+    )
     return step + 1, alive, live_logp, finished, finished_scores, done, cache
 
   alive_logp = jnp.tile(jnp.asarray([0.0] + [NEG_INF] * (k - 1), jnp.float32), (batch_size, 1))
   empty = jnp.zeros((batch_size, k, out_length), jnp.int32)
-  state = (jnp.zeros((), jnp.int32), empty, alive_logp, empty, jnp.full((batch_size, k), NEG_INF, jnp.float32),
-           jnp.zeros((batch_size,), bool), cache)
+  state = (
+    jnp.zeros((), jnp.int32),
+    empty,
+    alive_logp,
+    empty,
+    jnp.full((batch_size, k), NEG_INF, jnp.float32),
+    jnp.zeros((batch_size,), bool),
+    cache,
+  )
   _, alive, alive_logp, finished, finished_scores, _, _ = jax.lax.while_loop(not_done, extend, state)
   if eos_id is None:
     return alive[:, 0], alive_logp[:, 0] / length_penalty(out_length, alpha)
@@ -223,12 +267,19 @@ def _compiled_translate(graphdef, state, src_ids, *, beam_size, alpha, max_extra
   return beam_search(model, src_ids, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length)[0]
 
 
-def translate(model: Transformer, src_ids: jax.Array, *, beam_size: int = 1, alpha: float = 0.6,
-              max_extra_length: int = 50) -> jax.Array:
+def translate(
+  model: Transformer,
+  src_ids: jax.Array,
+  *,
+  beam_size: int = 1,
+  alpha: float = 0.6,
+  max_extra_length: int = 50,
+) -> jax.Array:
   """Compiled search: greedy when ``beam_size`` is 1, else beam search. Compiled once per
   model structure, settings and source shape."""
   if beam_size < 1:
     raise ValueError(f'beam_size must be at least 1, got {beam_size}.')
   graphdef, state = nnx.split(model)
-  return _compiled_translate(graphdef, state, src_ids, beam_size=beam_size, alpha=float(alpha),
-                             max_extra_length=max_extra_length)
+  return _compiled_translate(
+    graphdef, state, src_ids, beam_size=beam_size, alpha=float(alpha), max_extra_length=max_extra_length
+  )

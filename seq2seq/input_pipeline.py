@@ -63,7 +63,9 @@ class TokenizedPairs:
   target_offsets: np.ndarray
 
   @classmethod
-  def from_id_lists(cls, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> TokenizedPairs:
+  def from_id_lists(
+    cls, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+  ) -> TokenizedPairs:
     if len(sources) != len(targets):
       raise ValueError(f'{len(sources)} sources but {len(targets)} targets')
 
@@ -87,8 +89,14 @@ class TokenizedPairs:
     return np.diff(self.target_offsets)
 
 
-def tokenize_pairs(pairs: Sequence[tuple[str, str]], source_tokenizer: Tokenizer, target_tokenizer: Tokenizer,
-                   *, max_source_length: int | None = None, max_target_length: int | None = None) -> TokenizedPairs:
+def tokenize_pairs(
+  pairs: Sequence[tuple[str, str]],
+  source_tokenizer: Tokenizer,
+  target_tokenizer: Tokenizer,
+  *,
+  max_source_length: int | None = None,
+  max_target_length: int | None = None,
+) -> TokenizedPairs:
   """Encodes every pair; with the maximum lengths, truncates the source to ``max_source_length``
   tokens and the target to ``max_target_length - 1`` (so ``tgt_in`` and ``tgt_out`` fit)."""
   source_end = max_source_length
@@ -98,8 +106,9 @@ def tokenize_pairs(pairs: Sequence[tuple[str, str]], source_tokenizer: Tokenizer
   return TokenizedPairs.from_id_lists(sources, targets)
 
 
-def _padded(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int, *,
-            bos: bool = False, eos: bool = False) -> np.ndarray:
+def _padded(
+  flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int, *, bos: bool = False, eos: bool = False
+) -> np.ndarray:
   """``[len(rows), width]`` int32: each row's ids, optionally after BOS or before EOS, then 0s."""
   starts = offsets[rows]
   lengths = offsets[rows + 1] - starts
@@ -115,11 +124,13 @@ def _padded(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int,
   return batch
 
 
-def _batch(pairs: TokenizedPairs, rows: np.ndarray, source_width: int, target_width: int) -> dict[str, np.ndarray]:
+def _batch(
+  pairs: TokenizedPairs, rows: np.ndarray, source_width: int, target_width: int
+) -> dict[str, np.ndarray]:
   return {
-      'src': _padded(pairs.source_ids, pairs.source_offsets, rows, source_width),
-      'tgt_in': _padded(pairs.target_ids, pairs.target_offsets, rows, target_width, bos=True),
-      'tgt_out': _padded(pairs.target_ids, pairs.target_offsets, rows, target_width, eos=True),
+    'src': _padded(pairs.source_ids, pairs.source_offsets, rows, source_width),
+    'tgt_in': _padded(pairs.target_ids, pairs.target_offsets, rows, target_width, bos=True),
+    'tgt_out': _padded(pairs.target_ids, pairs.target_offsets, rows, target_width, eos=True),
   }
 
 
@@ -133,26 +144,38 @@ class Bucket:
 class TrainingBatches:
   """The bucketed, shuffled batch plan of one training set and batch size (see the module docstring)."""
 
-  def __init__(self, pairs: TokenizedPairs, *, batch_size: int, max_source_length: int, max_target_length: int,
-               pad_to_multiple: int = WIDTH_MULTIPLE):
+  def __init__(
+    self,
+    pairs: TokenizedPairs,
+    *,
+    batch_size: int,
+    max_source_length: int,
+    max_target_length: int,
+    pad_to_multiple: int = WIDTH_MULTIPLE,
+  ):
     self.pairs = pairs
     self.batch_size = batch_size
     source_lengths, target_lengths = pairs.source_lengths, pairs.target_lengths + 1
     kept = np.flatnonzero((source_lengths <= max_source_length) & (target_lengths <= max_target_length))
     if len(kept) < batch_size:
-      raise DataError(f'only {len(kept)} of {len(pairs)} training pairs fit max_source_length '
-                      f'{max_source_length} and max_target_length {max_target_length}; need at least '
-                      f'batch_size {batch_size}')
+      raise DataError(
+        f'only {len(kept)} of {len(pairs)} training pairs fit max_source_length '
+        f'{max_source_length} and max_target_length {max_target_length}; need at least '
+        f'batch_size {batch_size}'
+      )
     self.num_examples = len(kept)
     boundaries = np.asarray(bucket_boundaries(max(max_source_length, max_target_length)))
     keys = np.maximum(source_lengths[kept], target_lengths[kept])
     bucket_of = np.searchsorted(boundaries, keys)
     groups = [kept[bucket_of == b] for b in range(len(boundaries))]
     self.buckets = [
-        Bucket(members,
-               min(int(_round_up(max(source_lengths[members].max(), 1), pad_to_multiple)), max_source_length),
-               min(int(_round_up(target_lengths[members].max(), pad_to_multiple)), max_target_length))
-        for members in self._merge_small(groups)]
+      Bucket(
+        members,
+        min(int(_round_up(max(source_lengths[members].max(), 1), pad_to_multiple)), max_source_length),
+        min(int(_round_up(target_lengths[members].max(), pad_to_multiple)), max_target_length),
+      )
+      for members in self._merge_small(groups)
+    ]
     self.batches_per_bucket = [len(bucket.members) // batch_size for bucket in self.buckets]
     self.steps_per_epoch = sum(self.batches_per_bucket)
 
@@ -174,7 +197,7 @@ class TrainingBatches:
     rng = np.random.default_rng([seed, epoch])
     bucket_ids, rows = [], []
     for index, (bucket, count) in enumerate(zip(self.buckets, self.batches_per_bucket)):
-      shuffled = rng.permutation(bucket.members)[:count * self.batch_size]
+      shuffled = rng.permutation(bucket.members)[: count * self.batch_size]
       rows.append(shuffled.reshape(count, self.batch_size))
       bucket_ids.append(np.full(count, index))
     order = rng.permutation(self.steps_per_epoch)
@@ -187,8 +210,9 @@ class TrainingBatches:
     bucket = self.buckets[bucket_ids[index]]
     return _batch(self.pairs, examples[index][rows], bucket.source_width, bucket.target_width)
 
-  def batches(self, *, seed: int, start_step: int = 0, process_index: int = 0,
-              process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+  def batches(
+    self, *, seed: int, start_step: int = 0, process_index: int = 0, process_count: int = 1
+  ) -> Iterator[dict[str, np.ndarray]]:
     """Endless: this process's rows of the global batches ``start_step, start_step + 1, ...``."""
     if seed < 0 or start_step < 0:
       raise ValueError(f'seed and start_step must be >= 0, got {seed} and {start_step}')
@@ -199,8 +223,15 @@ class TrainingBatches:
       step += 1
 
 
-def eval_batches(pairs: TokenizedPairs, *, batch_size: int, max_source_length: int, max_target_length: int,
-                 process_index: int = 0, process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+def eval_batches(
+  pairs: TokenizedPairs,
+  *,
+  batch_size: int,
+  max_source_length: int,
+  max_target_length: int,
+  process_index: int = 0,
+  process_count: int = 1,
+) -> Iterator[dict[str, np.ndarray]]:
   """One pass over ``pairs`` (already truncated to the maximum lengths) sorted by length: this
   process's rows of each padded global batch, with ``mask`` (float32, 0 on padding rows) and
   ``index`` (int32, the pair's position)."""
@@ -215,11 +246,15 @@ def eval_batches(pairs: TokenizedPairs, *, batch_size: int, max_source_length: i
     return min(int(boundaries[np.searchsorted(boundaries, max(int(lengths.max()), 1))]), max_length)
 
   for start in range(0, len(order), batch_size):
-    members = order[start:start + batch_size]
+    members = order[start : start + batch_size]
     count = len(members)
     padded_members = np.concatenate([members, np.full(batch_size - count, members[0])])
-    batch = _batch(pairs, padded_members, width(source_lengths[members], max_source_length),
-                   width(target_lengths[members], max_target_length))
+    batch = _batch(
+      pairs,
+      padded_members,
+      width(source_lengths[members], max_source_length),
+      width(target_lengths[members], max_target_length),
+    )
     batch['mask'] = (np.arange(batch_size) < count).astype(np.float32)
     batch['index'] = padded_members.astype(np.int32)
     for name in ('src', 'tgt_in', 'tgt_out'):

@@ -32,38 +32,64 @@ from seq2seq.tokenizer import PAD_ID
 
 # name -> (features, encoder_layers, decoder_layers, num_heads, mlp_features)
 VARIANTS = {
-    'tiny': (64, 2, 2, 4, 256),
-    'small': (256, 3, 3, 4, 1024),
-    'base': (512, 6, 6, 8, 2048),
-    'big': (1024, 6, 6, 16, 4096),
+  'tiny': (64, 2, 2, 4, 256),
+  'small': (256, 3, 3, 4, 1024),
+  'base': (512, 6, 6, 8, 2048),
+  'big': (1024, 6, 6, 16, 4096),
 }
 
 
 def decode_variant(variant: str) -> dict[str, int]:
   """``'base'`` -> ``{'features': 512, 'encoder_layers': 6, ...}``."""
   if variant not in VARIANTS:
-    raise ValueError(f"Unknown Transformer variant {variant!r}; allowed values: {', '.join(VARIANTS)}, custom.")
+    raise ValueError(
+      f'Unknown Transformer variant {variant!r}; allowed values: {", ".join(VARIANTS)}, custom.'
+    )
   features, encoder_layers, decoder_layers, num_heads, mlp_features = VARIANTS[variant]
-  return dict(features=features, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
-              num_heads=num_heads, mlp_features=mlp_features)
+  return dict(
+    features=features,
+    encoder_layers=encoder_layers,
+    decoder_layers=decoder_layers,
+    num_heads=num_heads,
+    mlp_features=mlp_features,
+  )
 
 
 class Transformer(nnx.Module):
-
-  def __init__(self, *, source_vocab_size: int, target_vocab_size: int, features: int, encoder_layers: int,
-               decoder_layers: int, num_heads: int, mlp_features: int, share_embeddings: bool = False,
-               tie_output: bool = True, posemb: str = 'sincos1d', posemb_injection: str = 'stem',
-               max_length: int = 256, score: str = 'scaled_dot', dropout: float = 0.1,
-               attention_dropout: float = 0.0, activation: str = 'gelu', norm_placement: str = 'pre',
-               use_bias: bool = True, dtype: str = 'float32', rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    source_vocab_size: int,
+    target_vocab_size: int,
+    features: int,
+    encoder_layers: int,
+    decoder_layers: int,
+    num_heads: int,
+    mlp_features: int,
+    share_embeddings: bool = False,
+    tie_output: bool = True,
+    posemb: str = 'sincos1d',
+    posemb_injection: str = 'stem',
+    max_length: int = 256,
+    score: str = 'scaled_dot',
+    dropout: float = 0.1,
+    attention_dropout: float = 0.0,
+    activation: str = 'gelu',
+    norm_placement: str = 'pre',
+    use_bias: bool = True,
+    dtype: str = 'float32',
+    rngs: nnx.Rngs,
+  ):
     if share_embeddings and source_vocab_size != target_vocab_size:
-      raise ValueError(f'share_embeddings needs one vocabulary, but the source has {source_vocab_size} '
-                       f'tokens and the target {target_vocab_size}.')
+      raise ValueError(
+        f'share_embeddings needs one vocabulary, but the source has {source_vocab_size} '
+        f'tokens and the target {target_vocab_size}.'
+      )
     compute_dtype = resolve_dtype(dtype)
     self.features = features
     self.max_length = max_length
     self.compute_dtype = compute_dtype
-    embedding_init = nnx.initializers.normal(stddev=features ** -0.5)
+    embedding_init = nnx.initializers.normal(stddev=features**-0.5)
 
     def embedding(vocab_size):
       return nnx.Embed(vocab_size, features, dtype=compute_dtype, embedding_init=embedding_init, rngs=rngs)
@@ -71,10 +97,21 @@ class Transformer(nnx.Module):
     self.source_embedding = embedding(source_vocab_size)
     # One module under two names: NNX keeps a single table, updated by both uses.
     self.target_embedding = self.source_embedding if share_embeddings else embedding(target_vocab_size)
-    common = dict(num_heads=num_heads, mlp_features=mlp_features, posemb=posemb,
-                  posemb_injection=posemb_injection, max_length=max_length, score=score,
-                  dropout_rate=dropout, attention_dropout_rate=attention_dropout, activation=activation,
-                  norm_placement=norm_placement, use_bias=use_bias, dtype=compute_dtype, rngs=rngs)
+    common = dict(
+      num_heads=num_heads,
+      mlp_features=mlp_features,
+      posemb=posemb,
+      posemb_injection=posemb_injection,
+      max_length=max_length,
+      score=score,
+      dropout_rate=dropout,
+      attention_dropout_rate=attention_dropout,
+      activation=activation,
+      norm_placement=norm_placement,
+      use_bias=use_bias,
+      dtype=compute_dtype,
+      rngs=rngs,
+    )
     self.encoder = Encoder(features=features, depth=encoder_layers, **common)
     self.decoder = Decoder(features=features, depth=decoder_layers, **common)
     self.tie_output = tie_output
@@ -90,11 +127,19 @@ class Transformer(nnx.Module):
 
   def _check_length(self, length: int, what: str) -> None:
     if length > self.max_length:
-      raise ValueError(f'{what} has {length} tokens; the model was built for at most {self.max_length} '
-                       '(model.max_length).')
+      raise ValueError(
+        f'{what} has {length} tokens; the model was built for at most {self.max_length} (model.max_length).'
+      )
 
-  def encode(self, src_ids: jax.Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-             return_weights: bool = False, return_intermediates: bool = False):
+  def encode(
+    self,
+    src_ids: jax.Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+    return_intermediates: bool = False,
+  ):
     """``src_ids`` ``[batch, source]`` -> the encoder output ``[batch, source, features]``.
 
     With ``return_intermediates``, also the encoder's intermediates (attention weights when
@@ -102,33 +147,63 @@ class Transformer(nnx.Module):
     """
     self._check_length(src_ids.shape[1], 'The source')
     mask = padding_mask(None, src_ids != PAD_ID)
-    encoded, intermediates = self.encoder(self._embed(self.source_embedding, src_ids), mask=mask,
-                                          deterministic=deterministic, rngs=rngs,
-                                          return_weights=return_weights)
+    encoded, intermediates = self.encoder(
+      self._embed(self.source_embedding, src_ids),
+      mask=mask,
+      deterministic=deterministic,
+      rngs=rngs,
+      return_weights=return_weights,
+    )
     return (encoded, intermediates) if return_intermediates else encoded
 
-  def decode(self, encoded: jax.Array, src_ids: jax.Array, tgt_in_ids: jax.Array, *, deterministic: bool = True,
-             rngs: nnx.Rngs | None = None, return_weights: bool = False) -> tuple[jax.Array, dict]:
+  def decode(
+    self,
+    encoded: jax.Array,
+    src_ids: jax.Array,
+    tgt_in_ids: jax.Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ) -> tuple[jax.Array, dict]:
     """Teacher-forced decoder pass: float32 logits ``[batch, target, vocab]`` and intermediates."""
     self._check_length(tgt_in_ids.shape[1], 'The target')
     x, weights = self.decoder(
-        self._embed(self.target_embedding, tgt_in_ids), encoded,
-        target_mask=padding_mask(None, tgt_in_ids != PAD_ID), cross_mask=padding_mask(None, src_ids != PAD_ID),
-        deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+      self._embed(self.target_embedding, tgt_in_ids),
+      encoded,
+      target_mask=padding_mask(None, tgt_in_ids != PAD_ID),
+      cross_mask=padding_mask(None, src_ids != PAD_ID),
+      deterministic=deterministic,
+      rngs=rngs,
+      return_weights=return_weights,
+    )
     intermediates = {'decoder_output': x}
     if return_weights:
       intermediates['decoder_self_attention_weights'] = weights['self_attention_weights']
       intermediates['cross_attention_weights'] = weights['cross_attention_weights']
     return self._logits(x), intermediates
 
-  def __call__(self, src_ids: jax.Array, tgt_in_ids: jax.Array, *, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_weights: bool = False) -> tuple[jax.Array, dict]:
+  def __call__(
+    self,
+    src_ids: jax.Array,
+    tgt_in_ids: jax.Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ) -> tuple[jax.Array, dict]:
     """``src_ids`` ``[batch, source]``, ``tgt_in_ids`` ``[batch, target]`` (BOS + target) ->
     float32 logits ``[batch, target, vocab]`` predicting target + EOS, and intermediates."""
-    encoded, encoder_intermediates = self.encode(src_ids, deterministic=deterministic, rngs=rngs,
-                                                 return_weights=return_weights, return_intermediates=True)
-    logits, intermediates = self.decode(encoded, src_ids, tgt_in_ids, deterministic=deterministic, rngs=rngs,
-                                        return_weights=return_weights)
+    encoded, encoder_intermediates = self.encode(
+      src_ids,
+      deterministic=deterministic,
+      rngs=rngs,
+      return_weights=return_weights,
+      return_intermediates=True,
+    )
+    logits, intermediates = self.decode(
+      encoded, src_ids, tgt_in_ids, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+    )
     intermediates['encoded'] = encoded
     if return_weights:
       intermediates['encoder_attention_weights'] = encoder_intermediates['attention_weights']
@@ -142,12 +217,16 @@ class Transformer(nnx.Module):
     self._check_length(max_length, 'The decoding cache')
     return self.decoder.init_cache(encoded, max_length)
 
-  def decode_step(self, tokens: jax.Array, cache: list[dict], src_mask: jax.Array) -> tuple[jax.Array, list[dict]]:
+  def decode_step(
+    self, tokens: jax.Array, cache: list[dict], src_mask: jax.Array
+  ) -> tuple[jax.Array, list[dict]]:
     """``tokens`` ``[batch, step_len]`` at the cache's position -> logits ``[batch, step_len, vocab]``
     and the updated cache. ``src_mask`` ``[batch, source]`` is True at real source tokens; the
     encoder output itself is already in the cache."""
     cross_mask = padding_mask(None, src_mask)
-    x, cache = self.decoder.decode_step(self._embed(self.target_embedding, tokens), cache, cross_mask=cross_mask)
+    x, cache = self.decoder.decode_step(
+      self._embed(self.target_embedding, tokens), cache, cross_mask=cross_mask
+    )
     return self._logits(x), cache
 
 
@@ -156,25 +235,55 @@ OPTIONAL_FIELDS = dict(activation='gelu', norm_placement='pre', use_bias=True)
 
 
 def default_model_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      variant='small', features=256, encoder_layers=3, decoder_layers=3, num_heads=4, mlp_features=1024,
-      share_embeddings=False, tie_output=True, posemb='sincos1d', posemb_injection='stem', max_length=256,
-      score='scaled_dot', dropout=0.1, attention_dropout=0.0, dtype='float32', **OPTIONAL_FIELDS))
+  return ml_collections.ConfigDict(
+    dict(
+      variant='small',
+      features=256,
+      encoder_layers=3,
+      decoder_layers=3,
+      num_heads=4,
+      mlp_features=1024,
+      share_embeddings=False,
+      tie_output=True,
+      posemb='sincos1d',
+      posemb_injection='stem',
+      max_length=256,
+      score='scaled_dot',
+      dropout=0.1,
+      attention_dropout=0.0,
+      dtype='float32',
+      **OPTIONAL_FIELDS,
+    )
+  )
 
 
-def make_transformer(model_config: ml_collections.ConfigDict, *, source_vocab_size: int, target_vocab_size: int,
-                     rngs: nnx.Rngs) -> Transformer:
+def make_transformer(
+  model_config: ml_collections.ConfigDict, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
+) -> Transformer:
   """A Transformer from a ``config.model`` section: the variant string, or the explicit shape if 'custom'."""
   if model_config.variant == 'custom':
-    shape = dict(features=model_config.features, encoder_layers=model_config.encoder_layers,
-                 decoder_layers=model_config.decoder_layers, num_heads=model_config.num_heads,
-                 mlp_features=model_config.mlp_features)
+    shape = dict(
+      features=model_config.features,
+      encoder_layers=model_config.encoder_layers,
+      decoder_layers=model_config.decoder_layers,
+      num_heads=model_config.num_heads,
+      mlp_features=model_config.mlp_features,
+    )
   else:
     shape = decode_variant(model_config.variant)
   return Transformer(
-      source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size,
-      share_embeddings=model_config.share_embeddings, tie_output=model_config.tie_output,
-      posemb=model_config.posemb, posemb_injection=model_config.posemb_injection,
-      max_length=model_config.max_length, score=model_config.score, dropout=model_config.dropout,
-      attention_dropout=model_config.attention_dropout, dtype=model_config.dtype, rngs=rngs, **shape,
-      **{name: model_config.get(name, default) for name, default in OPTIONAL_FIELDS.items()})
+    source_vocab_size=source_vocab_size,
+    target_vocab_size=target_vocab_size,
+    share_embeddings=model_config.share_embeddings,
+    tie_output=model_config.tie_output,
+    posemb=model_config.posemb,
+    posemb_injection=model_config.posemb_injection,
+    max_length=model_config.max_length,
+    score=model_config.score,
+    dropout=model_config.dropout,
+    attention_dropout=model_config.attention_dropout,
+    dtype=model_config.dtype,
+    rngs=rngs,
+    **shape,
+    **{name: model_config.get(name, default) for name, default in OPTIONAL_FIELDS.items()},
+  )

@@ -17,9 +17,7 @@ def find_split_file(directory, split: str, lang: str) -> Path:
   candidates = [Path(directory) / f'{split}.{lang}', Path(directory) / f'{split}.{lang}.gz']
   existing = [path for path in candidates if path.is_file()]
   if not existing:
-    raise MissingFileError(
-      f'no {lang!r} file for split {split!r}; tried {candidates[0]} and {candidates[1]}'
-    )
+    raise MissingFileError(f'no {lang!r} file for split {split!r}; tried {candidates[0]} and {candidates[1]}')
   if len(existing) > 1:
     raise DataError(f'both {existing[0]} and {existing[1]} exist; keep only one')
   return existing[0]
@@ -42,9 +40,7 @@ def _decode_lines(path: Path, raw_lines: list[bytes]) -> list[str]:
     try:
       sentence = raw_line.decode('utf-8').rstrip()
     except UnicodeDecodeError as error:
-      raise DataError(
-        f'{path}:{line_number}: invalid UTF-8 ({error.reason} at byte {error.start})'
-      ) from None
+      raise DataError(f'{path}:{line_number}: invalid UTF-8 ({error.reason} at byte {error.start})') from None
     if not sentence:
       raise DataError(f'{path}:{line_number}: empty line')
     sentences.append(sentence)
@@ -57,7 +53,5 @@ def read_parallel(directory, split: str, src_lang: str, tgt_lang: str) -> list[t
   tgt_path = find_split_file(directory, split, tgt_lang)
   src_raw, tgt_raw = _read_raw_lines(src_path), _read_raw_lines(tgt_path)
   if len(src_raw) != len(tgt_raw):
-    raise DataError(
-      f'line counts differ: {src_path} has {len(src_raw)} lines, {tgt_path} has {len(tgt_raw)}'
-    )
+    raise DataError(f'line counts differ: {src_path} has {len(src_raw)} lines, {tgt_path} has {len(tgt_raw)}')
   return list(zip(_decode_lines(src_path, src_raw), _decode_lines(tgt_path, tgt_raw)))

@@ -24,10 +24,14 @@ def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[path
   positional = model.encoder.positional
   if positional.kind == 'learn1d':
     where = 'encoder, first layer' if len(positional.tables) > 1 else 'encoder'
-    paths.append(drawing.plot_similarity(
-        np.asarray(positional.tables[0](), np.float32), None,
+    paths.append(
+      drawing.plot_similarity(
+        np.asarray(positional.tables[0](), np.float32),
+        None,
         f'{title}: {positional.kind} position embedding similarity ({where})',
-        out_dir / f'posemb_similarity_{name}.png'))
+        out_dir / f'posemb_similarity_{name}.png',
+      )
+    )
   paths.append(plot_cross_attention(model, task, title, out_dir / f'cross_attention_{name}.png'))
   return paths
 
@@ -40,15 +44,27 @@ def plot_cross_attention(model, task, title: str, path: pathlib.Path) -> pathlib
   """The cross-attention of the first evaluation sentence, greedily translated."""
   config = task.config
   source, reference = task.eval_pairs(config.eval_split)[0]
-  source_ids = task.source_tokenizer.encode(source)[:config.data.max_source_length]
+  source_ids = task.source_tokenizer.encode(source)[: config.data.max_source_length]
   source_array = jnp.asarray([source_ids], jnp.int32)
-  output = [int(token) for token in np.asarray(
-      translate(model, source_array, beam_size=1, max_extra_length=config.decode.max_extra_length))[0]]
-  output = output[:output.index(EOS_ID) + 1] if EOS_ID in output else [token for token in output if token]
+  output = [
+    int(token)
+    for token in np.asarray(
+      translate(model, source_array, beam_size=1, max_extra_length=config.decode.max_extra_length)
+    )[0]
+  ]
+  output = output[: output.index(EOS_ID) + 1] if EOS_ID in output else [token for token in output if token]
   decoder_input = jnp.asarray([[BOS_ID] + output[:-1]], jnp.int32)
   _, intermediates = model(source_array, decoder_input, return_weights=True)
-  layers = [np.asarray(layer[0], np.float32).mean(axis=0) for layer in intermediates['cross_attention_weights']]
+  layers = [
+    np.asarray(layer[0], np.float32).mean(axis=0) for layer in intermediates['cross_attention_weights']
+  ]
   hypothesis = task.target_tokenizer.decode(output)
   return drawing.plot_token_attention(
-      layers, _token_labels(task.source_tokenizer, source_ids), _token_labels(task.target_tokenizer, output),
-      f'{title}\nreference: {reference}\nhypothesis: {hypothesis}', path, xlabel='source', ylabel='translation')
+    layers,
+    _token_labels(task.source_tokenizer, source_ids),
+    _token_labels(task.target_tokenizer, output),
+    f'{title}\nreference: {reference}\nhypothesis: {hypothesis}',
+    path,
+    xlabel='source',
+    ylabel='translation',
+  )

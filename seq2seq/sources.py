@@ -30,10 +30,10 @@ from trainer.tfds_import import import_tfds_on_cpu
 
 SOURCES = ('scan', 'parallel', 'tfds')
 SCAN_FILES = {
-    'simple': 'simple_split/tasks_{part}_simple.txt',
-    'length': 'length_split/tasks_{part}_length.txt',
-    'addprim_jump': 'add_prim_split/tasks_{part}_addprim_jump.txt',
-    'addprim_turn_left': 'add_prim_split/tasks_{part}_addprim_turn_left.txt',
+  'simple': 'simple_split/tasks_{part}_simple.txt',
+  'length': 'length_split/tasks_{part}_length.txt',
+  'addprim_jump': 'add_prim_split/tasks_{part}_addprim_jump.txt',
+  'addprim_turn_left': 'add_prim_split/tasks_{part}_addprim_turn_left.txt',
 }
 
 _TFDS_READ_BATCH = 4096
@@ -105,16 +105,26 @@ def _parallel_source(config: ml_collections.ConfigDict) -> PairSource:
     raise ConfigError("data.path must be set for source 'parallel' (a folder of {split}.{lang}[.gz] files)")
   if not Path(config.path).is_dir():
     raise MissingFileError(f'data.path {config.path} is not a folder')
+
   def list_splits():
     folder = Path(config.path)
-    names = {path.name.removesuffix('.gz').removesuffix(f'.{config.src_lang}')
-             for suffix in ('', '.gz') for path in folder.glob(f'*.{config.src_lang}{suffix}')}
-    return [name for name in names
-            if (folder / f'{name}.{config.tgt_lang}').is_file() or (folder / f'{name}.{config.tgt_lang}.gz').is_file()]
+    names = {
+      path.name.removesuffix('.gz').removesuffix(f'.{config.src_lang}')
+      for suffix in ('', '.gz')
+      for path in folder.glob(f'*.{config.src_lang}{suffix}')
+    }
+    return [
+      name
+      for name in names
+      if (folder / f'{name}.{config.tgt_lang}').is_file()
+      or (folder / f'{name}.{config.tgt_lang}.gz').is_file()
+    ]
 
-  return PairSource(f'parallel text in {config.path}',
-                    lambda split: read_parallel(config.path, split, config.src_lang, config.tgt_lang),
-                    list_splits=list_splits)
+  return PairSource(
+    f'parallel text in {config.path}',
+    lambda split: read_parallel(config.path, split, config.src_lang, config.tgt_lang),
+    list_splits=list_splits,
+  )
 
 
 def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
@@ -129,15 +139,18 @@ def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
   languages = sorted(builder.info.features.keys())
   for language in (config.src_lang, config.tgt_lang):
     if language not in languages:
-      raise DataError(f'tfds data set {config.name!r} has no language {language!r}; it has {", ".join(languages)}')
+      raise DataError(
+        f'tfds data set {config.name!r} has no language {language!r}; it has {", ".join(languages)}'
+      )
   try:  # as_dataset, not is_prepared(): tfds.testing.mock_data fakes only as_dataset
     builder.as_dataset(split='train')
   except AssertionError:
     data_dir = builder.data_dir_root
     raise MissingFileError(
-        f'tfds data set {config.name!r} is not prepared in {data_dir} and this project never downloads: '
-        f'on a machine with internet run `tfds build {config.name} --data_dir {data_dir}`, then copy '
-        f'{data_dir} here (or point data.data_dir at it)') from None
+      f'tfds data set {config.name!r} is not prepared in {data_dir} and this project never downloads: '
+      f'on a machine with internet run `tfds build {config.name} --data_dir {data_dir}`, then copy '
+      f'{data_dir} here (or point data.data_dir at it)'
+    ) from None
 
   def read(split):
     try:
@@ -146,8 +159,10 @@ def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
       raise DataError(f'tfds data set {config.name!r} has no split {split!r} ({error})') from None
     pairs = []
     for batch in tfds.as_numpy(dataset.batch(_TFDS_READ_BATCH)):
-      pairs.extend((source.decode('utf-8'), target.decode('utf-8'))
-                   for source, target in zip(batch[config.src_lang], batch[config.tgt_lang]))
+      pairs.extend(
+        (source.decode('utf-8'), target.decode('utf-8'))
+        for source, target in zip(batch[config.src_lang], batch[config.tgt_lang])
+      )
     return pairs
 
   return PairSource(f'tfds data set {config.name!r}', read, list_splits=lambda: sorted(builder.info.splits))

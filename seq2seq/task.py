@@ -75,17 +75,32 @@ def _optional_text() -> ml_collections.FieldReference:
 
 
 def default_data_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      source='scan', split='simple', path=_optional_text(), name=_optional_text(), data_dir=_optional_text(),
-      src_lang=_optional_text(), tgt_lang=_optional_text(), train_split='train', max_source_length=64,
-      max_target_length=64, pad_to_multiple=8, max_eval_examples=0, tokenizer=default_tokenizer_config()))
+  return ml_collections.ConfigDict(
+    dict(
+      source='scan',
+      split='simple',
+      path=_optional_text(),
+      name=_optional_text(),
+      data_dir=_optional_text(),
+      src_lang=_optional_text(),
+      tgt_lang=_optional_text(),
+      train_split='train',
+      max_source_length=64,
+      max_target_length=64,
+      pad_to_multiple=8,
+      max_eval_examples=0,
+      tokenizer=default_tokenizer_config(),
+    )
+  )
 
 
 def default_decode_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(beam_size=4, alpha=0.6, max_extra_length=50, num_samples=5))
 
 
-def token_losses(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0) -> tuple[jax.Array, jax.Array]:
+def token_losses(
+  logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0
+) -> tuple[jax.Array, jax.Array]:
   """Per-token ``(smoothed cross-entropy, NLL)``, each ``[batch, length]``.
 
   Label smoothing is optax's (``optax.smooth_labels``), as for the ViT: the target is
@@ -105,13 +120,14 @@ def token_losses(logits: jax.Array, labels: jax.Array, label_smoothing: float = 
 
 def _sample_text(sources, hypotheses, references, count: int) -> str:
   """Markdown for TensorBoard: the first ``count`` sources with their hypothesis and reference."""
-  blocks = [f'**source:** {source}  \n**hypothesis:** {hypothesis}  \n**reference:** {reference}'
-            for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:count]]
+  blocks = [
+    f'**source:** {source}  \n**hypothesis:** {hypothesis}  \n**reference:** {reference}'
+    for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:count]
+  ]
   return '\n\n'.join(blocks)
 
 
 class Translation(Task):
-
   train_metrics = TranslationMetrics
   eval_metrics = TranslationEvalMetrics
   percent_metrics = ('accuracy', 'exact_match')
@@ -126,22 +142,35 @@ class Translation(Task):
     if model.share_embeddings and not data.tokenizer.shared:
       raise ConfigError('model.share_embeddings needs one vocabulary: set data.tokenizer.shared=True.')
     if min(data.max_source_length, data.max_target_length) < 2 or data.pad_to_multiple < 1:
-      raise ConfigError('data.max_source_length and data.max_target_length must be at least 2, '
-                        'data.pad_to_multiple at least 1.')
+      raise ConfigError(
+        'data.max_source_length and data.max_target_length must be at least 2, '
+        'data.pad_to_multiple at least 1.'
+      )
     if model.max_length < max(data.max_source_length, data.max_target_length):
-      raise ConfigError(f'model.max_length ({model.max_length}) must cover data.max_source_length '
-                        f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).')
-    if model.posemb in POSEMB_KINDS and model.posemb_injection in INJECTIONS and not combination_exists(
-        model.posemb, model.posemb_injection):
-      raise NotApplicable(f"model.posemb {model.posemb!r} has no {model.posemb_injection!r} injection; "
-                          "only 'stem' exists for it.")
+      raise ConfigError(
+        f'model.max_length ({model.max_length}) must cover data.max_source_length '
+        f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).'
+      )
+    if (
+      model.posemb in POSEMB_KINDS
+      and model.posemb_injection in INJECTIONS
+      and not combination_exists(model.posemb, model.posemb_injection)
+    ):
+      raise NotApplicable(
+        f'model.posemb {model.posemb!r} has no {model.posemb_injection!r} injection; '
+        "only 'stem' exists for it."
+      )
     decode = config.decode
     if decode.beam_size < 1 or decode.max_extra_length < 0:
-      raise ConfigError(f'decode.beam_size must be >= 1 and decode.max_extra_length >= 0, got '
-                        f'{decode.beam_size} and {decode.max_extra_length}.')
+      raise ConfigError(
+        f'decode.beam_size must be >= 1 and decode.max_extra_length >= 0, got '
+        f'{decode.beam_size} and {decode.max_extra_length}.'
+      )
     # Build the model abstractly now, so a bad model option fails before any real work.
     try:
-      nnx.eval_shape(lambda: make_transformer(model, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0)))
+      nnx.eval_shape(
+        lambda: make_transformer(model, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0))
+      )
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
     self.source = open_source(data)
@@ -163,7 +192,8 @@ class Translation(Task):
 
   def prepare(self, workdir: pathlib.Path) -> None:
     self.source_tokenizer, self.target_tokenizer = prepare_tokenizers(
-        self.config.data.tokenizer, lambda: self.train_pairs, workdir)
+      self.config.data.tokenizer, lambda: self.train_pairs, workdir
+    )
     self._training_batches.clear()
     self._eval_tokens.clear()
 
@@ -192,8 +222,12 @@ class Translation(Task):
     if split not in self._eval_tokens:
       data = self.config.data
       self._eval_tokens[split] = input_pipeline.tokenize_pairs(
-          self.eval_pairs(split), self.source_tokenizer, self.target_tokenizer,
-          max_source_length=data.max_source_length, max_target_length=data.max_target_length)
+        self.eval_pairs(split),
+        self.source_tokenizer,
+        self.target_tokenizer,
+        max_source_length=data.max_source_length,
+        max_target_length=data.max_target_length,
+      )
     return self._eval_tokens[split]
 
   def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
@@ -202,24 +236,37 @@ class Translation(Task):
       data = self.config.data
       pairs = input_pipeline.tokenize_pairs(self.train_pairs, self.source_tokenizer, self.target_tokenizer)
       self._training_batches[batch_size] = input_pipeline.TrainingBatches(
-          pairs, batch_size=batch_size, max_source_length=data.max_source_length,
-          max_target_length=data.max_target_length, pad_to_multiple=data.pad_to_multiple)
-    return self._training_batches[batch_size].batches(seed=seed, start_step=start_step,
-                                                      process_index=process_index, process_count=process_count)
+        pairs,
+        batch_size=batch_size,
+        max_source_length=data.max_source_length,
+        max_target_length=data.max_target_length,
+        pad_to_multiple=data.pad_to_multiple,
+      )
+    return self._training_batches[batch_size].batches(
+      seed=seed, start_step=start_step, process_index=process_index, process_count=process_count
+    )
 
   def eval_batches(self, split, *, batch_size, process_index, process_count):
     data = self.config.data
-    return input_pipeline.eval_batches(self._tokenized(split), batch_size=batch_size,
-                                       max_source_length=data.max_source_length,
-                                       max_target_length=data.max_target_length,
-                                       process_index=process_index, process_count=process_count)
+    return input_pipeline.eval_batches(
+      self._tokenized(split),
+      batch_size=batch_size,
+      max_source_length=data.max_source_length,
+      max_target_length=data.max_target_length,
+      process_index=process_index,
+      process_count=process_count,
+    )
 
   # Model and loss -----------------------------------------------------------------
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     self._check_prepared()
-    return make_transformer(self.config.model, source_vocab_size=self.source_tokenizer.vocab_size,
-                            target_vocab_size=self.target_tokenizer.vocab_size, rngs=rngs)
+    return make_transformer(
+      self.config.model,
+      source_vocab_size=self.source_tokenizer.vocab_size,
+      target_vocab_size=self.target_tokenizer.vocab_size,
+      rngs=rngs,
+    )
 
   def loss_and_outputs(self, model, batch, *, rngs, deterministic):
     logits, _ = model(batch['src'], batch['tgt_in'], deterministic=deterministic, rngs=rngs)
@@ -243,11 +290,20 @@ class Translation(Task):
     """
     decode = self.config.decode
     hypotheses = [None] * len(self._tokenized(split))
-    for local in self.eval_batches(split, batch_size=self.config.eval_batch_size,
-                                   process_index=devices.process_index, process_count=devices.process_count):
+    for local in self.eval_batches(
+      split,
+      batch_size=self.config.eval_batch_size,
+      process_index=devices.process_index,
+      process_count=devices.process_count,
+    ):
       batch = devices.shard({name: local[name] for name in ('src', 'index', 'mask')})
-      tokens = translate(model, batch['src'], beam_size=decode.beam_size, alpha=decode.alpha,
-                         max_extra_length=decode.max_extra_length)
+      tokens = translate(
+        model,
+        batch['src'],
+        beam_size=decode.beam_size,
+        alpha=decode.alpha,
+        max_extra_length=decode.max_extra_length,
+      )
       tokens, index, mask = devices.gather((tokens, batch['index'], batch['mask']))
       for row in np.flatnonzero(mask):
         hypotheses[index[row]] = self.target_tokenizer.decode(tokens[row])
@@ -272,4 +328,5 @@ class Translation(Task):
 
   def draw_pictures(self, model, out_dir, name, title):
     from seq2seq import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
     return pictures.draw(model, self, out_dir, name, title)

@@ -18,9 +18,9 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
     raise ValueError('no sentences to score')
   bleu, chrf = BLEU(), CHRF()
   return {
-      'bleu': float(bleu.corpus_score(list(hypotheses), [list(references)]).score),
-      'chrf': float(chrf.corpus_score(list(hypotheses), [list(references)]).score),
-      'exact_match': sum(h == r for h, r in zip(hypotheses, references)) / len(references),
-      'bleu_signature': str(bleu.get_signature()),
-      'chrf_signature': str(chrf.get_signature()),
+    'bleu': float(bleu.corpus_score(list(hypotheses), [list(references)]).score),
+    'chrf': float(chrf.corpus_score(list(hypotheses), [list(references)]).score),
+    'exact_match': sum(h == r for h, r in zip(hypotheses, references)) / len(references),
+    'bleu_signature': str(bleu.get_signature()),
+    'chrf_signature': str(chrf.get_signature()),
   }

@@ -37,30 +37,44 @@ TOKENIZER_DIR = 'tokenizer'
 
 
 def default_tokenizer_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      kind='sentencepiece', shared=True, model_type='unigram', vocab_size=8000, character_coverage=1.0,
+  return ml_collections.ConfigDict(
+    dict(
+      kind='sentencepiece',
+      shared=True,
+      model_type='unigram',
+      vocab_size=8000,
+      character_coverage=1.0,
       max_training_sentences=1_000_000,
       model_file=ml_collections.FieldReference(None, field_type=str),
-      target_model_file=ml_collections.FieldReference(None, field_type=str)))
+      target_model_file=ml_collections.FieldReference(None, field_type=str),
+    )
+  )
 
 
 def check_tokenizer_config(config: ml_collections.ConfigDict) -> None:
   if config.kind not in TOKENIZER_KINDS:
-    raise ConfigError(f'Unknown tokenizer kind {config.kind!r}; allowed values: {", ".join(TOKENIZER_KINDS)}.')
+    raise ConfigError(
+      f'Unknown tokenizer kind {config.kind!r}; allowed values: {", ".join(TOKENIZER_KINDS)}.'
+    )
   if config.kind == 'sentencepiece' and config.model_type not in ('unigram', 'bpe'):
-    raise ConfigError(f"Unknown tokenizer model_type {config.model_type!r}; allowed values: unigram, bpe.")
+    raise ConfigError(f'Unknown tokenizer model_type {config.model_type!r}; allowed values: unigram, bpe.')
   model_files = [config.model_file] + ([] if config.shared else [config.target_model_file])
   if config.kind == 'word' and any(model_files):
     raise ConfigError("tokenizer.model_file is for kind 'sentencepiece', not 'word'")
   if config.shared and config.target_model_file:
-    raise ConfigError('tokenizer.target_model_file is only for separate vocabularies (tokenizer.shared=False)')
+    raise ConfigError(
+      'tokenizer.target_model_file is only for separate vocabularies (tokenizer.shared=False)'
+    )
   for path in model_files:
     if path and not pathlib.Path(path).is_file():
       raise MissingFileError(f'SentencePiece model file {path} not found')
 
 
-def prepare_tokenizers(config: ml_collections.ConfigDict, train_pairs: Callable[[], Sequence[tuple[str, str]]],
-                       workdir: pathlib.Path) -> tuple[Tokenizer, Tokenizer]:
+def prepare_tokenizers(
+  config: ml_collections.ConfigDict,
+  train_pairs: Callable[[], Sequence[tuple[str, str]]],
+  workdir: pathlib.Path,
+) -> tuple[Tokenizer, Tokenizer]:
   """``(source tokenizer, target tokenizer)`` of the workdir (the same object when shared).
 
   ``train_pairs`` is called only when a tokenizer has to be trained, so a workdir that
@@ -68,17 +82,25 @@ def prepare_tokenizers(config: ml_collections.ConfigDict, train_pairs: Callable[
   """
   directory = pathlib.Path(workdir) / TOKENIZER_DIR
   if config.shared:
-    tokenizer = _prepare(config, directory, lambda: [text for pair in train_pairs() for text in pair],
-                         config.model_file)
+    tokenizer = _prepare(
+      config, directory, lambda: [text for pair in train_pairs() for text in pair], config.model_file
+    )
     return tokenizer, tokenizer
-  source = _prepare(config, directory / 'source', lambda: [source for source, _ in train_pairs()], config.model_file)
-  target = _prepare(config, directory / 'target', lambda: [target for _, target in train_pairs()],
-                    config.target_model_file)
+  source = _prepare(
+    config, directory / 'source', lambda: [source for source, _ in train_pairs()], config.model_file
+  )
+  target = _prepare(
+    config, directory / 'target', lambda: [target for _, target in train_pairs()], config.target_model_file
+  )
   return source, target
 
 
-def _prepare(config: ml_collections.ConfigDict, directory: pathlib.Path, texts: Callable[[], list[str]],
-             model_file: str | None) -> Tokenizer:
+def _prepare(
+  config: ml_collections.ConfigDict,
+  directory: pathlib.Path,
+  texts: Callable[[], list[str]],
+  model_file: str | None,
+) -> Tokenizer:
   if (directory / CONFIG_FILE).is_file():
     saved = load_tokenizer(directory)
     if model_file:
@@ -89,8 +111,9 @@ def _prepare(config: ml_collections.ConfigDict, directory: pathlib.Path, texts: 
       return saved
     if wanted.fingerprint != saved.fingerprint:
       raise DataError(
-          f'{directory} holds the tokenizer this workdir was trained with (fingerprint {saved.fingerprint[:12]}), '
-          f'but {what} has fingerprint {wanted.fingerprint[:12]}; use a new --workdir or the same tokenizer.')
+        f'{directory} holds the tokenizer this workdir was trained with (fingerprint {saved.fingerprint[:12]}), '
+        f'but {what} has fingerprint {wanted.fingerprint[:12]}; use a new --workdir or the same tokenizer.'
+      )
     return saved
   if model_file:
     tokenizer = SentencePieceTokenizer.load(model_file)
@@ -98,8 +121,13 @@ def _prepare(config: ml_collections.ConfigDict, directory: pathlib.Path, texts: 
     tokenizer = WordTokenizer.build(texts())
   else:
     return SentencePieceTokenizer.train(
-        _sample(texts(), config.max_training_sentences), directory, vocab_size=config.vocab_size,
-        model_type=config.model_type, character_coverage=config.character_coverage, hard_vocab_limit=False)
+      _sample(texts(), config.max_training_sentences),
+      directory,
+      vocab_size=config.vocab_size,
+      model_type=config.model_type,
+      character_coverage=config.character_coverage,
+      hard_vocab_limit=False,
+    )
   tokenizer.save(directory)
   return tokenizer
 

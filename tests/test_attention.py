@@ -35,8 +35,11 @@ def _numpy_logits(kind, q, k, score):
     kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
     tau = np.exp(np.asarray(score.log_temperature[...]))
     return np.einsum('bqhd,bkhd->bhqk', qn, kn) / tau[None, :, None, None]
-  wq, wk, v = (np.asarray(score.query_kernel[...]), np.asarray(score.key_kernel[...]),
-               np.asarray(score.energy[...]))
+  wq, wk, v = (
+    np.asarray(score.query_kernel[...]),
+    np.asarray(score.key_kernel[...]),
+    np.asarray(score.energy[...]),
+  )
   out = np.zeros((B, H, TQ, TK), np.float32)
   for b in range(B):
     for h in range(H):
@@ -50,8 +53,9 @@ def _numpy_logits(kind, q, k, score):
 def test_score_matches_numpy(kind):
   q, k = _qk()
   score = AttentionScore(kind, num_heads=H, head_dim=D, cosine_temperature=0.5, rngs=nnx.Rngs(0))
-  np.testing.assert_allclose(score(jnp.asarray(q), jnp.asarray(k)), _numpy_logits(kind, q, k, score),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    score(jnp.asarray(q), jnp.asarray(k)), _numpy_logits(kind, q, k, score), rtol=1e-5, atol=1e-5
+  )
 
 
 def test_fixed_cosine_temperature_is_not_a_parameter():
@@ -66,9 +70,15 @@ def test_cosine_logit_scale_is_bounded_at_100():
   score = AttentionScore('cosine', num_heads=H, head_dim=D, rngs=nnx.Rngs(0))
   score.log_temperature[...] = jnp.log(jnp.asarray([1e-4, MIN_COSINE_TEMPERATURE, 0.05]))
   logits = score(jnp.asarray(q), jnp.asarray(k))
-  cosine = _numpy_logits('cosine', q, k, AttentionScore('cosine', num_heads=H, head_dim=D, cosine_temperature=1.0,
-                                                       rngs=nnx.Rngs(0)))
-  np.testing.assert_allclose(logits, cosine * np.asarray([100.0, 100.0, 20.0])[None, :, None, None], rtol=1e-4)
+  cosine = _numpy_logits(
+    'cosine',
+    q,
+    k,
+    AttentionScore('cosine', num_heads=H, head_dim=D, cosine_temperature=1.0, rngs=nnx.Rngs(0)),
+  )
+  np.testing.assert_allclose(
+    logits, cosine * np.asarray([100.0, 100.0, 20.0])[None, :, None, None], rtol=1e-4
+  )
   assert float(jnp.abs(logits).max()) <= 100.0 * (1 + 1e-6)
   graphdef, params = nnx.split(score, nnx.Param)
 
@@ -99,6 +109,7 @@ def test_projections_without_bias_have_no_bias_parameters():
 def _numpy_mha(mha, xq, xkv, mask):
   def linear(layer, x):
     return x @ np.asarray(layer.kernel[...]) + np.asarray(layer.bias[...])
+
   q = linear(mha.query, xq).reshape(B, -1, H, D)
   k = linear(mha.key, xkv).reshape(B, -1, H, D)
   v = linear(mha.value, xkv).reshape(B, -1, H, D)
@@ -170,7 +181,7 @@ def test_masked_keys_get_zero_weight_and_zero_gradient(kind, return_weights):
 
   def total(kv):
     out, _ = mha(xq, kv, mask=mask, return_weights=return_weights)
-    return jnp.sum(out ** 2)
+    return jnp.sum(out**2)
 
   grad = np.asarray(jax.grad(total)(xkv))
   assert np.all(np.isfinite(grad))
@@ -193,10 +204,10 @@ def test_causal_output_does_not_depend_on_the_future(kind):
   out, _ = mha(jnp.asarray(x), mask=mask)
   for t in range(5):
     changed = x.copy()
-    changed[:, t + 1:] += rng.normal(size=changed[:, t + 1:].shape).astype(np.float32)
+    changed[:, t + 1 :] += rng.normal(size=changed[:, t + 1 :].shape).astype(np.float32)
     out_changed, _ = mha(jnp.asarray(changed), mask=mask)
-    np.testing.assert_allclose(out_changed[:, :t + 1], out[:, :t + 1], atol=1e-6)
-    assert not np.allclose(out_changed[:, t + 1:], out[:, t + 1:])
+    np.testing.assert_allclose(out_changed[:, : t + 1], out[:, : t + 1], atol=1e-6)
+    assert not np.allclose(out_changed[:, t + 1 :], out[:, t + 1 :])
 
 
 def test_return_weights_does_not_change_the_output_and_dropout_only_in_training():
@@ -225,7 +236,7 @@ def test_cached_decoding_equals_full_causal_pass(kind, rope):
   step = jax.jit(lambda inputs, c: mha.decode_step(inputs, c))
   outputs = []
   for t in range(length):
-    out, cache = step(x[:, t:t + 1], cache)
+    out, cache = step(x[:, t : t + 1], cache)
     outputs.append(out)
   np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), full, atol=1e-5)
   assert int(cache['index']) == length

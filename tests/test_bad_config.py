@@ -20,56 +20,79 @@ SCAN = 'configs/transformer_scan.py'
 
 # (config file, overrides, what the one-line message must contain)
 CASES = {
-    'missing config file': ('configs/nosuch.py', [], 'nosuch.py not found'),
-    'syntax error': ('{tmp}/syntax.py', [], 'syntax.py, line 1: syntax error'),
-    'no get_config': ('{tmp}/noget.py', [], 'noget.py has no get_config'),
-    'unknown field': (VIT, ['--config.nosuchfield=1'], 'config.nosuchfield'),
-    'unknown nested field': (VIT, ['--config.model.nosuchfield=1'], 'config.model.nosuchfield'),
-    'ill-typed field': (VIT, ['--config.batch_size=abc'], 'config.batch_size'),
-    'batch_size 0': (VIT, ['--config.batch_size=0'], 'config.batch_size is 0'),
-    'batch_size negative': (VIT, ['--config.batch_size=-8'], 'config.batch_size is -8'),
-    'eval_batch_size 0': (VIT, ['--config.eval_batch_size=0'], 'config.eval_batch_size is 0'),
-    'seed negative': (VIT, ['--config.seed=-1'], 'config.seed is -1'),
-    'checkpoint_every_steps 0': (VIT, ['--config.checkpoint_every_steps=0'], 'config.checkpoint_every_steps is 0'),
-    'log_every_steps 0': (VIT, ['--config.log_every_steps=0'], 'config.log_every_steps is 0'),
-    'eval_every_steps 0': (VIT, ['--config.eval_every_steps=0'], 'config.eval_every_steps is 0'),
-    'grad_accum_steps 0': (VIT, ['--config.grad_accum_steps=0'], 'config.grad_accum_steps is 0'),
-    'grad_accum_steps not dividing': (VIT, ['--config.grad_accum_steps=3'], 'config.grad_accum_steps (3)'),
-    'learning rate negative': (VIT, ['--config.optimizer.learning_rate=-0.1'],
-                               'config.optimizer.learning_rate is -0.1'),
-    'learning rate nan': (VIT, ['--config.optimizer.learning_rate=nan'], 'config.optimizer.learning_rate is nan'),
-    'total_steps negative': (VIT, ['--config.total_steps=-5'], 'config.total_steps is -5'),
-    'num_epochs negative': (VIT, ['--config.num_epochs=-1'], 'config.num_epochs is -1'),
-    'no duration': (VIT, ['--config.num_epochs=0'], 'config.total_steps and config.num_epochs'),
-    'warmup_steps negative': (VIT, ['--config.optimizer.warmup_steps=-1'], 'config.optimizer.warmup_steps is -1'),
-    'keep_checkpoints 0': (VIT, ['--config.keep_checkpoints=0'], 'config.keep_checkpoints is 0'),
-    'unknown optimizer': (VIT, ['--config.optimizer.name=adam'], 'config.optimizer.name is'),
-    'unknown schedule': (VIT, ['--config.optimizer.schedule=step'], 'config.optimizer.schedule is'),
-    'unknown best_mode': (VIT, ['--config.best_mode=up'], 'config.best_mode is'),
-    'b2 of 1': (VIT, ['--config.optimizer.b2=1.0'], 'config.optimizer.b2 is 1.0'),
-    'label smoothing 1': (VIT, ['--config.label_smoothing=1.0'], 'config.label_smoothing is 1.0'),
-    'task not module:Class': (VIT, ['--config.task=vit.task'], 'config.task is'),
-    'eval_split is a path': (SCAN, ['--config.eval_split=../../../outside'], 'config.eval_split is'),
-    'train_split is a path': (SCAN, ['--config.data.train_split=/etc/passwd'], 'config.data.train_split is'),
-    'language is a path': (SCAN, ['--config.data.src_lang=../../outside'], 'config.data.src_lang is'),
-    # These two build the task (it finds the data), so they take a few seconds.
-    'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
-    'best_metric unknown': (VIT, ['--config.best_metric=nosuch'], 'config.best_metric is'),
+  'missing config file': ('configs/nosuch.py', [], 'nosuch.py not found'),
+  'syntax error': ('{tmp}/syntax.py', [], 'syntax.py, line 1: syntax error'),
+  'no get_config': ('{tmp}/noget.py', [], 'noget.py has no get_config'),
+  'unknown field': (VIT, ['--config.nosuchfield=1'], 'config.nosuchfield'),
+  'unknown nested field': (VIT, ['--config.model.nosuchfield=1'], 'config.model.nosuchfield'),
+  'ill-typed field': (VIT, ['--config.batch_size=abc'], 'config.batch_size'),
+  'batch_size 0': (VIT, ['--config.batch_size=0'], 'config.batch_size is 0'),
+  'batch_size negative': (VIT, ['--config.batch_size=-8'], 'config.batch_size is -8'),
+  'eval_batch_size 0': (VIT, ['--config.eval_batch_size=0'], 'config.eval_batch_size is 0'),
+  'seed negative': (VIT, ['--config.seed=-1'], 'config.seed is -1'),
+  'checkpoint_every_steps 0': (
+    VIT,
+    ['--config.checkpoint_every_steps=0'],
+    'config.checkpoint_every_steps is 0',
+  ),
+  'log_every_steps 0': (VIT, ['--config.log_every_steps=0'], 'config.log_every_steps is 0'),
+  'eval_every_steps 0': (VIT, ['--config.eval_every_steps=0'], 'config.eval_every_steps is 0'),
+  'grad_accum_steps 0': (VIT, ['--config.grad_accum_steps=0'], 'config.grad_accum_steps is 0'),
+  'grad_accum_steps not dividing': (VIT, ['--config.grad_accum_steps=3'], 'config.grad_accum_steps (3)'),
+  'learning rate negative': (
+    VIT,
+    ['--config.optimizer.learning_rate=-0.1'],
+    'config.optimizer.learning_rate is -0.1',
+  ),
+  'learning rate nan': (
+    VIT,
+    ['--config.optimizer.learning_rate=nan'],
+    'config.optimizer.learning_rate is nan',
+  ),
+  'total_steps negative': (VIT, ['--config.total_steps=-5'], 'config.total_steps is -5'),
+  'num_epochs negative': (VIT, ['--config.num_epochs=-1'], 'config.num_epochs is -1'),
+  'no duration': (VIT, ['--config.num_epochs=0'], 'config.total_steps and config.num_epochs'),
+  'warmup_steps negative': (
+    VIT,
+    ['--config.optimizer.warmup_steps=-1'],
+    'config.optimizer.warmup_steps is -1',
+  ),
+  'keep_checkpoints 0': (VIT, ['--config.keep_checkpoints=0'], 'config.keep_checkpoints is 0'),
+  'unknown optimizer': (VIT, ['--config.optimizer.name=adam'], 'config.optimizer.name is'),
+  'unknown schedule': (VIT, ['--config.optimizer.schedule=step'], 'config.optimizer.schedule is'),
+  'unknown best_mode': (VIT, ['--config.best_mode=up'], 'config.best_mode is'),
+  'b2 of 1': (VIT, ['--config.optimizer.b2=1.0'], 'config.optimizer.b2 is 1.0'),
+  'label smoothing 1': (VIT, ['--config.label_smoothing=1.0'], 'config.label_smoothing is 1.0'),
+  'task not module:Class': (VIT, ['--config.task=vit.task'], 'config.task is'),
+  'eval_split is a path': (SCAN, ['--config.eval_split=../../../outside'], 'config.eval_split is'),
+  'train_split is a path': (SCAN, ['--config.data.train_split=/etc/passwd'], 'config.data.train_split is'),
+  'language is a path': (SCAN, ['--config.data.src_lang=../../outside'], 'config.data.src_lang is'),
+  # These two build the task (it finds the data), so they take a few seconds.
+  'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
+  'best_metric unknown': (VIT, ['--config.best_metric=nosuch'], 'config.best_metric is'),
 }
 
 
 def _train(tmp_path, config, overrides, workdir):
   (tmp_path / 'syntax.py').write_text('def get_config(:\n')
   (tmp_path / 'noget.py').write_text('x = 1\n')
-  command = [sys.executable, 'train.py', f'--config={config.format(tmp=tmp_path)}', *overrides,
-             f'--workdir={workdir}']
+  command = [
+    sys.executable,
+    'train.py',
+    f'--config={config.format(tmp=tmp_path)}',
+    *overrides,
+    f'--workdir={workdir}',
+  ]
   return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 def _error_lines(stderr: str) -> list[str]:
   """stderr without the lines libraries print while they load."""
-  return [line for line in stderr.splitlines()
-          if line.strip() and not line.startswith(('WARNING: All log messages', 'I0000', 'W0000'))]
+  return [
+    line
+    for line in stderr.splitlines()
+    if line.strip() and not line.startswith(('WARNING: All log messages', 'I0000', 'W0000'))
+  ]
 
 
 @pytest.mark.parametrize('config, overrides, message', CASES.values(), ids=CASES.keys())
@@ -89,13 +112,19 @@ def test_workdir_that_is_a_file(tmp_path):
   result = _train(tmp_path, VIT, [], workdir)
   assert result.returncode == 2, result.stderr
   assert _error_lines(result.stderr) == [
-      f'error: workdir {workdir} exists and is not a folder; choose another --workdir.']
+    f'error: workdir {workdir} exists and is not a folder; choose another --workdir.'
+  ]
   assert workdir.read_text() == 'not a folder'
 
 
-@pytest.mark.parametrize('flag, message', [('--split=../../outside', "--split is '../../outside'"),
-                                           ('--batch_size=0', '--batch_size=0'),
-                                           ('--average_last=0', '--average_last=0')])
+@pytest.mark.parametrize(
+  'flag, message',
+  [
+    ('--split=../../outside', "--split is '../../outside'"),
+    ('--batch_size=0', '--batch_size=0'),
+    ('--average_last=0', '--average_last=0'),
+  ],
+)
 def test_evaluate_flags(tmp_path, flag, message):
   command = [sys.executable, 'evaluate.py', f'--workdir={tmp_path}', flag]
   result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -112,7 +141,9 @@ def test_damaged_config_json_is_named_and_kept(tmp_path):
   result = _train(tmp_path, VIT, [], workdir)
   assert result.returncode == 2, result.stderr
   lines = _error_lines(result.stderr)
-  assert len(lines) == 1 and lines[0].startswith(f'error: {workdir / "config.json"} is damaged'), result.stderr
+  assert len(lines) == 1 and lines[0].startswith(f'error: {workdir / "config.json"} is damaged'), (
+    result.stderr
+  )
   assert [path.name for path in workdir.iterdir()] == ['config.json']
   assert (workdir / 'config.json').read_text() == '{"task": "vit.task:Image'
 
@@ -132,15 +163,23 @@ def test_damaged_config_json_is_named(tmp_path):
   with pytest.raises(WorkdirError, match=f'{tmp_path / "config.json"} is damaged'):
     workdir_lib.load_config(tmp_path)
   from tests.vit_test_configs import tiny_vit_config
+
   with pytest.raises(WorkdirError, match='config.json is damaged'):
     workdir_lib.check_same_identity(tmp_path, tiny_vit_config())
 
 
 def test_resume_ignores_where_the_data_lies_and_how_fast_it_is_read(tmp_path):
   from tests.vit_test_configs import tiny_vit_config
+
   workdir_lib.save_config(tmp_path, tiny_vit_config())
-  moved = tiny_vit_config(**{'data.path': '/elsewhere', 'data.num_threads': 1, 'data.cache_dir': '/cache',
-                             'data.prefetch_batches': 1})
+  moved = tiny_vit_config(
+    **{
+      'data.path': '/elsewhere',
+      'data.num_threads': 1,
+      'data.cache_dir': '/cache',
+      'data.prefetch_batches': 1,
+    }
+  )
   workdir_lib.check_same_identity(tmp_path, moved)
   with pytest.raises(WorkdirError, match='data.augment.crop_padding'):
     workdir_lib.check_same_identity(tmp_path, tiny_vit_config(**{'data.augment.crop_padding': 0}))
@@ -167,6 +206,7 @@ def test_only_user_errors_are_one_line(capsys):
 def test_task_checks_split_and_metric_names():
   from tests.vit_test_configs import tiny_vit_config
   from trainer.task import load_task
+
   task = load_task(tiny_vit_config())
   assert set(task.eval_split_names()) == {'train', 'test'}
   assert set(task.eval_metric_names()) == {'loss', 'accuracy'}
@@ -179,6 +219,7 @@ def test_task_checks_split_and_metric_names():
 def test_translator_split_is_a_name_not_a_path(tmp_path):
   from tests.translation_test_configs import tiny_parallel_config
   from trainer.task import load_task
+
   corpus, outside = tmp_path / 'data' / 'corpus', tmp_path / 'data'
   for directory, split in ((corpus, 'train'), (corpus, 'val'), (outside, 'outside')):
     directory.mkdir(parents=True, exist_ok=True)
@@ -193,7 +234,6 @@ def test_translator_split_is_a_name_not_a_path(tmp_path):
     load_task(tiny_parallel_config(corpus, eval_split='test'))
 
 
-
 def _fields(config, prefix=''):
   names = set()
   for key, value in config.items():
@@ -201,20 +241,26 @@ def _fields(config, prefix=''):
   return names
 
 
-@pytest.mark.parametrize('name', sorted(path.stem for path in (REPO / 'configs').glob('*.py')
-                                        if path.stem not in ('__init__', 'common')))
+@pytest.mark.parametrize(
+  'name',
+  sorted(path.stem for path in (REPO / 'configs').glob('*.py') if path.stem not in ('__init__', 'common')),
+)
 def test_every_config_writes_out_every_field_and_is_valid(name):
   import importlib
 
   from configs.common import trainer_config
+
   config = importlib.import_module(f'configs.{name}').get_config()
   if config.task == 'vit.task:ImageClassification':
     from vit import input_pipeline, model
+
     sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
   else:
     from seq2seq import model, task
-    sections = dict(data=task.default_data_config(), model=model.default_model_config(),
-                    decode=task.default_decode_config())
+
+    sections = dict(
+      data=task.default_data_config(), model=model.default_model_config(), decode=task.default_decode_config()
+    )
   expected = _fields(trainer_config()) | {'label_smoothing'} | _fields(sections)
   assert _fields(config) == expected
   validation.check_trainer_fields(config)

@@ -51,7 +51,7 @@ def _mlp(mlp, x, activation):
   if activation == 'relu':
     hidden = np.maximum(hidden, 0.0)
   else:  # the tanh approximation, as nnx.gelu
-    hidden = 0.5 * hidden * (1 + np.tanh(np.sqrt(2 / np.pi) * (hidden + 0.044715 * hidden ** 3)))
+    hidden = 0.5 * hidden * (1 + np.tanh(np.sqrt(2 / np.pi) * (hidden + 0.044715 * hidden**3)))
   return _linear(mlp.fc2, hidden)
 
 
@@ -66,7 +66,9 @@ def _numpy_encoder_block(block, x, norm_placement, activation):
 @pytest.mark.parametrize('norm_placement', ['pre', 'post'])
 @pytest.mark.parametrize('activation', ['gelu', 'relu'])
 def test_encoder_block_matches_numpy(norm_placement, activation):
-  block = EncoderBlock(FEATURES, HEADS, 16, norm_placement=norm_placement, activation=activation, rngs=nnx.Rngs(0))
+  block = EncoderBlock(
+    FEATURES, HEADS, 16, norm_placement=norm_placement, activation=activation, rngs=nnx.Rngs(0)
+  )
   _randomise(block)
   x = _tokens()
   out, _ = block(x)
@@ -92,8 +94,9 @@ def _stack(kind, **options):
 def test_post_norm_stack_has_no_final_norm_and_ends_with_its_last_block(kind):
   stack = _stack(kind, norm_placement='post')
   names = {path[0] for path, _ in nnx.to_flat_state(nnx.state(stack, nnx.Param))}
-  assert 'norm' not in names and 'norm' in {path[0] for path, _ in nnx.to_flat_state(
-      nnx.state(_stack(kind), nnx.Param))}
+  assert 'norm' not in names and 'norm' in {
+    path[0] for path, _ in nnx.to_flat_state(nnx.state(_stack(kind), nnx.Param))
+  }
   x, encoded = _tokens(), _tokens(seed=1)
   if kind == 'encoder':
     out, intermediates = stack(x)
@@ -119,7 +122,7 @@ def test_cached_post_norm_decoder_equals_the_full_pass(norm_placement, posemb):
   cache = decoder.init_cache(encoded, 8)
   steps = []
   for t in range(LENGTH):
-    out, cache = decoder.decode_step(x[:, t:t + 1], cache)
+    out, cache = decoder.decode_step(x[:, t : t + 1], cache)
     steps.append(out)
   np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-5)
 
@@ -134,10 +137,13 @@ def test_decoder_block_post_norm_is_the_residual_sum_normalised():
   np.testing.assert_allclose(out, block.norm3(y + block.mlp(y)), atol=1e-6)
 
 
-@pytest.mark.parametrize('option, value, message', [
+@pytest.mark.parametrize(
+  'option, value, message',
+  [
     ('activation', 'swish', "Unknown activation 'swish'; allowed values: gelu, relu"),
     ('norm_placement', 'sandwich', "Unknown norm_placement 'sandwich'; allowed values: pre, post"),
-])
+  ],
+)
 @pytest.mark.parametrize('kind', ['encoder', 'decoder'])
 def test_unknown_options_name_the_allowed_values(kind, option, value, message):
   with pytest.raises(ValueError, match=message):

@@ -30,10 +30,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def _state(seed: int, size: int = 32) -> TrainState:
   rng = np.random.default_rng(seed)
+
   def array(*shape):
     return jnp.asarray(rng.standard_normal(shape, dtype=np.float32))
-  return TrainState(step=jnp.asarray(seed, jnp.int32), params={'w': array(size, size), 'b': array(size)},
-                    opt_state={'mu': array(size, size), 'nu': array(size, size)})
+
+  return TrainState(
+    step=jnp.asarray(seed, jnp.int32),
+    params={'w': array(size, size), 'b': array(size)},
+    opt_state={'mu': array(size, size), 'nu': array(size, size)},
+  )
 
 
 def _abstract(state):
@@ -48,18 +53,23 @@ def _save(directory, steps, **kwargs):
 
 
 def _warnings(caplog):
-  return [record.getMessage() for record in caplog.records
-          if record.name == 'trainer.checkpoints' and record.levelno == logging.WARNING]
+  return [
+    record.getMessage()
+    for record in caplog.records
+    if record.name == 'trainer.checkpoints' and record.levelno == logging.WARNING
+  ]
 
 
 def _data_file(step_dir: pathlib.Path, item: str = 'params') -> pathlib.Path:
   """The largest file of ``item``: array data (not a manifest or metadata)."""
-  return max((path for path in (step_dir / item).rglob('*') if path.is_file()), key=lambda p: p.stat().st_size)
+  return max(
+    (path for path in (step_dir / item).rglob('*') if path.is_file()), key=lambda p: p.stat().st_size
+  )
 
 
 def _truncate(step_dir):
   path = _data_file(step_dir)
-  path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+  path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def _garbage(step_dir):
@@ -71,17 +81,17 @@ def _flip(step_dir, item='params'):
   path = _data_file(step_dir, item)
   data = bytearray(path.read_bytes())
   middle = len(data) // 2
-  data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+  data[middle : middle + 64] = bytes(b ^ 0xFF for b in data[middle : middle + 64])
   path.write_bytes(bytes(data))
 
 
 DAMAGE = {
-    'truncated file': _truncate,
-    'garbage file': _garbage,
-    'flipped bytes': _flip,
-    'missing file': lambda step_dir: _data_file(step_dir).unlink(),
-    'missing metadata': lambda step_dir: (step_dir / '_CHECKPOINT_METADATA').unlink(),
-    'missing integrity record': lambda step_dir: (step_dir / 'integrity.json').unlink(),
+  'truncated file': _truncate,
+  'garbage file': _garbage,
+  'flipped bytes': _flip,
+  'missing file': lambda step_dir: _data_file(step_dir).unlink(),
+  'missing metadata': lambda step_dir: (step_dir / '_CHECKPOINT_METADATA').unlink(),
+  'missing integrity record': lambda step_dir: (step_dir / 'integrity.json').unlink(),
 }
 
 
@@ -112,7 +122,10 @@ def test_no_intact_checkpoint_is_an_error_naming_each(tmp_path, caplog):
   for step in (1, 2):
     _flip(tmp_path / 'checkpoints' / str(step))
   checkpoints = Checkpoints(tmp_path, read_only=True)
-  with caplog.at_level(logging.WARNING), pytest.raises(CheckpointError, match='No intact checkpoint.*step 2.*step 1'):
+  with (
+    caplog.at_level(logging.WARNING),
+    pytest.raises(CheckpointError, match='No intact checkpoint.*step 2.*step 1'),
+  ):
     checkpoints.latest_step()
   assert len(_warnings(caplog)) == 2
   checkpoints.close()
@@ -140,7 +153,10 @@ def test_a_checkpoint_of_the_old_format_is_not_trusted(tmp_path, caplog):
   manager.save(5, args=ocp.args.StandardSave(_state(5)))
   manager.close()
   checkpoints = Checkpoints(tmp_path, read_only=True)
-  with caplog.at_level(logging.WARNING), pytest.raises(CheckpointError, match='step 5: it has no integrity.json'):
+  with (
+    caplog.at_level(logging.WARNING),
+    pytest.raises(CheckpointError, match='step 5: it has no integrity.json'),
+  ):
     checkpoints.latest_step()
   assert len(_warnings(caplog)) == 1
   with pytest.raises(CheckpointError, match='Checkpoint 5 in .* is damaged or incomplete'):
@@ -162,8 +178,11 @@ def test_training_past_damaged_steps_moves_them_aside(tmp_path, caplog):
   assert sum('Moved damaged checkpoint' in message for message in _warnings(caplog)) == 2
   checkpoints = Checkpoints(tmp_path, read_only=True)
   assert checkpoints.all_steps() == [1, 2, 3] and checkpoints.latest_step() == 3
-  jax.tree.map(np.testing.assert_array_equal, checkpoints.restore_params(3, _abstract(_state(0).params)),
-               _state(13).params)
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    checkpoints.restore_params(3, _abstract(_state(0).params)),
+    _state(13).params,
+  )
   checkpoints.close()
 
 
@@ -199,7 +218,9 @@ def test_disk_full_in_the_background_is_one_line_naming_the_intact_steps(tmp_pat
   checkpoints.wait()
   monkeypatch.setattr('trainer.integrity.write_record', _no_space)  # the last file of a save
   checkpoints.save(2, _state(2))
-  message = f'no space left while saving checkpoint 2 in {tmp_path}/checkpoints; checkpoints up to 1 are intact'
+  message = (
+    f'no space left while saving checkpoint 2 in {tmp_path}/checkpoints; checkpoints up to 1 are intact'
+  )
   with pytest.raises(CheckpointError) as error:
     checkpoints.wait()
   assert str(error.value) == message
@@ -220,7 +241,9 @@ def test_disk_full_when_a_save_starts_is_one_line(tmp_path, monkeypatch):
       raise ValueError('tensorstore: write failed') from error
 
   monkeypatch.setattr(ocp.CheckpointManager, 'save', failing_save)
-  with pytest.raises(CheckpointError, match=r'^no space left while saving checkpoint 2 in .*; checkpoints up to 1 '):
+  with pytest.raises(
+    CheckpointError, match=r'^no space left while saving checkpoint 2 in .*; checkpoints up to 1 '
+  ):
     checkpoints.save(2, _state(2))
   monkeypatch.undo()
   checkpoints.close()
@@ -230,8 +253,9 @@ def test_disk_full_when_a_save_starts_is_one_line(tmp_path, monkeypatch):
 def small_disk(tmp_path):
   mount_point = tmp_path / 'small_disk'
   mount_point.mkdir()
-  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1200k', 'tmpfs', str(mount_point)],
-                    capture_output=True, check=False).returncode:
+  if subprocess.run(
+    ['mount', '-t', 'tmpfs', '-o', 'size=1200k', 'tmpfs', str(mount_point)], capture_output=True, check=False
+  ).returncode:
     pytest.skip('cannot mount a small tmpfs here')
   yield mount_point
   subprocess.run(['umount', '-l', str(mount_point)], check=False)
@@ -246,25 +270,45 @@ def test_a_really_full_disk(small_disk):
   failed = step  # pylint: disable=undefined-loop-variable
   checkpoints.close()
   assert failed > 1
-  assert str(error.value) == (f'no space left while saving checkpoint {failed} in {small_disk}/checkpoints; '
-                              f'checkpoints up to {failed - 1} are intact')
+  assert str(error.value) == (
+    f'no space left while saving checkpoint {failed} in {small_disk}/checkpoints; '
+    f'checkpoints up to {failed - 1} are intact'
+  )
   reader = Checkpoints(small_disk, read_only=True)
   assert reader.latest_step() == failed - 1
-  jax.tree.map(np.testing.assert_array_equal, reader.restore_params(failed - 1, _abstract(_state(0, 128).params)),
-               _state(failed - 1, 128).params)
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    reader.restore_params(failed - 1, _abstract(_state(0, 128).params)),
+    _state(failed - 1, 128).params,
+  )
   reader.close()
 
 
 def test_train_py_on_a_full_disk_says_so_in_one_line(small_disk):
-  args = [f'--workdir={small_disk}/run', '--config=configs/vit_digits.py', '--config.total_steps=20',
-          '--config.checkpoint_every_steps=2', '--config.eval_every_steps=10', '--config.keep_checkpoints=10']
-  done = subprocess.run([sys.executable, 'train.py', *args], cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
-                        capture_output=True, text=True, check=False)
+  args = [
+    f'--workdir={small_disk}/run',
+    '--config=configs/vit_digits.py',
+    '--config.total_steps=20',
+    '--config.checkpoint_every_steps=2',
+    '--config.eval_every_steps=10',
+    '--config.keep_checkpoints=10',
+  ]
+  done = subprocess.run(
+    [sys.executable, 'train.py', *args],
+    cwd=ROOT,
+    env=dict(os.environ, JAX_PLATFORMS='cpu'),
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   assert done.returncode == 2, done.stderr[-3000:]
   ours = [line for line in done.stderr.splitlines() if 'oneDNN' not in line and 'InitializeLog' not in line]
   assert len(ours) == 1, done.stderr[-3000:]
-  assert re.fullmatch(rf'error: no space left while saving checkpoint \d+ in {small_disk}/run/checkpoints; '
-                      r'(checkpoints up to \d+ are intact|no earlier checkpoint is intact)', ours[0]), ours
+  assert re.fullmatch(
+    rf'error: no space left while saving checkpoint \d+ in {small_disk}/run/checkpoints; '
+    r'(checkpoints up to \d+ are intact|no earlier checkpoint is intact)',
+    ours[0],
+  ), ours
 
 
 # Through training and evaluation --------------------------------------------------
@@ -285,8 +329,11 @@ def test_evaluation_restores_the_parameters_alone(trained, monkeypatch):
   original = ocp.CheckpointManager.restore
 
   def recording_restore(self, step, *args, **kwargs):
-    restored_items.append(sorted(kwargs['args'].keys()) if isinstance(kwargs.get('args'), ocp.args.Composite)
-                          else type(kwargs.get('args')).__name__)
+    restored_items.append(
+      sorted(kwargs['args'].keys())
+      if isinstance(kwargs.get('args'), ocp.args.Composite)
+      else type(kwargs.get('args')).__name__
+    )
     return original(self, step, *args, **kwargs)
 
   monkeypatch.setattr(evaluation, 'make_optimizer', no_optimizer, raising=False)
@@ -305,7 +352,9 @@ def test_damaged_latest_is_skipped_by_evaluation_and_by_the_rerun(trained, tmp_p
   assert step == 2 and len(_warnings(caplog)) == 1
   with pytest.raises(CheckpointError, match='Checkpoint 4 in .* is damaged'):
     restore_checkpoint(workdir, '4')
-  result = train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=2, checkpoint_every_steps=2), workdir)
+  result = train_and_evaluate(
+    tiny_vit_config(total_steps=4, eval_every_steps=2, checkpoint_every_steps=2), workdir
+  )
   assert result.step == 4 and not result.interrupted
   assert (workdir / 'damaged_checkpoints' / '4').is_dir()
   assert Checkpoints(workdir, read_only=True).latest_step() == 4
@@ -317,8 +366,14 @@ def test_evaluate_cli_names_a_damaged_checkpoint_in_one_line(trained, tmp_path):
   shutil.copytree(trained, workdir)
   _garbage(workdir / 'checkpoints' / '4')
   env = dict(os.environ, JAX_PLATFORMS='cpu')
-  done = subprocess.run([sys.executable, 'evaluate.py', f'--workdir={workdir}', '--checkpoint=4'], cwd=ROOT,
-                        env=env, capture_output=True, text=True, check=False)
+  done = subprocess.run(
+    [sys.executable, 'evaluate.py', f'--workdir={workdir}', '--checkpoint=4'],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   assert done.returncode == 2, done.stderr
   lines = done.stderr.strip().splitlines()
   assert lines[-1].startswith(f'error: Checkpoint 4 in {workdir}/checkpoints is damaged'), done.stderr

@@ -7,7 +7,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-_SCRIPT = '''
+_SCRIPT = """
 import numpy as np
 from trainer.devices import Devices
 from trainer.partitioning import make_mesh
@@ -20,11 +20,12 @@ src, index = devices.gather((batch['src'] * 2, batch['index']))
 assert isinstance(src, np.ndarray) and (src == 2 * local['src']).all() and (index == local['index']).all()
 assert (devices.process_index, devices.process_count, devices.is_main_process) == (0, 1, True)
 print('ok')
-'''
+"""
 
 
 def test_rows_are_sharded_over_the_devices_and_gathered_in_order():
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4', JAX_PLATFORMS='cpu')
-  result = subprocess.run([sys.executable, '-c', _SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+  result = subprocess.run(
+    [sys.executable, '-c', _SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+  )
   assert result.returncode == 0 and result.stdout.strip() == 'ok', result.stderr[-2000:]

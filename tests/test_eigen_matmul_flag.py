@@ -35,7 +35,8 @@ print('ok')
 @pytest.mark.parametrize('xla_flags', ['', _EIGEN_MATMULS])
 def test_dense_gradients_on_the_cpu(xla_flags):
   env = {**os.environ, 'XLA_FLAGS': xla_flags, 'JAX_PLATFORMS': 'cpu'}
-  result = subprocess.run([sys.executable, '-c', _DENSE_GRADIENTS], cwd=_ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+  result = subprocess.run(
+    [sys.executable, '-c', _DENSE_GRADIENTS], cwd=_ROOT, env=env, capture_output=True, text=True, timeout=120
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.split()[-1] == 'ok'

@@ -35,8 +35,9 @@ print(os.environ.get('GLIBC_TUNABLES'), anon_huge_kib() - before)
 def _run_child(**env_changes):
   env = {key: value for key, value in os.environ.items() if key not in ('GLIBC_TUNABLES', 'JAX_PLATFORMS')}
   env.update(env_changes)
-  result = subprocess.run([sys.executable, '-c', _CHILD], cwd=_ROOT, env=env, capture_output=True, text=True,
-                          check=True, timeout=60)
+  result = subprocess.run(
+    [sys.executable, '-c', _CHILD], cwd=_ROOT, env=env, capture_output=True, text=True, check=True, timeout=60
+  )
   lines = result.stdout.split()
   starts = lines.count('start')
   tunables, huge_kib = lines[-2], int(lines[-1])
@@ -44,8 +45,9 @@ def _run_child(**env_changes):
 
 
 needs_huge_page_malloc = pytest.mark.skipif(
-    not host_memory.huge_page_malloc_helps(),
-    reason='needs Linux, glibc, transparent huge pages in madvise mode and JAX on the CPU')
+  not host_memory.huge_page_malloc_helps(),
+  reason='needs Linux, glibc, transparent huge pages in madvise mode and JAX on the CPU',
+)
 
 
 @needs_huge_page_malloc

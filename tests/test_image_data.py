@@ -14,8 +14,8 @@ from vit import image_sources
 from vit.image_augmentation import RANDAUGMENT_OPS, randaugment
 from vit.input_pipeline import default_data_config, load_image_data
 
-MNIST_DIR = pathlib.Path(__file__).resolve().parents[1] / "../shared/data/mnist"
-NO_NORMALISATION = {"mean": (0.0,), "std": (1 / 255,)}  # images come out as raw 0..255
+MNIST_DIR = pathlib.Path(__file__).resolve().parents[1] / '../shared/data/mnist'
+NO_NORMALISATION = {'mean': (0.0,), 'std': (1 / 255,)}  # images come out as raw 0..255
 
 
 def make_config(augment=None, **fields):
@@ -41,9 +41,9 @@ def assert_batches_equal(left, right):
     np.testing.assert_array_equal(left[key], right[key], err_msg=key)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope='module')
 def digits():
-  return load_image_data(make_config(source="digits"))
+  return load_image_data(make_config(source='digits'))
 
 
 # ------------------------------------------------------------------------------ digits
@@ -51,48 +51,48 @@ def digits():
 
 def test_digits_shapes_and_stratified_split(digits):
   assert (digits.num_classes, digits.image_shape) == (10, (8, 8, 1))
-  assert (digits.num_train, digits.num_examples("test")) == (1437, 360)
-  test_labels = concat_batches(list(digits.eval_batches("test", batch_size=360)))["label"]
+  assert (digits.num_train, digits.num_examples('test')) == (1437, 360)
+  test_labels = concat_batches(list(digits.eval_batches('test', batch_size=360)))['label']
   assert set(np.bincount(test_labels, minlength=10)) <= {35, 36, 37}
   batch = next(digits.train_batches(batch_size=32, seed=0))
-  assert batch["image"].shape == (32, 8, 8, 1) and batch["image"].dtype == np.float32
-  assert batch["label"].shape == (32,) and batch["label"].dtype == np.int32
+  assert batch['image'].shape == (32, 8, 8, 1) and batch['image'].dtype == np.float32
+  assert batch['label'].shape == (32,) and batch['label'].dtype == np.int32
 
 
 def test_digits_load_is_deterministic_and_normalised(digits):
-  again = load_image_data(make_config(source="digits"))
+  again = load_image_data(make_config(source='digits'))
   assert_batches_equal(
-    next(digits.eval_batches("train", batch_size=1437)),
-    next(again.eval_batches("train", batch_size=1437)),
+    next(digits.eval_batches('train', batch_size=1437)),
+    next(again.eval_batches('train', batch_size=1437)),
   )
-  images = next(digits.eval_batches("train", batch_size=1437))["image"]
+  images = next(digits.eval_batches('train', batch_size=1437))['image']
   assert abs(images.mean()) < 1e-3 and abs(images.std() - 1) < 1e-3
 
 
 def test_one_epoch_visits_every_training_example_once(digits):
   # 1437 = 3 * 479: the first three batches are exactly one epoch.
-  epoch = concat_batches(take(digits.train_batches(batch_size=479, seed=3), 3))["image"]
-  everything = next(digits.eval_batches("train", batch_size=1437))["image"]
+  epoch = concat_batches(take(digits.train_batches(batch_size=479, seed=3), 3))['image']
+  everything = next(digits.eval_batches('train', batch_size=1437))['image']
   assert sorted(map(bytes, epoch)) == sorted(map(bytes, everything))
 
 
-AUGMENTED = {"crop_padding": 1, "randaugment_layers": 1, "mixup_alpha": 0.4}
+AUGMENTED = {'crop_padding': 1, 'randaugment_layers': 1, 'mixup_alpha': 0.4}
 
 
-@pytest.mark.parametrize("augment", [{}, AUGMENTED])
+@pytest.mark.parametrize('augment', [{}, AUGMENTED])
 def test_resuming_at_a_step_replays_the_uninterrupted_batches(augment):
-  data = load_image_data(make_config(source="digits", augment=augment))
+  data = load_image_data(make_config(source='digits', augment=augment))
   uninterrupted = take(data.train_batches(batch_size=128, seed=7), 14)  # crosses epoch 1
   for step in (5, 11, 13):
     resumed = next(data.train_batches(batch_size=128, seed=7, start_step=step))
     assert_batches_equal(resumed, uninterrupted[step])
   different_seed = next(data.train_batches(batch_size=128, seed=8))
-  assert not np.array_equal(different_seed["image"], uninterrupted[0]["image"])
+  assert not np.array_equal(different_seed['image'], uninterrupted[0]['image'])
 
 
-@pytest.mark.parametrize("augment", [{}, AUGMENTED])
+@pytest.mark.parametrize('augment', [{}, AUGMENTED])
 def test_process_slices_concatenate_to_the_one_process_batch(augment):
-  data = load_image_data(make_config(source="digits", augment=augment))
+  data = load_image_data(make_config(source='digits', augment=augment))
   single = take(data.train_batches(batch_size=64, seed=1, start_step=20), 2)
   per_process = [
     take(data.train_batches(batch_size=64, seed=1, start_step=20, process_index=index, process_count=4), 2)
@@ -102,32 +102,32 @@ def test_process_slices_concatenate_to_the_one_process_batch(augment):
     assert_batches_equal(concat_batches([batches[step] for batches in per_process]), single[step])
 
 
-@pytest.mark.parametrize("process_count", [1, 2])
+@pytest.mark.parametrize('process_count', [1, 2])
 def test_eval_pass_covers_each_example_once_with_mask(digits, process_count):
-  expected = digits._source.splits["test"]
+  expected = digits._source.splits['test']
   per_process = [
-    list(digits.eval_batches("test", batch_size=100, process_index=index, process_count=process_count))
+    list(digits.eval_batches('test', batch_size=100, process_index=index, process_count=process_count))
     for index in range(process_count)
   ]
   assert all(len(batches) == 4 for batches in per_process)  # 360 = 3 * 100 + 60
   global_batches = [concat_batches(parts) for parts in zip(*per_process)]
   merged = concat_batches(global_batches)
-  assert merged["mask"].sum() == 360 and merged["mask"].shape == (400,)
-  np.testing.assert_array_equal(merged["mask"], np.arange(400) < 360)
-  np.testing.assert_array_equal(merged["label"][:360], expected.labels)
-  np.testing.assert_array_equal(merged["image"][:360], digits._normalise(expected.images))
+  assert merged['mask'].sum() == 360 and merged['mask'].shape == (400,)
+  np.testing.assert_array_equal(merged['mask'], np.arange(400) < 360)
+  np.testing.assert_array_equal(merged['label'][:360], expected.labels)
+  np.testing.assert_array_equal(merged['image'][:360], digits._normalise(expected.images))
 
 
 def test_mixup_adds_partner_labels_and_weights_in_unit_interval(digits):
-  data = load_image_data(make_config(source="digits", augment={"mixup_alpha": 0.2}))
+  data = load_image_data(make_config(source='digits', augment={'mixup_alpha': 0.2}))
   batch = next(data.train_batches(batch_size=256, seed=0))
-  assert batch["mix_label"].dtype == np.int32 and batch["mix_label"].shape == (256,)
-  assert batch["mix_weight"].dtype == np.float32 and batch["mix_weight"].shape == (256,)
-  assert ((batch["mix_weight"] >= 0) & (batch["mix_weight"] <= 1)).all()
-  assert (batch["label"] != batch["mix_label"]).any()
+  assert batch['mix_label'].dtype == np.int32 and batch['mix_label'].shape == (256,)
+  assert batch['mix_weight'].dtype == np.float32 and batch['mix_weight'].shape == (256,)
+  assert ((batch['mix_weight'] >= 0) & (batch['mix_weight'] <= 1)).all()
+  assert (batch['label'] != batch['mix_label']).any()
   plain = next(digits.train_batches(batch_size=256, seed=0))
-  np.testing.assert_array_equal(batch["label"], plain["label"])
-  assert "mix_label" not in plain
+  np.testing.assert_array_equal(batch['label'], plain['label'])
+  assert 'mix_label' not in plain
 
 
 # ------------------------------------------------------------------------ augmentation
@@ -141,21 +141,21 @@ def raw_rgb_folder(tmp_path, size=(6, 8)):
   """A folder data set whose pixels are all different, for checking crops and flips."""
   rng = np.random.default_rng(0)
   for index in range(10):
-    class_dir = tmp_path / "train" / f"class{index % 2}"
+    class_dir = tmp_path / 'train' / f'class{index % 2}'
     class_dir.mkdir(parents=True, exist_ok=True)
     pixels = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(class_dir / f"{index}.png")
+    Image.fromarray(pixels).save(class_dir / f'{index}.png')
   return tmp_path
 
 
 def test_flip_mirrors_some_images_and_keeps_the_rest(tmp_path):
   root = str(raw_rgb_folder(tmp_path))
-  plain = load_image_data(make_config(source="folder", path=root, **NO_NORMALISATION))
+  plain = load_image_data(make_config(source='folder', path=root, **NO_NORMALISATION))
   flipped = load_image_data(
-    make_config(source="folder", path=root, augment={"flip": True}, **NO_NORMALISATION)
+    make_config(source='folder', path=root, augment={'flip': True}, **NO_NORMALISATION)
   )
-  original = next(plain.train_batches(batch_size=10, seed=4))["image"]
-  batch = next(flipped.train_batches(batch_size=10, seed=4))["image"]
+  original = next(plain.train_batches(batch_size=10, seed=4))['image']
+  batch = next(flipped.train_batches(batch_size=10, seed=4))['image']
   assert batch.shape == original.shape
   mirrored = [np.array_equal(b, o[:, ::-1]) for b, o in zip(batch, original)]
   unchanged = [np.array_equal(b, o) for b, o in zip(batch, original)]
@@ -163,20 +163,20 @@ def test_flip_mirrors_some_images_and_keeps_the_rest(tmp_path):
   assert_batches_equal(batch_at_step_2(flipped), batch_at_step_2(flipped))
 
 
-@pytest.mark.parametrize("mode", ["reflect", "constant"])
+@pytest.mark.parametrize('mode', ['reflect', 'constant'])
 def test_crop_is_a_window_of_the_padded_image(tmp_path, mode):
   root = str(raw_rgb_folder(tmp_path))
-  plain = load_image_data(make_config(source="folder", path=root, **NO_NORMALISATION))
+  plain = load_image_data(make_config(source='folder', path=root, **NO_NORMALISATION))
   cropped = load_image_data(
     make_config(
-      source="folder",
+      source='folder',
       path=root,
-      augment={"crop_padding": 2, "crop_pad_mode": mode},
+      augment={'crop_padding': 2, 'crop_pad_mode': mode},
       **NO_NORMALISATION,
     )
   )
-  original = next(plain.train_batches(batch_size=10, seed=4))["image"]
-  batch = next(cropped.train_batches(batch_size=10, seed=4))["image"]
+  original = next(plain.train_batches(batch_size=10, seed=4))['image']
+  batch = next(cropped.train_batches(batch_size=10, seed=4))['image']
   assert batch.shape == original.shape == (10, 6, 8, 3)
   for image, source in zip(batch, original):
     padded = np.pad(source, ((2, 2), (2, 2), (0, 0)), mode=mode)
@@ -185,8 +185,8 @@ def test_crop_is_a_window_of_the_padded_image(tmp_path, mode):
   assert_batches_equal(batch_at_step_2(cropped), batch_at_step_2(cropped))
 
 
-@pytest.mark.parametrize("op", sorted(RANDAUGMENT_OPS))
-@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize('op', sorted(RANDAUGMENT_OPS))
+@pytest.mark.parametrize('channels', [1, 3])
 def test_every_randaugment_op_keeps_shape_and_dtype(op, channels):
   image = np.random.default_rng(0).integers(0, 256, (8, 8, channels), dtype=np.uint8)
   index = list(RANDAUGMENT_OPS).index(op)
@@ -197,25 +197,25 @@ def test_every_randaugment_op_keeps_shape_and_dtype(op, channels):
 
 def test_randaugment_batches_are_deterministic_and_change_images(digits):
   data = load_image_data(
-    make_config(source="digits", augment={"randaugment_layers": 2, "randaugment_magnitude": 15})
+    make_config(source='digits', augment={'randaugment_layers': 2, 'randaugment_magnitude': 15})
   )
   first = next(data.train_batches(batch_size=64, seed=2))
   assert_batches_equal(first, next(data.train_batches(batch_size=64, seed=2)))
   plain = next(digits.train_batches(batch_size=64, seed=2))
-  assert not np.array_equal(first["image"], plain["image"])
+  assert not np.array_equal(first['image'], plain['image'])
 
 
 # ---------------------------------------------------------------------- config errors
 
 
 @pytest.mark.parametrize(
-  "fields, message",
+  'fields, message',
   [
-    ({"source": "csv"}, "'csv' is not one of"),
-    ({"source": "digits", "augment": {"randaugment_magnitude": 31}}, "0..30"),
-    ({"source": "digits", "augment": {"crop_padding": 8}}, "below the image side"),
-    ({"source": "digits", "mean": (0.5,)}, "both data.mean and data.std"),
-    ({"source": "folder"}, "data.path must be set"),
+    ({'source': 'csv'}, "'csv' is not one of"),
+    ({'source': 'digits', 'augment': {'randaugment_magnitude': 31}}, '0..30'),
+    ({'source': 'digits', 'augment': {'crop_padding': 8}}, 'below the image side'),
+    ({'source': 'digits', 'mean': (0.5,)}, 'both data.mean and data.std'),
+    ({'source': 'folder'}, 'data.path must be set'),
   ],
 )
 def test_bad_config_fails_with_a_clear_error(fields, message):
@@ -227,93 +227,93 @@ def test_unknown_config_field_is_rejected():
   config = default_data_config()
   config.unlock()
   config.batch_sise = 3
-  with pytest.raises(ValueError, match="batch_sise"):
+  with pytest.raises(ValueError, match='batch_sise'):
     load_image_data(config)
 
 
 def test_bad_split_and_batch_size_fail_clearly(digits):
   with pytest.raises(ValueError, match=r"'validation'.*\['train', 'test'\]"):
-    digits.eval_batches("validation", batch_size=10)
-  with pytest.raises(ValueError, match="multiple of process_count"):
+    digits.eval_batches('validation', batch_size=10)
+  with pytest.raises(ValueError, match='multiple of process_count'):
     digits.train_batches(batch_size=10, seed=0, process_count=3)
 
 
 # ----------------------------------------------------------------------------- folder
 
 
-def write_png_folder(root, layout, size=(4, 5), mode="RGB"):
+def write_png_folder(root, layout, size=(4, 5), mode='RGB'):
   """layout: {split: {class: count}}; a class is plain grey 10 * (its first letter - 'a')."""
   for split, classes in layout.items():
     for name, count in classes.items():
       (root / split / name).mkdir(parents=True, exist_ok=True)
-      grey = 10 * (ord(name[0]) - ord("a"))
+      grey = 10 * (ord(name[0]) - ord('a'))
       for number in range(count):
-        Image.new(mode, size[::-1], (grey,) * len(mode)).save(root / split / name / f"{number}.png")
+        Image.new(mode, size[::-1], (grey,) * len(mode)).save(root / split / name / f'{number}.png')
   return root
 
 
 def test_folder_source_loads_classes_splits_and_labels(tmp_path):
-  root = write_png_folder(tmp_path, {"train": {"cat": 3, "dog": 2, "ant": 1}, "test": {"cat": 1, "dog": 2}})
-  data = load_image_data(make_config(source="folder", path=str(root), **NO_NORMALISATION))
-  assert data.class_names == ["ant", "cat", "dog"] and data.num_classes == 3
+  root = write_png_folder(tmp_path, {'train': {'cat': 3, 'dog': 2, 'ant': 1}, 'test': {'cat': 1, 'dog': 2}})
+  data = load_image_data(make_config(source='folder', path=str(root), **NO_NORMALISATION))
+  assert data.class_names == ['ant', 'cat', 'dog'] and data.num_classes == 3
   assert data.image_shape == (4, 5, 3)
-  assert (data.num_train, data.num_examples("test")) == (6, 3)
-  batch = next(data.eval_batches("test", batch_size=4))
-  np.testing.assert_array_equal(batch["label"], [1, 2, 2, 0])
-  np.testing.assert_array_equal(batch["mask"], [1, 1, 1, 0])
-  np.testing.assert_allclose(batch["image"][:3, 0, 0, 0], [20, 30, 30])
+  assert (data.num_train, data.num_examples('test')) == (6, 3)
+  batch = next(data.eval_batches('test', batch_size=4))
+  np.testing.assert_array_equal(batch['label'], [1, 2, 2, 0])
+  np.testing.assert_array_equal(batch['mask'], [1, 1, 1, 0])
+  np.testing.assert_allclose(batch['image'][:3, 0, 0, 0], [20, 30, 30])
 
 
 def test_folder_grey_images_and_resizing(tmp_path):
-  root = tmp_path / "data"
-  write_png_folder(root, {"train": {"a": 2}}, size=(6, 6), mode="L")
-  write_png_folder(root, {"train": {"b": 1}}, size=(9, 7), mode="L")
-  with pytest.raises(ValueError, match=r"does not have the shape .* set data.image_size"):
-    load_image_data(make_config(source="folder", path=str(root)))
-  data = load_image_data(make_config(source="folder", path=str(root), image_size=(5, 4)))
-  assert data.image_shape == (5, 4, 1) and data.split_names == ("train",)
+  root = tmp_path / 'data'
+  write_png_folder(root, {'train': {'a': 2}}, size=(6, 6), mode='L')
+  write_png_folder(root, {'train': {'b': 1}}, size=(9, 7), mode='L')
+  with pytest.raises(ValueError, match=r'does not have the shape .* set data.image_size'):
+    load_image_data(make_config(source='folder', path=str(root)))
+  data = load_image_data(make_config(source='folder', path=str(root), image_size=(5, 4)))
+  assert data.image_shape == (5, 4, 1) and data.split_names == ('train',)
 
 
 def test_folder_errors_name_the_problem(tmp_path):
-  missing = tmp_path / "nowhere"
+  missing = tmp_path / 'nowhere'
   with pytest.raises(FileNotFoundError, match=str(missing)):
-    load_image_data(make_config(source="folder", path=str(missing)))
-  (tmp_path / "test").mkdir()
-  with pytest.raises(FileNotFoundError, match="train"):
-    load_image_data(make_config(source="folder", path=str(tmp_path)))
-  (tmp_path / "test").rmdir()
-  (tmp_path / "train").mkdir()
-  with pytest.raises(ValueError, match="no class folders"):
-    load_image_data(make_config(source="folder", path=str(tmp_path)))
-  write_png_folder(tmp_path, {"train": {"cat": 2}})
-  (tmp_path / "train" / "dog").mkdir()
-  with pytest.raises(ValueError, match=r"dog has no .png"):
-    load_image_data(make_config(source="folder", path=str(tmp_path)))
-  write_png_folder(tmp_path, {"train": {"dog": 1}})
-  broken = tmp_path / "train" / "dog" / "broken.jpg"
-  broken.write_bytes(b"not really a jpeg")
-  with pytest.raises(ValueError, match=r"cannot read image .*broken\.jpg"):
-    load_image_data(make_config(source="folder", path=str(tmp_path)))
+    load_image_data(make_config(source='folder', path=str(missing)))
+  (tmp_path / 'test').mkdir()
+  with pytest.raises(FileNotFoundError, match='train'):
+    load_image_data(make_config(source='folder', path=str(tmp_path)))
+  (tmp_path / 'test').rmdir()
+  (tmp_path / 'train').mkdir()
+  with pytest.raises(ValueError, match='no class folders'):
+    load_image_data(make_config(source='folder', path=str(tmp_path)))
+  write_png_folder(tmp_path, {'train': {'cat': 2}})
+  (tmp_path / 'train' / 'dog').mkdir()
+  with pytest.raises(ValueError, match=r'dog has no .png'):
+    load_image_data(make_config(source='folder', path=str(tmp_path)))
+  write_png_folder(tmp_path, {'train': {'dog': 1}})
+  broken = tmp_path / 'train' / 'dog' / 'broken.jpg'
+  broken.write_bytes(b'not really a jpeg')
+  with pytest.raises(ValueError, match=r'cannot read image .*broken\.jpg'):
+    load_image_data(make_config(source='folder', path=str(tmp_path)))
 
 
 def test_folder_cache_is_reused_and_stays_out_of_the_data_folder(tmp_path):
-  root = write_png_folder(tmp_path / "data", {"train": {"a": 2, "b": 2}, "test": {"a": 1}})
-  before = sorted(root.rglob("*"))
-  config = make_config(source="folder", path=str(root), cache_dir=str(tmp_path / "cache"))
+  root = write_png_folder(tmp_path / 'data', {'train': {'a': 2, 'b': 2}, 'test': {'a': 1}})
+  before = sorted(root.rglob('*'))
+  config = make_config(source='folder', path=str(root), cache_dir=str(tmp_path / 'cache'))
   first = load_image_data(config)
-  assert len(list((tmp_path / "cache").glob("*.npy"))) == 2
-  assert sorted(root.rglob("*")) == before
+  assert len(list((tmp_path / 'cache').glob('*.npy'))) == 2
+  assert sorted(root.rglob('*')) == before
   second = load_image_data(config)
-  np.testing.assert_array_equal(first._source.splits["train"].images, second._source.splits["train"].images)
+  np.testing.assert_array_equal(first._source.splits['train'].images, second._source.splits['train'].images)
 
 
 def test_folder_decoding_in_several_chunks_matches_one_chunk(tmp_path, monkeypatch):
   root = str(raw_rgb_folder(tmp_path))
-  one_chunk = load_image_data(make_config(source="folder", path=root))
-  monkeypatch.setattr(image_sources, "DECODE_CHUNK_FILES", 3)
-  chunks = load_image_data(make_config(source="folder", path=root))
+  one_chunk = load_image_data(make_config(source='folder', path=root))
+  monkeypatch.setattr(image_sources, 'DECODE_CHUNK_FILES', 3)
+  chunks = load_image_data(make_config(source='folder', path=root))
   np.testing.assert_array_equal(
-    one_chunk._source.splits["train"].images, chunks._source.splits["train"].images
+    one_chunk._source.splits['train'].images, chunks._source.splits['train'].images
   )
 
 
@@ -321,51 +321,51 @@ def test_folder_decoding_in_several_chunks_matches_one_chunk(tmp_path, monkeypat
 
 
 def write_idx(path, array, magic_type=0x08):
-  header = bytes([0, 0, magic_type, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-  with gzip.open(path, "wb") as file:
+  header = bytes([0, 0, magic_type, array.ndim]) + struct.pack(f'>{array.ndim}I', *array.shape)
+  with gzip.open(path, 'wb') as file:
     file.write(header + array.astype(np.uint8).tobytes())
 
 
 def write_idx_folder(root, train_count=5, test_count=3, label_count=None):
   rng = np.random.default_rng(0)
   root.mkdir(exist_ok=True)
-  for prefix, count in (("train", train_count), ("t10k", test_count)):
-    write_idx(root / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (count, 4, 6)))
+  for prefix, count in (('train', train_count), ('t10k', test_count)):
+    write_idx(root / f'{prefix}-images-idx3-ubyte.gz', rng.integers(0, 256, (count, 4, 6)))
     labels = np.arange(label_count or count) % 3
-    write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
+    write_idx(root / f'{prefix}-labels-idx1-ubyte.gz', labels)
   return root
 
 
 def test_idx_source_reads_gzipped_files(tmp_path):
-  root = write_idx_folder(tmp_path / "idx")
-  data = load_image_data(make_config(source="idx", path=str(root)))
+  root = write_idx_folder(tmp_path / 'idx')
+  data = load_image_data(make_config(source='idx', path=str(root)))
   assert data.image_shape == (4, 6, 1) and data.num_classes == 3
-  assert (data.num_train, data.num_examples("test")) == (5, 3)
-  expected = image_sources.read_idx(root / "t10k-labels-idx1-ubyte.gz", expected_ndim=1)
-  np.testing.assert_array_equal(next(data.eval_batches("test", batch_size=3))["label"], expected)
+  assert (data.num_train, data.num_examples('test')) == (5, 3)
+  expected = image_sources.read_idx(root / 't10k-labels-idx1-ubyte.gz', expected_ndim=1)
+  np.testing.assert_array_equal(next(data.eval_batches('test', batch_size=3))['label'], expected)
 
 
 def test_idx_errors_name_the_file(tmp_path):
-  root = write_idx_folder(tmp_path / "mismatch", label_count=4)
-  with pytest.raises(ValueError, match=r"5 images but .*train-labels.* 4 labels"):
-    load_image_data(make_config(source="idx", path=str(root)))
-  root = write_idx_folder(tmp_path / "missing")
-  (root / "t10k-labels-idx1-ubyte.gz").unlink()
-  with pytest.raises(FileNotFoundError, match="t10k-labels-idx1-ubyte"):
-    load_image_data(make_config(source="idx", path=str(root)))
-  root = write_idx_folder(tmp_path / "magic")
-  write_idx(root / "train-images-idx3-ubyte.gz", np.zeros((5, 4, 6)), magic_type=0x0D)
-  with pytest.raises(ValueError, match="train-images.*not supported"):
-    load_image_data(make_config(source="idx", path=str(root)))
-  (root / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"\x08\x03abcdefgh"))
-  with pytest.raises(ValueError, match="bad magic number"):
-    load_image_data(make_config(source="idx", path=str(root)))
+  root = write_idx_folder(tmp_path / 'mismatch', label_count=4)
+  with pytest.raises(ValueError, match=r'5 images but .*train-labels.* 4 labels'):
+    load_image_data(make_config(source='idx', path=str(root)))
+  root = write_idx_folder(tmp_path / 'missing')
+  (root / 't10k-labels-idx1-ubyte.gz').unlink()
+  with pytest.raises(FileNotFoundError, match='t10k-labels-idx1-ubyte'):
+    load_image_data(make_config(source='idx', path=str(root)))
+  root = write_idx_folder(tmp_path / 'magic')
+  write_idx(root / 'train-images-idx3-ubyte.gz', np.zeros((5, 4, 6)), magic_type=0x0D)
+  with pytest.raises(ValueError, match='train-images.*not supported'):
+    load_image_data(make_config(source='idx', path=str(root)))
+  (root / 'train-images-idx3-ubyte.gz').write_bytes(gzip.compress(b'\x08\x03abcdefgh'))
+  with pytest.raises(ValueError, match='bad magic number'):
+    load_image_data(make_config(source='idx', path=str(root)))
 
 
-@pytest.mark.skipif(not MNIST_DIR.is_dir(), reason="no shared MNIST copy")
+@pytest.mark.skipif(not MNIST_DIR.is_dir(), reason='no shared MNIST copy')
 def test_real_mnist_idx_files_load():
-  data = load_image_data(make_config(source="idx", path=str(MNIST_DIR)))
-  assert (data.num_train, data.num_examples("test")) == (60000, 10000)
+  data = load_image_data(make_config(source='idx', path=str(MNIST_DIR)))
+  assert (data.num_train, data.num_examples('test')) == (60000, 10000)
   assert data.image_shape == (28, 28, 1) and data.num_classes == 10
   np.testing.assert_allclose(data.mean, [0.1307], atol=1e-3)
 
@@ -374,43 +374,43 @@ def test_real_mnist_idx_files_load():
 
 
 def test_tfds_cifar10_under_mock_data():
-  tfds = pytest.importorskip("tensorflow_datasets")
+  tfds = pytest.importorskip('tensorflow_datasets')
   with tfds.testing.mock_data(num_examples=20):
-    data = load_image_data(make_config(source="tfds", name="cifar10"))
-    resized = load_image_data(make_config(source="tfds", name="cifar10", image_size=(16, 16)))
+    data = load_image_data(make_config(source='tfds', name='cifar10'))
+    resized = load_image_data(make_config(source='tfds', name='cifar10', image_size=(16, 16)))
   assert data.image_shape == (32, 32, 3) and data.num_classes == 10
   assert len(data.class_names) == 10  # mocked metadata has no names, real data does
-  assert (data.num_train, data.num_examples("test")) == (20, 20)
-  assert next(data.train_batches(batch_size=8, seed=0))["image"].shape == (8, 32, 32, 3)
-  masks = [batch["mask"] for batch in data.eval_batches("test", batch_size=8)]
+  assert (data.num_train, data.num_examples('test')) == (20, 20)
+  assert next(data.train_batches(batch_size=8, seed=0))['image'].shape == (8, 32, 32, 3)
+  masks = [batch['mask'] for batch in data.eval_batches('test', batch_size=8)]
   assert len(masks) == 3 and np.concatenate(masks).sum() == 20
-  assert next(resized.eval_batches("test", batch_size=4))["image"].shape == (4, 16, 16, 3)
+  assert next(resized.eval_batches('test', batch_size=4))['image'].shape == (4, 16, 16, 3)
 
 
 def test_tfds_streaming_under_mock_data():
-  tfds = pytest.importorskip("tensorflow_datasets")
+  tfds = pytest.importorskip('tensorflow_datasets')
   config = make_config(
-    source="tfds",
-    name="cifar10",
+    source='tfds',
+    name='cifar10',
     streaming=True,
     mean=(0.5,),
     std=(0.25,),
-    augment={"flip": True, "mixup_alpha": 0.2},
+    augment={'flip': True, 'mixup_alpha': 0.2},
   )
   with tfds.testing.mock_data(num_examples=20):
     data = load_image_data(config)
     batches = take(data.train_batches(batch_size=8, seed=0, process_index=1, process_count=2), 3)
-    evaluated = list(data.eval_batches("test", batch_size=8))
-  assert batches[0]["image"].shape == (4, 32, 32, 3) and "mix_weight" in batches[0]
-  assert np.concatenate([batch["mask"] for batch in evaluated]).sum() == 20
+    evaluated = list(data.eval_batches('test', batch_size=8))
+  assert batches[0]['image'].shape == (4, 32, 32, 3) and 'mix_weight' in batches[0]
+  assert np.concatenate([batch['mask'] for batch in evaluated]).sum() == 20
 
 
 def test_tfds_without_prepared_data_fails_fast_with_build_hint(tmp_path):
-  pytest.importorskip("tensorflow_datasets")
+  pytest.importorskip('tensorflow_datasets')
   start = time.monotonic()
   hint = rf"'mnist'.*{re.escape(str(tmp_path))}.*tfds build mnist"
   with pytest.raises(FileNotFoundError, match=hint):
-    load_image_data(make_config(source="tfds", name="mnist", data_dir=str(tmp_path)))
+    load_image_data(make_config(source='tfds', name='mnist', data_dir=str(tmp_path)))
   assert time.monotonic() - start < 30  # tensorflow import included
   with pytest.raises(ValueError, match="unknown tfds data set 'no_such_set'"):
-    load_image_data(make_config(source="tfds", name="no_such_set", data_dir=str(tmp_path)))
+    load_image_data(make_config(source='tfds', name='no_such_set', data_dir=str(tmp_path)))

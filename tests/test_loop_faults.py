@@ -50,8 +50,9 @@ def _resume_and_compare(workdir, reference_dir):
   assert _train_losses(workdir) == _train_losses(reference_dir)
 
 
-def test_stop_during_evaluation_on_a_checkpoint_step_saves_once_and_resumes(reference_dir, tmp_path, monkeypatch,
-                                                                            capsys):
+def test_stop_during_evaluation_on_a_checkpoint_step_saves_once_and_resumes(
+  reference_dir, tmp_path, monkeypatch, capsys
+):
   original = ImageData.eval_batches
   calls = []
 
@@ -114,7 +115,9 @@ def test_a_second_process_is_refused_and_a_dead_holder_is_taken_over(tmp_path, c
   with caplog.at_level(logging.WARNING):
     result = train_and_evaluate(tiny_vit_config(total_steps=2, eval_every_steps=2), workdir)
   assert result.step == 2 and not result.interrupted
-  assert any(f'pid {holder.pid}' in r.getMessage() and 'no longer running' in r.getMessage() for r in caplog.records)
+  assert any(
+    f'pid {holder.pid}' in r.getMessage() and 'no longer running' in r.getMessage() for r in caplog.records
+  )
   assert (workdir / LOCK_FILE).read_text() == ''  # released on a clean exit
 
 

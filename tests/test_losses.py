@@ -34,7 +34,9 @@ def test_token_losses_are_optax_label_smoothing(alpha):
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(nll, expected_nll, rtol=1e-5, atol=1e-5)
   targets = optax.smooth_labels(jnp.eye(CLASSES)[labels], alpha)
-  np.testing.assert_allclose(loss, optax.softmax_cross_entropy(jnp.asarray(logits), targets), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    loss, optax.softmax_cross_entropy(jnp.asarray(logits), targets), rtol=1e-5, atol=1e-5
+  )
 
 
 @pytest.mark.parametrize('alpha', [0.0, 0.1])

@@ -41,8 +41,17 @@ def test_two_processes_train_like_one(tmp_path):
   """)
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('XLA_FLAGS', None)
-  workers = [subprocess.Popen([sys.executable, '-c', script, str(i)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  workers = [
+    subprocess.Popen(
+      [sys.executable, '-c', script, str(i)],
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
   outputs = [worker.communicate(timeout=300) for worker in workers]
   for worker, (_, stderr) in zip(workers, outputs):
     assert worker.returncode == 0, stderr[-3000:]
@@ -84,8 +93,17 @@ def test_a_stop_signal_on_one_process_stops_both_at_the_same_step(tmp_path):
   """)
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('XLA_FLAGS', None)
-  workers = [subprocess.Popen([sys.executable, '-c', script, str(i)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  workers = [
+    subprocess.Popen(
+      [sys.executable, '-c', script, str(i)],
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
   try:
     outputs = [worker.communicate(timeout=240) for worker in workers]
   finally:
@@ -101,6 +119,7 @@ def test_a_stop_signal_on_one_process_stops_both_at_the_same_step(tmp_path):
 
 def test_a_locked_workdir_stops_every_process(tmp_path):
   from trainer.workdir_lock import WorkdirLock  # pylint: disable=g-import-not-at-top
+
   workdir = tmp_path / 'locked'
   workdir.mkdir()
   lock = WorkdirLock(workdir)
@@ -123,8 +142,17 @@ def test_a_locked_workdir_stops_every_process(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('XLA_FLAGS', None)
   try:
-    workers = [subprocess.Popen([sys.executable, '-c', script, str(i)], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    workers = [
+      subprocess.Popen(
+        [sys.executable, '-c', script, str(i)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for i in range(2)
+    ]
     try:
       outputs = [worker.communicate(timeout=120) for worker in workers]
     finally:

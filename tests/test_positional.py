@@ -43,9 +43,18 @@ def test_sincos_2d_is_row_then_column_sinusoids():
 
 def _encoder(posemb, injection='stem', grid=GRID, prefix=0, seed=0):
   length = grid[0] * grid[1] + prefix
-  return Encoder(features=FEATURES, depth=2, num_heads=HEADS, mlp_features=32, posemb=posemb,
-                 posemb_injection=injection, grid=grid, max_length=length, num_prefix_tokens=prefix,
-                 rngs=nnx.Rngs(seed))
+  return Encoder(
+    features=FEATURES,
+    depth=2,
+    num_heads=HEADS,
+    mlp_features=32,
+    posemb=posemb,
+    posemb_injection=injection,
+    grid=grid,
+    max_length=length,
+    num_prefix_tokens=prefix,
+    rngs=nnx.Rngs(seed),
+  )
 
 
 def _tokens(length, seed=0):
@@ -61,9 +70,15 @@ def test_without_positions_the_encoder_is_permutation_equivariant():
   np.testing.assert_allclose(out_permuted, out[:, permutation], atol=1e-5)
 
 
-@pytest.mark.parametrize('posemb,injection', [
-    (kind, injection) for kind in POSEMB_KINDS for injection in INJECTIONS
-    if kind != 'none' and combination_exists(kind, injection)])
+@pytest.mark.parametrize(
+  'posemb,injection',
+  [
+    (kind, injection)
+    for kind in POSEMB_KINDS
+    for injection in INJECTIONS
+    if kind != 'none' and combination_exists(kind, injection)
+  ],
+)
 def test_every_positional_encoding_breaks_permutation_equivariance(posemb, injection):
   x = _tokens(12)
   permutation = np.random.default_rng(1).permutation(12)
@@ -75,25 +90,30 @@ def test_every_positional_encoding_breaks_permutation_equivariance(posemb, injec
 
 def test_injections_have_the_expected_number_of_tables():
   def count(injection):
-    encoding = PositionalEncoding('learn1d', injection, dim=8, num_heads=2, num_layers=3, max_length=5,
-                                  rngs=nnx.Rngs(0))
+    encoding = PositionalEncoding(
+      'learn1d', injection, dim=8, num_heads=2, num_layers=3, max_length=5, rngs=nnx.Rngs(0)
+    )
     return len(jax.tree.leaves(nnx.state(encoding, nnx.Param)))
+
   assert (count('stem'), count('every_layer'), count('every_layer_shared')) == (1, 3, 1)
 
 
 def test_shared_injection_adds_the_same_table_before_every_layer():
-  encoding = PositionalEncoding('learn1d', 'every_layer_shared', dim=8, num_heads=2, num_layers=3,
-                                max_length=5, rngs=nnx.Rngs(0))
+  encoding = PositionalEncoding(
+    'learn1d', 'every_layer_shared', dim=8, num_heads=2, num_layers=3, max_length=5, rngs=nnx.Rngs(0)
+  )
   x = jnp.zeros((1, 5, 8))
   np.testing.assert_array_equal(encoding.before_layer(x, 0), encoding.before_layer(x, 2))
-  stem = PositionalEncoding('learn1d', 'stem', dim=8, num_heads=2, num_layers=3, max_length=5,
-                            rngs=nnx.Rngs(0))
+  stem = PositionalEncoding(
+    'learn1d', 'stem', dim=8, num_heads=2, num_layers=3, max_length=5, rngs=nnx.Rngs(0)
+  )
   np.testing.assert_array_equal(stem.before_layer(x, 2), x)
 
 
 def test_prefix_tokens_get_no_additive_encoding():
-  encoding = PositionalEncoding('learn2d', dim=8, num_heads=2, num_layers=1, grid=GRID,
-                                num_prefix_tokens=1, rngs=nnx.Rngs(0))
+  encoding = PositionalEncoding(
+    'learn2d', dim=8, num_heads=2, num_layers=1, grid=GRID, num_prefix_tokens=1, rngs=nnx.Rngs(0)
+  )
   x = jnp.zeros((1, 13, 8))
   out = encoding.before_layer(x, 0)
   np.testing.assert_array_equal(out[:, 0], 0.0)
@@ -121,47 +141,67 @@ def test_relative_bias_depends_only_on_the_offset():
 
 
 def test_relative2d_bias_depends_only_on_the_2d_offset():
-  encoding = PositionalEncoding('relative2d', dim=8, num_heads=2, num_layers=1, grid=GRID,
-                                num_prefix_tokens=1, rngs=nnx.Rngs(0))
+  encoding = PositionalEncoding(
+    'relative2d', dim=8, num_heads=2, num_layers=1, grid=GRID, num_prefix_tokens=1, rngs=nnx.Rngs(0)
+  )
   bias = np.asarray(encoding.attention_bias(0, 13, 13))[0]
   np.testing.assert_array_equal(bias[:, 0, :], 0.0)
   np.testing.assert_array_equal(bias[:, :, 0], 0.0)
 
   def token(y, x):
     return 1 + y * GRID[1] + x
+
   for (y1, x1), (y2, x2) in itertools.product(itertools.product(range(2), range(3)), repeat=2):
-    np.testing.assert_array_equal(bias[:, token(y1, x1), token(y2, x2)],
-                                  bias[:, token(y1 + 1, x1 + 1), token(y2 + 1, x2 + 1)])
+    np.testing.assert_array_equal(
+      bias[:, token(y1, x1), token(y2, x2)], bias[:, token(y1 + 1, x1 + 1), token(y2 + 1, x2 + 1)]
+    )
   # (0,0)->(0,1) and (0,0)->(1,0) are different offsets, though one apart in 1-D order after a wrap.
   assert not np.allclose(bias[:, token(0, 3), token(1, 0)], bias[:, token(0, 0), token(0, 1)])
 
 
 def test_rope_dot_products_depend_only_on_the_offset():
   from attention.positional import apply_rope
+
   rng = np.random.default_rng(0)
   q = jnp.asarray(rng.normal(size=(1, 1, 1, 8)).astype(np.float32))
   k = jnp.asarray(rng.normal(size=(1, 1, 1, 8)).astype(np.float32))
 
   def score(pq, pk):
     return float(jnp.sum(apply_rope(q, jnp.array([pq])) * apply_rope(k, jnp.array([pk]))))
+
   assert score(3, 1) == pytest.approx(score(7, 5), abs=1e-4)
   assert score(3, 1) != pytest.approx(score(3, 2), abs=1e-4)
 
 
-@pytest.mark.parametrize('call,message', [
-    (lambda: PositionalEncoding('learned', dim=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0)),
-     'allowed values: none, learn1d, learn2d, sincos1d, sincos2d, relative, relative2d, rope'),
-    (lambda: PositionalEncoding('learn1d', 'input', dim=8, num_heads=2, num_layers=1, max_length=4,
-                                rngs=nnx.Rngs(0)),
-     'allowed values: stem, every_layer, every_layer_shared'),
-    (lambda: PositionalEncoding('learn2d', dim=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0)),
-     'needs a 2-D patch grid'),
-    (lambda: PositionalEncoding('relative', 'every_layer', dim=8, num_heads=2, num_layers=1, max_length=4,
-                                rngs=nnx.Rngs(0)),
-     "has no 'every_layer' injection"),
-    (lambda: resample_grid_table(jnp.zeros((4, 2)), (2, 2), (3, 3), method='nearest'),
-     'allowed values: bilinear, bicubic'),
-])
+@pytest.mark.parametrize(
+  'call,message',
+  [
+    (
+      lambda: PositionalEncoding('learned', dim=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0)),
+      'allowed values: none, learn1d, learn2d, sincos1d, sincos2d, relative, relative2d, rope',
+    ),
+    (
+      lambda: PositionalEncoding(
+        'learn1d', 'input', dim=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0)
+      ),
+      'allowed values: stem, every_layer, every_layer_shared',
+    ),
+    (
+      lambda: PositionalEncoding('learn2d', dim=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0)),
+      'needs a 2-D patch grid',
+    ),
+    (
+      lambda: PositionalEncoding(
+        'relative', 'every_layer', dim=8, num_heads=2, num_layers=1, max_length=4, rngs=nnx.Rngs(0)
+      ),
+      "has no 'every_layer' injection",
+    ),
+    (
+      lambda: resample_grid_table(jnp.zeros((4, 2)), (2, 2), (3, 3), method='nearest'),
+      'allowed values: bilinear, bicubic',
+    ),
+  ],
+)
 def test_bad_options_raise_value_error(call, message):
   with pytest.raises(ValueError, match=message):
     call()
@@ -199,24 +239,40 @@ def test_cached_decoder_block_equals_full_pass(posemb):
   source_valid = np.ones((2, source_length), bool)
   source_valid[1, 4:] = False
   cross_mask = jnp.asarray(source_valid)[:, None, None, :]
-  positions = PositionalEncoding(posemb, dim=FEATURES, num_heads=HEADS, num_layers=1, max_length=8,
-                                 rngs=nnx.Rngs(1))
+  positions = PositionalEncoding(
+    posemb, dim=FEATURES, num_heads=HEADS, num_layers=1, max_length=8, rngs=nnx.Rngs(1)
+  )
   block = DecoderBlock(FEATURES, HEADS, 32, encoder_features=24, rotary=positions.rotary, rngs=nnx.Rngs(0))
-  full, weights = block(x, encoded, self_mask=causal_mask(length), cross_mask=cross_mask,
-                        self_bias=positions.attention_bias(0, length, length), return_weights=True)
+  full, weights = block(
+    x,
+    encoded,
+    self_mask=causal_mask(length),
+    cross_mask=cross_mask,
+    self_bias=positions.attention_bias(0, length, length),
+    return_weights=True,
+  )
   assert weights['cross'].shape == (2, HEADS, length, source_length)
   cache = block.init_cache(encoded, max_length=8)
   outputs = []
   for t in range(length):
     bias = positions.attention_bias(0, 1, 8, q_offset=t)
-    out, cache = block.decode_step(x[:, t:t + 1], cache, cross_mask=cross_mask, self_bias=bias)
+    out, cache = block.decode_step(x[:, t : t + 1], cache, cross_mask=cross_mask, self_bias=bias)
     outputs.append(out)
   np.testing.assert_allclose(jnp.concatenate(outputs, axis=1), full, atol=1e-5)
 
 
 def test_encoder_returns_attention_maps_and_stochastic_depth_trains():
-  encoder = Encoder(features=FEATURES, depth=3, num_heads=HEADS, mlp_features=32, posemb='learn1d',
-                    max_length=6, drop_path_rate=0.5, dropout_rate=0.1, rngs=nnx.Rngs(0))
+  encoder = Encoder(
+    features=FEATURES,
+    depth=3,
+    num_heads=HEADS,
+    mlp_features=32,
+    posemb='learn1d',
+    max_length=6,
+    drop_path_rate=0.5,
+    dropout_rate=0.1,
+    rngs=nnx.Rngs(0),
+  )
   x = _tokens(6)
   out, intermediates = encoder(x, return_weights=True)
   assert [w.shape for w in intermediates['attention_weights']] == [(2, HEADS, 6, 6)] * 3

@@ -65,8 +65,10 @@ def test_batches_depend_on_seed_and_step_alone():
     for name in ('src', 'tgt_in', 'tgt_out'):
       np.testing.assert_array_equal(batch[name], first[step][name])
   other_seed = next(plan.batches(seed=8))
-  assert not np.array_equal(other_seed['src'][:, :4], first[0]['src'][:, :4]) or \
-      other_seed['src'].shape != first[0]['src'].shape
+  assert (
+    not np.array_equal(other_seed['src'][:, :4], first[0]['src'][:, :4])
+    or other_seed['src'].shape != first[0]['src'].shape
+  )
 
 
 def test_process_slices_make_up_the_global_batch():
@@ -87,8 +89,9 @@ def test_eval_batches_cover_every_pair_once_with_a_mask():
   pairs = random_pairs(101, max_length=20)
   seen = {}
   for process in range(2):
-    for batch in eval_batches(pairs, batch_size=32, max_source_length=24, max_target_length=24,
-                              process_index=process, process_count=2):
+    for batch in eval_batches(
+      pairs, batch_size=32, max_source_length=24, max_target_length=24, process_index=process, process_count=2
+    ):
       assert batch['src'].shape[0] == 16
       for row in np.flatnonzero(batch['mask']):
         index = int(batch['index'][row])

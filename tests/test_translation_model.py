@@ -14,9 +14,15 @@ VOCAB = 24
 
 
 def tiny_transformer(posemb='sincos1d', **options):
-  options = dict(dict(features=8, encoder_layers=1, decoder_layers=2, num_heads=2, mlp_features=16,
-                      max_length=40, dropout=0.0), **options)
-  return Transformer(source_vocab_size=VOCAB, target_vocab_size=VOCAB, posemb=posemb, rngs=nnx.Rngs(0), **options)
+  options = dict(
+    dict(
+      features=8, encoder_layers=1, decoder_layers=2, num_heads=2, mlp_features=16, max_length=40, dropout=0.0
+    ),
+    **options,
+  )
+  return Transformer(
+    source_vocab_size=VOCAB, target_vocab_size=VOCAB, posemb=posemb, rngs=nnx.Rngs(0), **options
+  )
 
 
 def sources(seed=0):
@@ -40,24 +46,32 @@ def test_padding_does_not_change_the_encoding_of_real_tokens(posemb):
 def test_cached_greedy_search_equals_rerunning_the_decoder(posemb):
   model = tiny_transformer(posemb)
   src = sources()
-  search = jax.jit(lambda s: (greedy_search(model, s, max_extra_length=6),
-                              uncached_greedy_search(model, s, max_extra_length=6)))
+  search = jax.jit(
+    lambda s: (
+      greedy_search(model, s, max_extra_length=6),
+      uncached_greedy_search(model, s, max_extra_length=6),
+    )
+  )
   cached, uncached = search(src)
   np.testing.assert_array_equal(cached, uncached)
   assert cached.shape == (3, 14)
   # Every output ends with EOS by its length limit (source length + 6) and is padded after it.
   for row, length in zip(np.asarray(cached), [7, 4, 2]):
     end = list(row).index(EOS_ID)
-    assert end <= length + 6 and not row[end + 1:].any()
+    assert end <= length + 6 and not row[end + 1 :].any()
 
 
 @pytest.mark.parametrize('posemb', ['sincos1d', 'relative'])
 def test_cached_beam_search_equals_rerunning_the_decoder(posemb):
   model = tiny_transformer(posemb)
   src = sources()
-  search = jax.jit(lambda s, eos: [beam_search(model, s, beam_size=3, alpha=0.6, max_extra_length=6, eos_id=eos,
-                                               use_cache=use_cache) for use_cache in (True, False)],
-                   static_argnums=1)
+  search = jax.jit(
+    lambda s, eos: [
+      beam_search(model, s, beam_size=3, alpha=0.6, max_extra_length=6, eos_id=eos, use_cache=use_cache)
+      for use_cache in (True, False)
+    ],
+    static_argnums=1,
+  )
   for eos_id in (EOS_ID, None):  # None: no hypothesis ends, every step of the buffer is decoded
     (cached, cached_scores), (uncached, uncached_scores) = search(src, eos_id)
     np.testing.assert_array_equal(cached, uncached)
@@ -77,7 +91,7 @@ def test_decode_step_gives_the_teacher_forced_logits():
     cache = model.init_decode_cache(model.encode(src), 6)
     steps = []
     for position in range(tgt_in.shape[1]):
-      logits, cache = model.decode_step(tgt_in[:, position:position + 1], cache, src != 0)
+      logits, cache = model.decode_step(tgt_in[:, position : position + 1], cache, src != 0)
       steps.append(logits)
     return jnp.concatenate(steps, axis=1), model(src, tgt_in)[0]
 
@@ -105,8 +119,10 @@ def test_beam_search_against_greedy_search_and_its_own_scores():
     beam_of_one, _ = beam_search(model, src, beam_size=1, alpha=0.0, max_extra_length=6)
     beam, scores = beam_search(model, src, beam_size=3, alpha=0.6, max_extra_length=6)
     shortest_alone, _ = beam_search(model, src[2:], beam_size=3, alpha=0.6, max_extra_length=6)
+
     def normalised(tokens):
       return _sequence_log_prob(model, src, tokens) / length_penalty(jnp.sum(tokens != 0, axis=1), 0.6)
+
     return greedy, beam_of_one, beam, shortest_alone, scores, normalised(beam), normalised(greedy)
 
   greedy, beam_of_one, beam, shortest_alone, scores, beam_scores, greedy_scores = searches(src)
@@ -142,14 +158,24 @@ def test_cross_attention_weights_are_returned_when_asked():
 
 
 def test_variants_and_their_errors():
-  assert decode_variant('base') == dict(features=512, encoder_layers=6, decoder_layers=6, num_heads=8,
-                                        mlp_features=2048)
+  assert decode_variant('base') == dict(
+    features=512, encoder_layers=6, decoder_layers=6, num_heads=8, mlp_features=2048
+  )
   assert decode_variant('big')['features'] == 1024 and decode_variant('big')['num_heads'] == 16
   with pytest.raises(ValueError, match='Unknown Transformer variant'):
     decode_variant('large')
   with pytest.raises(ValueError, match='one vocabulary'):
-    Transformer(source_vocab_size=10, target_vocab_size=12, features=8, encoder_layers=1, decoder_layers=1,
-                num_heads=2, mlp_features=8, share_embeddings=True, rngs=nnx.Rngs(0))
+    Transformer(
+      source_vocab_size=10,
+      target_vocab_size=12,
+      features=8,
+      encoder_layers=1,
+      decoder_layers=1,
+      num_heads=2,
+      mlp_features=8,
+      share_embeddings=True,
+      rngs=nnx.Rngs(0),
+    )
   with pytest.raises(ValueError, match='at most 40'):
     jax.eval_shape(lambda: tiny_transformer().encode(jnp.ones((1, 41), jnp.int32)))
 
@@ -160,15 +186,19 @@ PAPER_RECIPE = dict(activation='relu', norm_placement='post', use_bias=False)
 def test_the_papers_recipe_decodes_with_the_cache_as_without():
   model = tiny_transformer('sincos1d', **PAPER_RECIPE)
   src = sources()
-  search = jax.jit(lambda s: (greedy_search(model, s, max_extra_length=6),
-                              uncached_greedy_search(model, s, max_extra_length=6)))
+  search = jax.jit(
+    lambda s: (
+      greedy_search(model, s, max_extra_length=6),
+      uncached_greedy_search(model, s, max_extra_length=6),
+    )
+  )
   cached, uncached = search(src)
   np.testing.assert_array_equal(cached, uncached)
   tgt_in = jnp.concatenate([jnp.full((3, 1), BOS_ID), cached[:, :4]], axis=1)
   cache = model.init_decode_cache(model.encode(src), 6)
   steps = []
   for position in range(tgt_in.shape[1]):
-    logits, cache = model.decode_step(tgt_in[:, position:position + 1], cache, src != 0)
+    logits, cache = model.decode_step(tgt_in[:, position : position + 1], cache, src != 0)
     steps.append(logits)
   np.testing.assert_allclose(jnp.concatenate(steps, axis=1), model(src, tgt_in)[0], atol=1e-4)
 
@@ -188,13 +218,17 @@ def test_the_papers_recipe_has_no_attention_biases_and_no_final_norms():
 
 def test_model_configs_without_the_newer_fields_get_our_defaults():
   from seq2seq.model import OPTIONAL_FIELDS, default_model_config, make_transformer
+
   config = default_model_config()
-  config.update(variant='custom', features=8, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=16)
+  config.update(
+    variant='custom', features=8, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=16
+  )
   for name in OPTIONAL_FIELDS:
     if name in config:
       del config[name]
-  build = lambda config: nnx.eval_shape(lambda: make_transformer(config, source_vocab_size=VOCAB,
-                                                                 target_vocab_size=VOCAB, rngs=nnx.Rngs(0)))
+  build = lambda config: nnx.eval_shape(
+    lambda: make_transformer(config, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(0))
+  )
   assert OPTIONAL_FIELDS == dict(activation='gelu', norm_placement='pre', use_bias=True)
   assert build(config).encoder.blocks[0].mlp.activation == 'gelu'
   config.update(PAPER_RECIPE)

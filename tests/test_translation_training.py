@@ -70,7 +70,12 @@ def test_few_steps_on_mock_wmt14(tmp_path):
 
 def test_bleu_and_chrf_are_sacrebleus():
   hypotheses = ['the cat sat on the mat', 'a dog runs in the park .', 'hello world', 'It rains today']
-  references = ['the cat sat on a mat', 'a dog is running in the park .', 'hello there world', 'It rains today']
+  references = [
+    'the cat sat on a mat',
+    'a dog is running in the park .',
+    'hello there world',
+    'It rains today',
+  ]
   scores = corpus_scores(hypotheses, references)
   assert scores['bleu'] == sacrebleu.corpus_bleu(hypotheses, [references]).score
   assert scores['chrf'] == sacrebleu.corpus_chrf(hypotheses, [references]).score
@@ -81,13 +86,20 @@ def test_bleu_and_chrf_are_sacrebleus():
 def test_parallel_text_with_a_given_sentencepiece_model_that_must_match_the_workdir(tmp_path):
   write_corpus(tmp_path / 'corpus', 'train', 60)
   write_corpus(tmp_path / 'corpus', 'val', 10, seed=1)
-  texts = [line for name in ('train.de', 'train.en') for line in (tmp_path / 'corpus' / name).read_text().splitlines()]
+  texts = [
+    line
+    for name in ('train.de', 'train.en')
+    for line in (tmp_path / 'corpus' / name).read_text().splitlines()
+  ]
   trained = SentencePieceTokenizer.train(texts, tmp_path / 'trained', vocab_size=48, hard_vocab_limit=False)
-  other = SentencePieceTokenizer.train(texts[::-1][:50], tmp_path / 'other', vocab_size=40, hard_vocab_limit=False)
+  other = SentencePieceTokenizer.train(
+    texts[::-1][:50], tmp_path / 'other', vocab_size=40, hard_vocab_limit=False
+  )
   given = tmp_path / 'given.model'
   given.write_bytes(trained.model_bytes)
-  config = tiny_parallel_config(tmp_path / 'corpus', total_steps=1,
-                                **{'data.tokenizer.model_file': str(given), 'decode.beam_size': 2})
+  config = tiny_parallel_config(
+    tmp_path / 'corpus', total_steps=1, **{'data.tokenizer.model_file': str(given), 'decode.beam_size': 2}
+  )
   workdir = tmp_path / 'run'
   result = train_and_evaluate(config, workdir)
   assert set(result.eval_metrics) >= FINAL_METRICS
@@ -136,9 +148,19 @@ def test_bad_parallel_text_fails_before_any_work(tmp_path, damage):
   assert not workdir.exists()
 
 
-@pytest.mark.parametrize('overrides,message', [
-    ({'data.source': 'tfds', 'data.name': 'wmt14_translate/de-en', 'data.src_lang': 'de', 'data.tgt_lang': 'en',
-      'data.data_dir': '{tmp}/no_tfds'}, 'tfds build wmt14_translate/de-en'),
+@pytest.mark.parametrize(
+  'overrides,message',
+  [
+    (
+      {
+        'data.source': 'tfds',
+        'data.name': 'wmt14_translate/de-en',
+        'data.src_lang': 'de',
+        'data.tgt_lang': 'en',
+        'data.data_dir': '{tmp}/no_tfds',
+      },
+      'tfds build wmt14_translate/de-en',
+    ),
     ({'data.split': 'around_right'}, 'Unknown SCAN split'),
     ({'data.path': '{tmp}/no_scan'}, r'simple_split/tasks_(train|test)_simple.txt'),
     ({'model.posemb': 'sincos2d'}, 'needs a 2-D patch grid'),
@@ -146,7 +168,8 @@ def test_bad_parallel_text_fails_before_any_work(tmp_path, damage):
     ({'model.share_embeddings': True}, 'tokenizer.shared=True'),
     ({'model.max_length': 4}, 'model.max_length'),
     ({'data.tokenizer.kind': 'bytes'}, 'Unknown tokenizer kind'),
-])
+  ],
+)
 def test_bad_config_fails_before_any_work(tmp_path, overrides, message):
   overrides = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in overrides.items()}
   workdir = tmp_path / 'workdir'

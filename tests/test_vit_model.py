@@ -10,16 +10,25 @@ from vit.model import VisionTransformer, decode_variant
 
 
 def tiny_vit(**overrides):
-  shape = dict(num_classes=5, image_shape=(12, 8, 3), patch_size=4, width=16, depth=2, num_heads=2, mlp_dim=32,
-               head_zero_init=False)
+  shape = dict(
+    num_classes=5,
+    image_shape=(12, 8, 3),
+    patch_size=4,
+    width=16,
+    depth=2,
+    num_heads=2,
+    mlp_dim=32,
+    head_zero_init=False,
+  )
   return VisionTransformer(**{**shape, **overrides}, rngs=nnx.Rngs(params=0))
 
 
 def _strided_convolution(model, images):
   """The reference: the patch embedding's parameters as a convolution with stride = window."""
   embedding = model.patch_embedding
-  tokens = jax.lax.conv_general_dilated(images, embedding.kernel[...], embedding.patch, 'VALID',
-                                        dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  tokens = jax.lax.conv_general_dilated(
+    images, embedding.kernel[...], embedding.patch, 'VALID', dimension_numbers=('NHWC', 'HWIO', 'NHWC')
+  )
   return tokens + embedding.bias[...]
 
 
@@ -53,8 +62,11 @@ def test_patch_embedding_parameters_are_the_convolutions_and_nothing_else():
   """Checkpoints written when the embedding was an ``nnx.Conv`` load unchanged: the same names,
   shapes and initial values."""
   state = nnx.state(tiny_vit(patch_size=(3, 2)), nnx.Param)
-  embedding = {'/'.join(map(str, path[1:])): leaf for path, leaf in nnx.to_flat_state(state)
-               if path[0] == 'patch_embedding'}
+  embedding = {
+    '/'.join(map(str, path[1:])): leaf
+    for path, leaf in nnx.to_flat_state(state)
+    if path[0] == 'patch_embedding'
+  }
   conv = nnx.Conv(3, 16, kernel_size=(3, 2), strides=(3, 2), padding='VALID', rngs=nnx.Rngs(params=0))
   assert sorted(embedding) == ['bias', 'kernel']
   assert embedding['kernel'].shape == (3, 2, 3, 16) and embedding['bias'].shape == (16,)

@@ -105,7 +105,9 @@ def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path):
 
 
 def test_gradient_accumulation_trains(tmp_path):
-  result = train_and_evaluate(tiny_vit_config(grad_accum_steps=4, total_steps=2, eval_every_steps=2), tmp_path)
+  result = train_and_evaluate(
+    tiny_vit_config(grad_accum_steps=4, total_steps=2, eval_every_steps=2), tmp_path
+  )
   assert result.step == 2 and np.isfinite(result.eval_metrics['loss'])
 
 
@@ -132,7 +134,9 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 def _parse_config(args):
   argv = ['train.py', f'--config={ROOT}/configs/vit_digits.py', *args]
   flag_values = flags.FlagValues()
-  config_flags.DEFINE_config_file('config', None, '', flag_values=flag_values, lock_config=True, sys_argv=argv)
+  config_flags.DEFINE_config_file(
+    'config', None, '', flag_values=flag_values, lock_config=True, sys_argv=argv
+  )
   flag_values(argv)
   return flag_values.config
 
@@ -145,7 +149,9 @@ def test_config_overrides_are_checked_by_name_and_type():
     _parse_config(['--config.model.depth=four'])
 
 
-@pytest.mark.parametrize('overrides,message', [
+@pytest.mark.parametrize(
+  'overrides,message',
+  [
     ({'model.posemb': 'learned'}, 'allowed values: none, learn1d'),
     ({'model.pool': 'max'}, 'allowed values: cls, gap, map'),
     ({'model.variant': 'XL/16'}, 'Unknown ViT variant'),
@@ -154,7 +160,8 @@ def test_config_overrides_are_checked_by_name_and_type():
     ({'data.source': 'tfds', 'data.name': 'cifar10', 'data.data_dir': '{tmp}/no_tfds'}, 'tfds build'),
     ({'data.source': 'folder', 'data.path': '{tmp}/missing'}, 'missing'),
     ({'data.source': 'idx', 'data.path': '{tmp}'}, 'train-images-idx3-ubyte'),
-])
+  ],
+)
 def test_bad_input_fails_before_any_work(tmp_path, overrides, message):
   overrides = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in overrides.items()}
   workdir = tmp_path / 'workdir'
@@ -166,12 +173,16 @@ def test_bad_input_fails_before_any_work(tmp_path, overrides, message):
 def test_empty_and_unreadable_image_folders_fail_clearly(tmp_path):
   (tmp_path / 'images' / 'train' / 'cat').mkdir(parents=True)
   with pytest.raises((ValueError, FileNotFoundError), match='cat'):
-    train_and_evaluate(tiny_vit_config(**{'data.source': 'folder', 'data.path': str(tmp_path / 'images')}),
-                       tmp_path / 'workdir')
+    train_and_evaluate(
+      tiny_vit_config(**{'data.source': 'folder', 'data.path': str(tmp_path / 'images')}),
+      tmp_path / 'workdir',
+    )
   (tmp_path / 'images' / 'train' / 'cat' / 'broken.png').write_bytes(b'not a png')
   with pytest.raises((ValueError, OSError), match='broken.png'):
-    train_and_evaluate(tiny_vit_config(**{'data.source': 'folder', 'data.path': str(tmp_path / 'images')}),
-                       tmp_path / 'workdir')
+    train_and_evaluate(
+      tiny_vit_config(**{'data.source': 'folder', 'data.path': str(tmp_path / 'images')}),
+      tmp_path / 'workdir',
+    )
 
 
 def test_workdir_of_another_model_is_refused_and_left_intact(finished_run):

@@ -8,7 +8,9 @@ def tiny_translation_config(**overrides):
   """SCAN simple with a one-layer model, trained on the pairs of at most 7 words and actions (one
   batch shape to compile); evaluation on the first 48 test pairs (truncated likewise)."""
   config = transformer_scan.get_config()
-  config.model.update(features=16, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=32, dropout=0.1)
+  config.model.update(
+    features=16, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=32, dropout=0.1
+  )
   config.data.update(max_source_length=8, max_target_length=8, max_eval_examples=48)
   config.batch_size = 32
   config.eval_batch_size = 64
@@ -24,8 +26,14 @@ def tiny_translation_config(**overrides):
 def tiny_parallel_config(path, **overrides):
   """A folder of parallel text with a small shared SentencePiece vocabulary, no dropout."""
   config = tiny_translation_config()
-  config.data.update(source='parallel', path=str(path), src_lang='de', tgt_lang='en', max_source_length=16,
-                     max_target_length=16)
+  config.data.update(
+    source='parallel',
+    path=str(path),
+    src_lang='de',
+    tgt_lang='en',
+    max_source_length=16,
+    max_target_length=16,
+  )
   config.data.tokenizer.update(kind='sentencepiece', shared=True, vocab_size=48, model_type='unigram')
   config.model.update(share_embeddings=True, dropout=0.0)
   config.batch_size = 8

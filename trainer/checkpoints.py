@@ -53,8 +53,11 @@ class _ExpectedOrbaxWarnings(logging.Filter):
 
   def filter(self, record):
     message = record.getMessage()
-    return not ('did not provide metrics' in message or 'read_only=True' in message
-                or 'directory is read only' in message)
+    return not (
+      'did not provide metrics' in message
+      or 'read_only=True' in message
+      or 'directory is read only' in message
+    )
 
 
 class _DiskFullTracebacks(logging.Filter):
@@ -62,7 +65,9 @@ class _DiskFullTracebacks(logging.Filter):
   ``Checkpoints`` reports it in one line, and the ``CheckpointError`` keeps them as its cause."""
 
   def filter(self, record):
-    return not ('No space left' in record.getMessage() or (record.exc_info and _is_disk_full(record.exc_info[1])))
+    return not (
+      'No space left' in record.getMessage() or (record.exc_info and _is_disk_full(record.exc_info[1]))
+    )
 
 
 logging.getLogger('absl').addFilter(_ExpectedOrbaxWarnings())
@@ -86,10 +91,17 @@ def _quiet_cancelled_writes() -> None:
 
 
 class Checkpoints:
-
-  def __init__(self, workdir: str | pathlib.Path, *, keep: int = 3, best_metric: str | None = None,
-               best_mode: str = 'max', asynchronous: bool = True, read_only: bool = False,
-               needed_items: tuple[str, ...] = _ITEMS):
+  def __init__(
+    self,
+    workdir: str | pathlib.Path,
+    *,
+    keep: int = 3,
+    best_metric: str | None = None,
+    best_mode: str = 'max',
+    asynchronous: bool = True,
+    read_only: bool = False,
+    needed_items: tuple[str, ...] = _ITEMS,
+  ):
     if best_mode not in ('max', 'min'):
       raise ValueError(f"best_mode must be 'max' or 'min', got {best_mode!r}.")
     self.best_metric = best_metric
@@ -104,18 +116,27 @@ class Checkpoints:
     _quiet_cancelled_writes()
     policies = [checkpoint_managers.LatestN(n=keep)]
     if best_metric:
-      policies.append(checkpoint_managers.BestN(
-          get_metric_fn=lambda metrics: metrics[best_metric], reverse=best_mode == 'min', n=1,
-          keep_checkpoints_without_metrics=False))
+      policies.append(
+        checkpoint_managers.BestN(
+          get_metric_fn=lambda metrics: metrics[best_metric],
+          reverse=best_mode == 'min',
+          n=1,
+          keep_checkpoints_without_metrics=False,
+        )
+      )
     options = ocp.CheckpointManagerOptions(
-        preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies),
-        # best_fn makes orbax store each checkpoint's metrics; the policies above decide what is kept.
-        best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None, best_mode=best_mode,
-        # Always orbax's asynchronous checkpointer: only it calls back before publishing a step;
-        # asynchronous=False waits after each save instead.
-        enable_async_checkpointing=True,
-        async_options=ocp.AsyncOptions(post_finalization_callback=self._write_record),
-        cleanup_tmp_directories=not read_only, read_only=read_only, create=not read_only)
+      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies),
+      # best_fn makes orbax store each checkpoint's metrics; the policies above decide what is kept.
+      best_fn=(lambda metrics: metrics[best_metric]) if best_metric else None,
+      best_mode=best_mode,
+      # Always orbax's asynchronous checkpointer: only it calls back before publishing a step;
+      # asynchronous=False waits after each save instead.
+      enable_async_checkpointing=True,
+      async_options=ocp.AsyncOptions(post_finalization_callback=self._write_record),
+      cleanup_tmp_directories=not read_only,
+      read_only=read_only,
+      create=not read_only,
+    )
     self.manager = ocp.CheckpointManager(self.directory, item_names=_ITEMS, options=options)
 
   # Which steps there are, and which are intact --------------------------------
@@ -124,7 +145,9 @@ class Checkpoints:
     """Every saved step, intact or not (a save in flight is not one yet)."""
     if not self.directory.is_dir():
       return []
-    return sorted(int(path.name) for path in self.directory.iterdir() if path.name.isdigit() and path.is_dir())
+    return sorted(
+      int(path.name) for path in self.directory.iterdir() if path.name.isdigit() and path.is_dir()
+    )
 
   def problem(self, step: int, items: tuple[str, ...] | None = None) -> str | None:
     """``None`` if the ``items`` (default: the needed ones) of checkpoint ``step`` are intact, else what is wrong."""
@@ -142,14 +165,22 @@ class Checkpoints:
         return step
     for skipped in candidates:
       self._report(skipped, 'no other checkpoint to use')
-    raise CheckpointError(f'No intact checkpoint in {self.directory} for {what}: ' + '; '.join(
-        f'step {step}: {self.problem(step)}' for step in candidates) + '.')
+    raise CheckpointError(
+      f'No intact checkpoint in {self.directory} for {what}: '
+      + '; '.join(f'step {step}: {self.problem(step)}' for step in candidates)
+      + '.'
+    )
 
   def _report(self, step: int, consequence: str) -> None:
     if step not in self._reported:
       self._reported.add(step)
-      _log.warning('Checkpoint %d in %s is damaged or incomplete (%s); %s.', step, self.directory,
-                   self.problem(step), consequence)
+      _log.warning(
+        'Checkpoint %d in %s is damaged or incomplete (%s); %s.',
+        step,
+        self.directory,
+        self.problem(step),
+        consequence,
+      )
 
   def latest_step(self) -> int | None:
     """The latest intact step (what training resumes from); ``None`` without checkpoints.
@@ -183,7 +214,9 @@ class Checkpoints:
         scored.append((metrics[self.best_metric] * (1 if self.best_mode == 'max' else -1), step))
     if not scored:
       return None
-    return self._first_intact([step for _, step in sorted(scored, reverse=True)], f'the best {self.best_metric}')
+    return self._first_intact(
+      [step for _, step in sorted(scored, reverse=True)], f'the best {self.best_metric}'
+    )
 
   def resolve(self, which: str | int) -> int:
     """'latest', 'best' or a step number -> an intact step, else a ``CheckpointError``."""
@@ -208,8 +241,9 @@ class Checkpoints:
 
   def _require_intact(self, step: int, items: tuple[str, ...] | None = None) -> None:
     if self.problem(step, items) is not None:
-      raise CheckpointError(f'Checkpoint {step} in {self.directory} is damaged or incomplete: '
-                            f'{self.problem(step, items)}.')
+      raise CheckpointError(
+        f'Checkpoint {step} in {self.directory} is damaged or incomplete: {self.problem(step, items)}.'
+      )
 
   # Saving ----------------------------------------------------------------------
 
@@ -219,9 +253,11 @@ class Checkpoints:
     self._set_aside_damaged(step)
     self._problems = {key: problem for key, problem in self._problems.items() if key[0] != step}
     self._saving = step
-    args = ocp.args.Composite(params=ocp.args.StandardSave(state.params),
-                              opt_state=ocp.args.StandardSave(state.opt_state),
-                              meta=ocp.args.JsonSave({'format': _FORMAT, 'step': int(step)}))
+    args = ocp.args.Composite(
+      params=ocp.args.StandardSave(state.params),
+      opt_state=ocp.args.StandardSave(state.opt_state),
+      meta=ocp.args.JsonSave({'format': _FORMAT, 'step': int(step)}),
+    )
     try:
       self.manager.save(step, args=args, metrics=metrics, force=True)
     except Exception as error:
@@ -251,6 +287,7 @@ class Checkpoints:
       _log.warning('Moved damaged checkpoint %d to %s to save a new one.', step, target)
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
       multihost_utils.sync_global_devices(f'checkpoints: set aside step {step}')
     self.manager.reload()
 
@@ -262,7 +299,9 @@ class Checkpoints:
     saved = f'checkpoints up to {intact[-1]} are intact' if intact else 'no earlier checkpoint is intact'
     # The writes cancelled when the disk was found full are reported at exit otherwise.
     warnings.filterwarnings('ignore', message="coroutine '.*' was never awaited", category=RuntimeWarning)
-    raise CheckpointError(f'no space left while saving checkpoint {step} in {self.directory}; {saved}') from error
+    raise CheckpointError(
+      f'no space left while saving checkpoint {step} in {self.directory}; {saved}'
+    ) from error
 
   def wait(self) -> None:
     """Blocks until the save in flight is written; a full disk is a ``CheckpointError``."""
@@ -284,9 +323,13 @@ class Checkpoints:
   def restore(self, step: int, abstract_state: Any) -> Any:
     """The ``TrainState`` of intact checkpoint ``step``, on the shardings named in ``abstract_state``."""
     self._require_intact(step, ('params', 'opt_state'))
-    restored = self.manager.restore(step, args=ocp.args.Composite(
+    restored = self.manager.restore(
+      step,
+      args=ocp.args.Composite(
         params=ocp.args.StandardRestore(abstract_state.params),
-        opt_state=ocp.args.StandardRestore(abstract_state.opt_state)))
+        opt_state=ocp.args.StandardRestore(abstract_state.opt_state),
+      ),
+    )
     like = abstract_state.step
     value = np.asarray(step, like.dtype)
     step_array = jax.make_array_from_callback(like.shape, like.sharding, lambda index: value[index])
@@ -295,8 +338,9 @@ class Checkpoints:
   def restore_params(self, step: int, abstract_params: Any) -> Any:
     """Only the parameters of checkpoint ``step``, checked intact (no optimizer state is read)."""
     self._require_intact(step, ('params',))
-    return self.manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(abstract_params))).params
+    return self.manager.restore(
+      step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract_params))
+    ).params
 
 
 def abstract_like(state: Any, sharding) -> Any:

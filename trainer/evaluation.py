@@ -29,14 +29,21 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
   workdir = pathlib.Path(workdir)
   config = workdir_lib.load_config(workdir)
   mesh = mesh or make_mesh()
-  checkpoints = Checkpoints(workdir, best_metric=config.best_metric, best_mode=config.best_mode,
-                            read_only=True, needed_items=('params',))
+  checkpoints = Checkpoints(
+    workdir,
+    best_metric=config.best_metric,
+    best_mode=config.best_mode,
+    read_only=True,
+    needed_items=('params',),
+  )
   try:
     step = checkpoints.resolve(which)
     steps = checkpoints.intact_steps_up_to(step, average_last) if average_last >= 1 else []
     if len(steps) < average_last or not steps:
-      raise CheckpointError(f'Cannot average the last {average_last} checkpoints up to step {step}: '
-                            f'{checkpoints.directory} keeps {steps} intact.')
+      raise CheckpointError(
+        f'Cannot average the last {average_last} checkpoints up to step {step}: '
+        f'{checkpoints.directory} keeps {steps} intact.'
+      )
     task = load_task(config)
     task.prepare(workdir)
     parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
@@ -49,16 +56,22 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
   return task, parts, params, step
 
 
-def evaluate_workdir(workdir: str | pathlib.Path, checkpoint: str | int = 'latest',
-                     split: str | None = None, batch_size: int | None = None, average_last: int = 1) -> dict:
+def evaluate_workdir(
+  workdir: str | pathlib.Path,
+  checkpoint: str | int = 'latest',
+  split: str | None = None,
+  batch_size: int | None = None,
+  average_last: int = 1,
+) -> dict:
   """Evaluates one checkpoint on one split; writes ``eval_<split>_step<N>.json`` into the workdir."""
   workdir = pathlib.Path(workdir)
   config = workdir_lib.load_config(workdir)
   split = split or config.eval_split
   mesh = make_mesh()
   task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh, average_last)
-  metrics = evaluate_params(task, parts, params, split, mesh, batch_size or config.eval_batch_size,
-                            output_dir=workdir)
+  metrics = evaluate_params(
+    task, parts, params, split, mesh, batch_size or config.eval_batch_size, output_dir=workdir
+  )
   scalars = {name: value for name, value in metrics.items() if not isinstance(value, str)}
   result = dict(scalars, step=int(step), split=split, checkpoint=str(checkpoint))
   name = f'eval_{split}_step{step}' + (f'_avg{average_last}' if average_last > 1 else '')

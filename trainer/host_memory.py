@@ -59,7 +59,11 @@ def _jax_runs_on_cpu() -> bool:
   if requested:
     return {name.strip() for name in requested.split(',')} == {'cpu'}
   plugins = importlib.metadata.entry_points(group='jax_plugins')
-  return not plugins and importlib.util.find_spec('jax_plugins') is None and importlib.util.find_spec('libtpu') is None
+  return (
+    not plugins
+    and importlib.util.find_spec('jax_plugins') is None
+    and importlib.util.find_spec('libtpu') is None
+  )
 
 
 def reexec_with_huge_page_malloc() -> None:

@@ -38,15 +38,22 @@ def _sha256(path: pathlib.Path) -> str:
 
 
 def _files(directory: pathlib.Path) -> list[str]:
-  return sorted(str(path.relative_to(directory)) for path in directory.rglob('*')
-                if path.is_file() and path.name != RECORD_NAME)
+  return sorted(
+    str(path.relative_to(directory))
+    for path in directory.rglob('*')
+    if path.is_file() and path.name != RECORD_NAME
+  )
 
 
 def write_record(directory: str | pathlib.Path) -> None:
   """Writes the record of every file now under ``directory`` (atomically: a temporary file renamed)."""
   directory = pathlib.Path(directory)
-  files = {name: [None, None] if name in _REWRITTEN_AFTER_RECORD
-           else [(directory / name).stat().st_size, _sha256(directory / name)] for name in _files(directory)}
+  files = {
+    name: [None, None]
+    if name in _REWRITTEN_AFTER_RECORD
+    else [(directory / name).stat().st_size, _sha256(directory / name)]
+    for name in _files(directory)
+  }
   text = json.dumps({'format': _FORMAT, 'files': files}, indent=1, sort_keys=True) + '\n'
   temporary = directory / (RECORD_NAME + '.tmp')
   with open(temporary, 'w') as file:
@@ -76,7 +83,9 @@ def check(directory: str | pathlib.Path, items: Sequence[str] | None = None) -> 
     for item in items:
       if not any(name.startswith(item + '/') for name in files):
         return f'it has no {item}'
-    files = {name: entry for name, entry in files.items() if name.split('/', 1)[0] in items or '/' not in name}
+    files = {
+      name: entry for name, entry in files.items() if name.split('/', 1)[0] in items or '/' not in name
+    }
   for name, (size, digest) in sorted(files.items()):
     path = directory / name
     if not path.is_file():

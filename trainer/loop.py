@@ -53,14 +53,23 @@ def total_steps(config: ml_collections.ConfigDict, task: Task) -> int:
   raise ValueError('Set config.total_steps or config.num_epochs.')
 
 
-def evaluate_params(task: Task, parts: ModelParts, params, split: str, mesh, batch_size: int,
-                    eval_step=None, output_dir: pathlib.Path | None = None) -> dict[str, float | str]:
+def evaluate_params(
+  task: Task,
+  parts: ModelParts,
+  params,
+  split: str,
+  mesh,
+  batch_size: int,
+  eval_step=None,
+  output_dir: pathlib.Path | None = None,
+) -> dict[str, float | str]:
   """Metrics of ``params`` on a whole split (every example counted once)."""
   check_batch_size(batch_size, mesh, 'eval_batch_size')
   eval_step = eval_step or make_eval_step(task, parts, mesh)
   totals = None
-  for local in task.eval_batches(split, batch_size=batch_size, process_index=jax.process_index(),
-                                 process_count=jax.process_count()):
+  for local in task.eval_batches(
+    split, batch_size=batch_size, process_index=jax.process_index(), process_count=jax.process_count()
+  ):
     metrics = eval_step(params, global_batch(local, mesh))
     totals = metrics if totals is None else totals.merge(metrics)
   if totals is None:
@@ -71,8 +80,9 @@ def evaluate_params(task: Task, parts: ModelParts, params, split: str, mesh, bat
 
 
 def _format(metrics: dict[str, Any]) -> str:
-  return ' '.join(f'{name} {value:.4g}' for name, value in sorted(metrics.items()) if not isinstance(value, str))
-
+  return ' '.join(
+    f'{name} {value:.4g}' for name, value in sorted(metrics.items()) if not isinstance(value, str)
+  )
 
 
 def _lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
@@ -86,6 +96,7 @@ def _lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
       error = refused
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
     if np.any(multihost_utils.process_allgather(np.int32(error is not None))) and error is None:
       error = WorkdirError(f'{workdir} is being trained by another process (process 0 says which).')
   if error is not None:
@@ -115,9 +126,13 @@ class _Progress:
   def line(self, step: int, values: dict[str, float]) -> str:
     rate = values['steps_per_sec']
     eta = (self.num_steps - step) / max(rate, 1e-9)
-    shown = ' '.join(f'{name} {value:.4g}' for name, value in sorted(values.items()) if name != 'steps_per_sec')
-    return (f'step {step}/{self.num_steps} | {shown} | {rate:.2f} steps/s, '
-            f'{rate * self.batch_size:.0f} examples/s | ETA {eta:.0f}s')
+    shown = ' '.join(
+      f'{name} {value:.4g}' for name, value in sorted(values.items()) if name != 'steps_per_sec'
+    )
+    return (
+      f'step {step}/{self.num_steps} | {shown} | {rate:.2f} steps/s, '
+      f'{rate * self.batch_size:.0f} examples/s | ETA {eta:.0f}s'
+    )
 
 
 class _Training:
@@ -127,13 +142,15 @@ class _Training:
   def __init__(self, config, workdir: pathlib.Path, task: Task, mesh, optimizer, num_steps: int):
     self.config, self.workdir, self.task, self.mesh, self.num_steps = config, workdir, task, mesh, num_steps
     self.parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
-    state = TrainState(step=jnp.zeros((), jnp.int32), params=self.parts.params,
-                       opt_state=optimizer.init(self.parts.params))
+    state = TrainState(
+      step=jnp.zeros((), jnp.int32), params=self.parts.params, opt_state=optimizer.init(self.parts.params)
+    )
     self.state = jax.device_put(state, replicated(mesh))
     self.parts.params = None  # the state holds them from now on
 
-    self.checkpoints = Checkpoints(workdir, keep=config.keep_checkpoints, best_metric=config.best_metric,
-                                   best_mode=config.best_mode)
+    self.checkpoints = Checkpoints(
+      workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
+    )
     self.start_step = self.checkpoints.latest_step() or 0
     if self.start_step:
       self.state = self.checkpoints.restore(self.start_step, abstract_like(self.state, replicated(mesh)))
@@ -144,11 +161,17 @@ class _Training:
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
     self.writers = make_writers(workdir, self.is_main)
 
-    self.train_step = make_train_step(task, self.parts, optimizer, mesh, seed=config.seed,
-                                      grad_accum_steps=config.grad_accum_steps)
+    self.train_step = make_train_step(
+      task, self.parts, optimizer, mesh, seed=config.seed, grad_accum_steps=config.grad_accum_steps
+    )
     self.eval_step = make_eval_step(task, self.parts, mesh)
-    self.batches = task.train_batches(batch_size=config.batch_size, seed=config.seed, start_step=self.start_step,
-                                      process_index=jax.process_index(), process_count=jax.process_count())
+    self.batches = task.train_batches(
+      batch_size=config.batch_size,
+      seed=config.seed,
+      start_step=self.start_step,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
+    )
     self.step = self.start_step
     self.pending_metrics = None
     self.last_eval: dict[str, float] = {}
@@ -159,8 +182,9 @@ class _Training:
   def train_one_step(self) -> None:
     if self.pending_metrics is None:
       self.pending_metrics = jax.device_put(self.task.train_metrics.empty(), replicated(self.mesh))
-    self.state, self.pending_metrics = self.train_step(self.state, self.pending_metrics,
-                                                       global_batch(next(self.batches), self.mesh))
+    self.state, self.pending_metrics = self.train_step(
+      self.state, self.pending_metrics, global_batch(next(self.batches), self.mesh)
+    )
     self.step += 1
 
   def report_progress(self) -> None:
@@ -181,8 +205,10 @@ class _Training:
     self.checkpoints.wait()
     last = self.checkpoints.latest_step()
     if last is None:
-      kept = (f'No checkpoint has been saved yet (none in {self.checkpoints.directory}); '
-              'a rerun starts from the beginning.')
+      kept = (
+        f'No checkpoint has been saved yet (none in {self.checkpoints.directory}); '
+        'a rerun starts from the beginning.'
+      )
     else:
       kept = f'The last good checkpoint (step {last}) is kept in {self.checkpoints.directory}.'
     raise TrainingDiverged(f'Training loss became {loss} by step {self.step}; stopped. {kept}')
@@ -190,8 +216,16 @@ class _Training:
   def evaluate(self) -> None:
     """Metrics of the current parameters on ``config.eval_split``, written and printed."""
     self.report_progress()
-    results = evaluate_params(self.task, self.parts, self.state.params, self.config.eval_split, self.mesh,
-                              self.config.eval_batch_size, self.eval_step, self.workdir)
+    results = evaluate_params(
+      self.task,
+      self.parts,
+      self.state.params,
+      self.config.eval_split,
+      self.mesh,
+      self.config.eval_batch_size,
+      self.eval_step,
+      self.workdir,
+    )
     self.last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
     self.evaluated_step = self.step
     texts = {name: value for name, value in results.items() if isinstance(value, str)}
@@ -226,13 +260,26 @@ class _Training:
       if step < self.num_steps and stop.should_stop(step):
         self.maybe_save('stop')
         self.checkpoints.wait()
-        print(f'{stop.reason()}: saved a checkpoint at step {step} in {self.checkpoints.directory}; '
-              'rerun the same command to resume.', flush=True)
+        print(
+          f'{stop.reason()}: saved a checkpoint at step {step} in {self.checkpoints.directory}; '
+          'rerun the same command to resume.',
+          flush=True,
+        )
         return TrainResult(step=step, interrupted=True, eval_metrics=self.last_eval)
     if self.start_step >= self.num_steps:  # already trained: report the final metrics again
-      self.last_eval = evaluate_params(self.task, self.parts, self.state.params, split, self.mesh,
-                                       config.eval_batch_size, self.eval_step, self.workdir)
-      print(f'already trained to step {self.start_step}; eval {split}: ' + _format(self.last_eval), flush=True)
+      self.last_eval = evaluate_params(
+        self.task,
+        self.parts,
+        self.state.params,
+        split,
+        self.mesh,
+        config.eval_batch_size,
+        self.eval_step,
+        self.workdir,
+      )
+      print(
+        f'already trained to step {self.start_step}; eval {split}: ' + _format(self.last_eval), flush=True
+      )
     return TrainResult(step=self.step, interrupted=False, eval_metrics=self.last_eval)
 
   def close(self) -> None:

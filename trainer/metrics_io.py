@@ -25,16 +25,35 @@ class JsonLinesWriter(metric_writers.MetricWriter):
     with self.path.open('a') as file:
       file.write(json.dumps(record) + '\n')
 
-  def write_summaries(self, step, values, metadata=None): pass
-  def write_images(self, step, images): pass
-  def write_videos(self, step, videos): pass
-  def write_audios(self, step, audios, *, sample_rate): pass
-  def write_texts(self, step, texts): pass
-  def write_histograms(self, step, arrays, num_buckets=None): pass
-  def write_pointcloud(self, step, point_clouds, *, point_colors=None, configs=None): pass
-  def write_hparams(self, hparams): pass
-  def flush(self): pass
-  def close(self): pass
+  def write_summaries(self, step, values, metadata=None):
+    pass
+
+  def write_images(self, step, images):
+    pass
+
+  def write_videos(self, step, videos):
+    pass
+
+  def write_audios(self, step, audios, *, sample_rate):
+    pass
+
+  def write_texts(self, step, texts):
+    pass
+
+  def write_histograms(self, step, arrays, num_buckets=None):
+    pass
+
+  def write_pointcloud(self, step, point_clouds, *, point_colors=None, configs=None):
+    pass
+
+  def write_hparams(self, hparams):
+    pass
+
+  def flush(self):
+    pass
+
+  def close(self):
+    pass
 
 
 def make_writers(workdir: pathlib.Path, is_main_process: bool) -> dict[str, metric_writers.MetricWriter]:
@@ -43,9 +62,12 @@ def make_writers(workdir: pathlib.Path, is_main_process: bool) -> dict[str, metr
   for split in ('train', 'eval'):
     logdir = pathlib.Path(workdir) / 'tensorboard' / split
     base = metric_writers.create_default_writer(
-        str(logdir), just_logging=not is_main_process, asynchronous=False, collection=split)
+      str(logdir), just_logging=not is_main_process, asynchronous=False, collection=split
+    )
     if is_main_process:
-      writers[split] = metric_writers.MultiWriter([base, JsonLinesWriter(pathlib.Path(workdir) / 'metrics.jsonl', split)])
+      writers[split] = metric_writers.MultiWriter(
+        [base, JsonLinesWriter(pathlib.Path(workdir) / 'metrics.jsonl', split)]
+      )
     else:
       writers[split] = base
   return writers

@@ -30,6 +30,7 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) 
   elif config.schedule == 'linear':
     decay = optax.linear_schedule(peak, end, decay_steps)
   elif config.schedule == 'rsqrt':
+
     def decay(step):
       return peak * jax.lax.rsqrt((step + max(warmup, 1)) / max(warmup, 1))
   else:
@@ -46,12 +47,14 @@ def _decay_mask(params):
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
   schedule = learning_rate_schedule(config, total_steps)
   if config.name == 'adamw':
-    optimizer = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
-                            weight_decay=config.weight_decay, mask=_decay_mask)
+    optimizer = optax.adamw(
+      schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay, mask=_decay_mask
+    )
   elif config.name == 'sgd':
     optimizer = optax.chain(
-        optax.add_decayed_weights(config.weight_decay, mask=_decay_mask),
-        optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov))
+      optax.add_decayed_weights(config.weight_decay, mask=_decay_mask),
+      optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov),
+    )
   else:
     raise ConfigError(f'Unknown optimizer {config.name!r}; allowed values: {", ".join(OPTIMIZERS)}.')
   if config.grad_clip_norm:
@@ -60,6 +63,19 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
 
 
 def default_optimizer_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      name='adamw', learning_rate=1e-3, schedule='cosine', warmup_steps=0, end_learning_rate=0.0,
-      weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, momentum=0.9, nesterov=False, grad_clip_norm=1.0))
+  return ml_collections.ConfigDict(
+    dict(
+      name='adamw',
+      learning_rate=1e-3,
+      schedule='cosine',
+      warmup_steps=0,
+      end_learning_rate=0.0,
+      weight_decay=0.0,
+      b1=0.9,
+      b2=0.999,
+      eps=1e-8,
+      momentum=0.9,
+      nesterov=False,
+      grad_clip_norm=1.0,
+    )
+  )

@@ -29,15 +29,17 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, what: str = 'batch_size
   if global_batch_size % devices:
     raise ConfigError(f'{what} ({global_batch_size}) must be divisible by the number of devices ({devices}).')
   if global_batch_size % jax.process_count():
-    raise ConfigError(f'{what} ({global_batch_size}) must be divisible by the number of processes '
-                      f'({jax.process_count()}).')
+    raise ConfigError(
+      f'{what} ({global_batch_size}) must be divisible by the number of processes ({jax.process_count()}).'
+    )
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """This process's rows -> one global array per key, split over the ``data`` axis."""
   sharding = batch_sharding(mesh)
-  return {name: jax.make_array_from_process_local_data(sharding, value)
-          for name, value in local_batch.items()}
+  return {
+    name: jax.make_array_from_process_local_data(sharding, value) for name, value in local_batch.items()
+  }
 
 
 def process_rows(batch_size: int, process_index: int, process_count: int) -> slice:

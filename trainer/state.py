@@ -37,14 +37,23 @@ class ModelParts:
 
 def _split_micro_batches(batch, num_micro_batches: int):
   """``[B, ...]`` -> ``[k, B/k, ...]`` taking every k-th row, so each device keeps its own rows."""
+
   def split(x):
     x = x.reshape(x.shape[0] // num_micro_batches, num_micro_batches, *x.shape[1:])
     return jnp.swapaxes(x, 0, 1)
+
   return jax.tree.map(split, batch)
 
 
-def make_train_step(task: Task, parts: ModelParts, optimizer: optax.GradientTransformation, mesh: Mesh,
-                    *, seed: int, grad_accum_steps: int = 1):
+def make_train_step(
+  task: Task,
+  parts: ModelParts,
+  optimizer: optax.GradientTransformation,
+  mesh: Mesh,
+  *,
+  seed: int,
+  grad_accum_steps: int = 1,
+):
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
 
   ``metrics`` accumulates the train metrics since the last report inside the
@@ -65,6 +74,7 @@ def make_train_step(task: Task, parts: ModelParts, optimizer: optax.GradientTran
       (_, outputs), grads = grad_fn(state.params, batch, step_key)
       metrics = task.train_metrics.single_from_model_output(**outputs)
     else:
+
       def micro_step(index, micro_batch):
         (_, outputs), grads = grad_fn(state.params, micro_batch, jax.random.fold_in(step_key, index))
         return grads, task.train_metrics.single_from_model_output(**outputs)
@@ -84,8 +94,12 @@ def make_train_step(task: Task, parts: ModelParts, optimizer: optax.GradientTran
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics_so_far.merge(metrics)
 
-  return jax.jit(step, in_shardings=(replicated(mesh), replicated(mesh), batch_sharding(mesh)),
-                 out_shardings=(replicated(mesh), replicated(mesh)), donate_argnums=(0, 1))
+  return jax.jit(
+    step,
+    in_shardings=(replicated(mesh), replicated(mesh), batch_sharding(mesh)),
+    out_shardings=(replicated(mesh), replicated(mesh)),
+    donate_argnums=(0, 1),
+  )
 
 
 def make_eval_step(task: Task, parts: ModelParts, mesh: Mesh):
@@ -95,5 +109,3 @@ def make_eval_step(task: Task, parts: ModelParts, mesh: Mesh):
     return task.eval_metrics.single_from_model_output(**task.eval_outputs(parts.merge(params), batch))
 
   return jax.jit(step, in_shardings=(replicated(mesh), batch_sharding(mesh)), out_shardings=replicated(mesh))
-
-

@@ -46,6 +46,7 @@ class StopRequest:
     if step % self.sync_every_steps:
       return False
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
     flags = multihost_utils.process_allgather(np.int32(self.signal_name is not None))
     if np.any(flags) and self.signal_name is None:
       self.signal_name = 'a stop signal on another process'

@@ -47,18 +47,21 @@ class Task(abc.ABC):
     """A freshly initialised model."""
 
   @abc.abstractmethod
-  def train_batches(self, *, batch_size: int, seed: int, start_step: int, process_index: int,
-                    process_count: int) -> Iterator[Batch]:
+  def train_batches(
+    self, *, batch_size: int, seed: int, start_step: int, process_index: int, process_count: int
+  ) -> Iterator[Batch]:
     """This process's slice of global batches ``start_step, start_step + 1, ...``."""
 
   @abc.abstractmethod
-  def eval_batches(self, split: str, *, batch_size: int, process_index: int,
-                   process_count: int) -> Iterator[Batch]:
+  def eval_batches(
+    self, split: str, *, batch_size: int, process_index: int, process_count: int
+  ) -> Iterator[Batch]:
     """One pass over ``split``; every batch has a float ``mask`` (0 for padding rows)."""
 
   @abc.abstractmethod
-  def loss_and_outputs(self, model: nnx.Module, batch: Batch, *, rngs: nnx.Rngs | None,
-                       deterministic: bool) -> tuple[jax.Array, dict[str, Any]]:
+  def loss_and_outputs(
+    self, model: nnx.Module, batch: Batch, *, rngs: nnx.Rngs | None, deterministic: bool
+  ) -> tuple[jax.Array, dict[str, Any]]:
     """The scalar training loss and the keyword outputs for the metric collections."""
 
   def eval_outputs(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
@@ -78,8 +81,9 @@ class Task(abc.ABC):
     """
     del workdir
 
-  def extra_evaluation(self, model: nnx.Module, split: str, output_dir: pathlib.Path | None,
-                       devices: Devices) -> dict[str, float | str]:
+  def extra_evaluation(
+    self, model: nnx.Module, split: str, output_dir: pathlib.Path | None, devices: Devices
+  ) -> dict[str, float | str]:
     """Metrics that need more than one forward pass (decoding, BLEU); none by default.
 
     ``devices`` (the trainer's) shards this process's rows and gathers results from every
@@ -99,7 +103,9 @@ class Task(abc.ABC):
     del summary
     return None
 
-  def draw_pictures(self, model: nnx.Module, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:
+  def draw_pictures(
+    self, model: nnx.Module, out_dir: pathlib.Path, name: str, title: str
+  ) -> list[pathlib.Path]:
     """Pictures of one trained model (attention maps, position similarities) as PNGs in ``out_dir``.
 
     Called after ``prepare`` on a restored checkpoint; ``name`` (the run's) ends every file

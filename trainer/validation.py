@@ -28,21 +28,28 @@ BEST_MODES = ('max', 'min')
 
 # field -> smallest allowed value, for integer fields.
 _INTEGERS = {
-    'seed': 0, 'batch_size': 1, 'eval_batch_size': 1, 'grad_accum_steps': 1, 'total_steps': 0,
-    'log_every_steps': 1, 'eval_every_steps': 1, 'checkpoint_every_steps': 1, 'keep_checkpoints': 1,
-    'optimizer.warmup_steps': 0,
+  'seed': 0,
+  'batch_size': 1,
+  'eval_batch_size': 1,
+  'grad_accum_steps': 1,
+  'total_steps': 0,
+  'log_every_steps': 1,
+  'eval_every_steps': 1,
+  'checkpoint_every_steps': 1,
+  'keep_checkpoints': 1,
+  'optimizer.warmup_steps': 0,
 }
 # field -> (lowest, highest, whether the highest is allowed), for real-valued fields.
 _REALS = {
-    'num_epochs': (0.0, math.inf, False),
-    'label_smoothing': (0.0, 1.0, False),
-    'optimizer.end_learning_rate': (0.0, math.inf, False),
-    'optimizer.weight_decay': (0.0, math.inf, False),
-    'optimizer.b1': (0.0, 1.0, False),
-    'optimizer.b2': (0.0, 1.0, False),
-    'optimizer.eps': (0.0, math.inf, False),
-    'optimizer.momentum': (0.0, 1.0, False),
-    'optimizer.grad_clip_norm': (0.0, math.inf, False),
+  'num_epochs': (0.0, math.inf, False),
+  'label_smoothing': (0.0, 1.0, False),
+  'optimizer.end_learning_rate': (0.0, math.inf, False),
+  'optimizer.weight_decay': (0.0, math.inf, False),
+  'optimizer.b1': (0.0, 1.0, False),
+  'optimizer.b2': (0.0, 1.0, False),
+  'optimizer.eps': (0.0, math.inf, False),
+  'optimizer.momentum': (0.0, 1.0, False),
+  'optimizer.grad_clip_norm': (0.0, math.inf, False),
 }
 
 
@@ -71,8 +78,11 @@ def _check_integer(config, field: str, lowest: int) -> None:
 def _check_real(config, field: str, lowest: float, highest: float, highest_allowed: bool) -> None:
   value = _get(config, field)
   upper = ']' if highest_allowed else ')'
-  allowed = f'it must be a number in [{lowest:g}, {highest:g}{upper}' if highest < math.inf else \
-      f'it must be a finite number >= {lowest:g}'
+  allowed = (
+    f'it must be a number in [{lowest:g}, {highest:g}{upper}'
+    if highest < math.inf
+    else f'it must be a finite number >= {lowest:g}'
+  )
   if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
     _fail(field, value, allowed)
   if value < lowest or value > highest or (value == highest and not highest_allowed):
@@ -87,17 +97,36 @@ def _check_choice(config, field: str, choices: tuple[str, ...]) -> None:
 
 def check_split_name(split, field: str = 'eval_split') -> None:
   """A split (or a language) is a name, never a path: no separators, no leading dot, no spaces."""
-  if (not isinstance(split, str) or not split or split.startswith('.') or split != split.strip()
-      or any(character in split for character in '/\\\0')):
-    raise ConfigError(f'{field} is {split!r}; it must be a plain name such as train, test or de '
-                      '(no "/", "\\" or leading ".").')
+  if (
+    not isinstance(split, str)
+    or not split
+    or split.startswith('.')
+    or split != split.strip()
+    or any(character in split for character in '/\\\0')
+  ):
+    raise ConfigError(
+      f'{field} is {split!r}; it must be a plain name such as train, test or de '
+      '(no "/", "\\" or leading ".").'
+    )
 
 
 def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
   """Types, ranges and cross-field rules of the fields every config has; raises ``ConfigError``."""
-  missing = [field for field in ('task', *_INTEGERS, 'num_epochs', 'best_metric', 'best_mode', 'eval_split',
-                                 'optimizer.name', 'optimizer.schedule', 'optimizer.learning_rate')
-             if not _has(config, field)]
+  missing = [
+    field
+    for field in (
+      'task',
+      *_INTEGERS,
+      'num_epochs',
+      'best_metric',
+      'best_mode',
+      'eval_split',
+      'optimizer.name',
+      'optimizer.schedule',
+      'optimizer.learning_rate',
+    )
+    if not _has(config, field)
+  ]
   if missing:
     raise ConfigError(f'config has no {", ".join(missing)}; configs/vit_digits.py shows every field.')
   task = config.task
@@ -123,8 +152,10 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('config.total_steps and config.num_epochs are both 0; set one of them > 0.')
   if config.batch_size % config.grad_accum_steps:
-    raise ConfigError(f'config.batch_size ({config.batch_size}) must be divisible by config.grad_accum_steps '
-                      f'({config.grad_accum_steps}).')
+    raise ConfigError(
+      f'config.batch_size ({config.batch_size}) must be divisible by config.grad_accum_steps '
+      f'({config.grad_accum_steps}).'
+    )
 
 
 def _has(config, field: str) -> bool:
@@ -160,5 +191,6 @@ def check_workdir(workdir) -> None:
   if not parent.is_dir():
     raise WorkdirError(f'workdir {path} cannot be created: {parent} is not a folder.')
   if not os.access(parent, os.W_OK | os.X_OK):
-    raise WorkdirError(f'workdir {path} cannot be created: {parent} is not writable '
-                       '(read-only file system or permissions).')
+    raise WorkdirError(
+      f'workdir {path} cannot be created: {parent} is not writable (read-only file system or permissions).'
+    )

@@ -19,8 +19,16 @@ from trainer.errors import MissingFileError, WorkdirError
 CONFIG_FILE = 'config.json'
 IDENTITY_FIELDS = ('task', 'model', 'data')
 # Under IDENTITY_FIELDS, but they do not change what is learned.
-NOT_IDENTITY_FIELDS = ('data.path', 'data.data_dir', 'data.cache_dir', 'data.num_threads', 'data.prefetch_batches',
-                       'data.max_eval_examples', 'data.tokenizer.model_file', 'data.tokenizer.target_model_file')
+NOT_IDENTITY_FIELDS = (
+  'data.path',
+  'data.data_dir',
+  'data.cache_dir',
+  'data.num_threads',
+  'data.prefetch_batches',
+  'data.max_eval_examples',
+  'data.tokenizer.model_file',
+  'data.tokenizer.target_model_file',
+)
 
 
 def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> None:
@@ -35,8 +43,10 @@ def _read_saved(workdir: pathlib.Path) -> dict:
   try:
     saved = json.loads(path.read_text())
   except (json.JSONDecodeError, UnicodeDecodeError) as error:
-    raise WorkdirError(f'{path} is damaged ({error}); it is the config this workdir was trained with. '
-                       'Restore it, or use a new --workdir.') from None
+    raise WorkdirError(
+      f'{path} is damaged ({error}); it is the config this workdir was trained with. '
+      'Restore it, or use a new --workdir.'
+    ) from None
   if not isinstance(saved, dict):
     raise WorkdirError(f'{path} is damaged (not a JSON object); restore it, or use a new --workdir.')
   return saved
@@ -79,5 +89,6 @@ def check_same_identity(workdir: pathlib.Path, config: ml_collections.ConfigDict
   for field in sorted(set(saved) | set(current)):
     if saved.get(field) != current.get(field):
       raise WorkdirError(
-          f'{workdir} was written by a different config: {field} is {saved.get(field)!r} there and '
-          f'{current.get(field)!r} now. Use a new --workdir, or the same config to resume.')
+        f'{workdir} was written by a different config: {field} is {saved.get(field)!r} there and '
+        f'{current.get(field)!r} now. Use a new --workdir, or the same config to resume.'
+      )

@@ -53,8 +53,10 @@ class WorkdirLock:
       file.seek(0)
       holder = file.read().decode(errors='replace').strip()
       file.close()
-      raise WorkdirError(f'{self.workdir} is being trained by {_describe(holder)}; '
-                         'wait for it to finish or stop it, or use another --workdir.') from None
+      raise WorkdirError(
+        f'{self.workdir} is being trained by {_describe(holder)}; '
+        'wait for it to finish or stop it, or use another --workdir.'
+      ) from None
     file.seek(0)
     previous = file.read().decode(errors='replace').strip()
     if previous:

@@ -28,8 +28,13 @@ def table(summary: dict[str, Any]) -> str | None:
       if tables.is_not_applicable(summary, values):
         row.append('N/A')
       else:
-        row.append(tables.cell(tables.metric_values(groups.get(values, []), 'accuracy'), num_seeds, scale=100))
+        row.append(
+          tables.cell(tables.metric_values(groups.get(values, []), 'accuracy'), num_seeds, scale=100)
+        )
     rows.append(row)
-  caption = (f'{summary["task"]}: {summary["eval_split"]} accuracy (%), {tables.over_seeds(summary)}' +
-             (f'; columns: {INJECTION}' if injections else '') + '.')
+  caption = (
+    f'{summary["task"]}: {summary["eval_split"]} accuracy (%), {tables.over_seeds(summary)}'
+    + (f'; columns: {INJECTION}' if injections else '')
+    + '.'
+  )
   return caption + '\n\n' + tables.markdown_rows(header, rows)

@@ -48,24 +48,24 @@ def _enhance(enhancer: type) -> Callable:
 
 # Each op takes (PIL image, level = magnitude / 10, random sign +1 or -1).
 RANDAUGMENT_OPS = {
-  "identity": lambda image, level, sign: image,
-  "auto_contrast": lambda image, level, sign: ImageOps.autocontrast(image),
-  "equalize": lambda image, level, sign: ImageOps.equalize(image),
-  "rotate": lambda image, level, sign: image.rotate(
+  'identity': lambda image, level, sign: image,
+  'auto_contrast': lambda image, level, sign: ImageOps.autocontrast(image),
+  'equalize': lambda image, level, sign: ImageOps.equalize(image),
+  'rotate': lambda image, level, sign: image.rotate(
     sign * 30 * level, resample=_BILINEAR, fillcolor=_grey(image)
   ),
-  "solarize": lambda image, level, sign: ImageOps.solarize(image, threshold=int(256 - 128 * min(level, 2.0))),
-  "posterize": lambda image, level, sign: ImageOps.posterize(image, max(1, 8 - int(4 * level))),
-  "color": _enhance(ImageEnhance.Color),
-  "contrast": _enhance(ImageEnhance.Contrast),
-  "brightness": _enhance(ImageEnhance.Brightness),
-  "sharpness": _enhance(ImageEnhance.Sharpness),
-  "shear_x": lambda image, level, sign: _affine(image, (1, sign * 0.3 * level, 0, 0, 1, 0)),
-  "shear_y": lambda image, level, sign: _affine(image, (1, 0, 0, sign * 0.3 * level, 1, 0)),
-  "translate_x": lambda image, level, sign: _affine(
+  'solarize': lambda image, level, sign: ImageOps.solarize(image, threshold=int(256 - 128 * min(level, 2.0))),
+  'posterize': lambda image, level, sign: ImageOps.posterize(image, max(1, 8 - int(4 * level))),
+  'color': _enhance(ImageEnhance.Color),
+  'contrast': _enhance(ImageEnhance.Contrast),
+  'brightness': _enhance(ImageEnhance.Brightness),
+  'sharpness': _enhance(ImageEnhance.Sharpness),
+  'shear_x': lambda image, level, sign: _affine(image, (1, sign * 0.3 * level, 0, 0, 1, 0)),
+  'shear_y': lambda image, level, sign: _affine(image, (1, 0, 0, sign * 0.3 * level, 1, 0)),
+  'translate_x': lambda image, level, sign: _affine(
     image, (1, 0, sign * 0.45 * level * image.width, 0, 1, 0)
   ),
-  "translate_y": lambda image, level, sign: _affine(
+  'translate_y': lambda image, level, sign: _affine(
     image, (1, 0, 0, 0, 1, sign * 0.45 * level * image.height)
   ),
 }
@@ -89,7 +89,7 @@ class Augmentation:
   """The training augmentation settings: the data config's `augment` fields."""
 
   crop_padding: int = 0
-  crop_pad_mode: str = "reflect"
+  crop_pad_mode: str = 'reflect'
   flip: bool = False
   randaugment_layers: int = 0
   randaugment_magnitude: int = 10
@@ -106,15 +106,17 @@ class Augmentation:
       mixup_alpha=float(config.mixup_alpha),
     )
     if augmentation.crop_padding < 0:
-      raise ConfigError(f"augment.crop_padding must be >= 0, got {config.crop_padding}")
-    if augmentation.crop_pad_mode not in ("reflect", "constant"):
-      raise ConfigError(f"augment.crop_pad_mode must be 'reflect' or 'constant', got {config.crop_pad_mode!r}")
+      raise ConfigError(f'augment.crop_padding must be >= 0, got {config.crop_padding}')
+    if augmentation.crop_pad_mode not in ('reflect', 'constant'):
+      raise ConfigError(
+        f"augment.crop_pad_mode must be 'reflect' or 'constant', got {config.crop_pad_mode!r}"
+      )
     if augmentation.randaugment_layers < 0:
-      raise ConfigError(f"augment.randaugment_layers must be >= 0, got {config.randaugment_layers}")
+      raise ConfigError(f'augment.randaugment_layers must be >= 0, got {config.randaugment_layers}')
     if not 0 <= augmentation.randaugment_magnitude <= 30:
-      raise ConfigError(f"augment.randaugment_magnitude must be in 0..30, got {config.randaugment_magnitude}")
+      raise ConfigError(f'augment.randaugment_magnitude must be in 0..30, got {config.randaugment_magnitude}')
     if augmentation.mixup_alpha < 0:
-      raise ConfigError(f"augment.mixup_alpha must be >= 0, got {config.mixup_alpha}")
+      raise ConfigError(f'augment.mixup_alpha must be >= 0, got {config.mixup_alpha}')
     return augmentation
 
   @property
@@ -125,17 +127,17 @@ class Augmentation:
     """Draws the random choices for a global batch, always in the same order."""
     choices = {}
     if self.crop_padding:
-      choices["crop_offsets"] = rng.integers(0, 2 * self.crop_padding + 1, (batch_size, 2))
+      choices['crop_offsets'] = rng.integers(0, 2 * self.crop_padding + 1, (batch_size, 2))
     if self.flip:
-      choices["flips"] = rng.random(batch_size) < 0.5
+      choices['flips'] = rng.random(batch_size) < 0.5
     if self.randaugment_layers:
       shape = (batch_size, self.randaugment_layers)
-      choices["randaugment_ops"] = rng.integers(0, len(_OP_FUNCTIONS), shape)
-      choices["randaugment_signs"] = np.where(rng.random(shape) < 0.5, -1, 1)
+      choices['randaugment_ops'] = rng.integers(0, len(_OP_FUNCTIONS), shape)
+      choices['randaugment_signs'] = np.where(rng.random(shape) < 0.5, -1, 1)
     if self.mixup:
-      choices["mix_partner"] = rng.permutation(batch_size)
-      choices["mix_weight"] = rng.beta(self.mixup_alpha, self.mixup_alpha, batch_size)
-      choices["mix_weight"] = choices["mix_weight"].astype(np.float32)
+      choices['mix_partner'] = rng.permutation(batch_size)
+      choices['mix_weight'] = rng.beta(self.mixup_alpha, self.mixup_alpha, batch_size)
+      choices['mix_weight'] = choices['mix_weight'].astype(np.float32)
     return AugmentationDraw(**choices)
 
   def apply(self, images: np.ndarray, draw: AugmentationDraw, rows: np.ndarray) -> np.ndarray:

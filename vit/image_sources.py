@@ -25,10 +25,10 @@ from PIL import Image
 
 from trainer.errors import ConfigError, DataError, MissingFileError
 
-SPLIT_NAMES = ("train", "validation", "test")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+SPLIT_NAMES = ('train', 'validation', 'test')
+IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg')
 DECODE_CHUNK_FILES = 1024
-_GREY_PIL_MODES = ("1", "L", "LA", "I", "I;16", "F")
+_GREY_PIL_MODES = ('1', 'L', 'LA', 'I', 'I;16', 'F')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class InMemoryImages:
 
   @property
   def image_shape(self) -> tuple[int, int, int]:
-    return tuple(self.splits["train"].images.shape[1:])
+    return tuple(self.splits['train'].images.shape[1:])
 
   def num_examples(self, split: str) -> int:
     return len(self.splits[split].labels)
@@ -88,7 +88,7 @@ def load_digits_source(config: ml_collections.ConfigDict) -> InMemoryImages:
     np.arange(len(labels)), test_size=360, stratify=labels, random_state=0
   )
   splits = {}
-  for split, ids in (("train", np.sort(train_ids)), ("test", np.sort(test_ids))):
+  for split, ids in (('train', np.sort(train_ids)), ('test', np.sort(test_ids))):
     splits[split] = LabelledImages(resize_images(images[ids], config.image_size), labels[ids])
   return InMemoryImages([str(digit) for digit in range(10)], splits)
 
@@ -96,17 +96,17 @@ def load_digits_source(config: ml_collections.ConfigDict) -> InMemoryImages:
 # -------------------------------------------------------------------------------- idx
 
 _IDX_FILE_STEMS = {
-  "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-  "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+  'train': ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte'),
+  'test': ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'),
 }
 _IDX_UNSIGNED_BYTE = 0x08
 
 
 def load_idx_source(config: ml_collections.ConfigDict) -> InMemoryImages:
   """MNIST-style IDX files (optionally gzipped) in one folder; 't10k' is the test split."""
-  root = _required_path(config, "idx")
+  root = _required_path(config, 'idx')
   if not root.is_dir():
-    raise MissingFileError(f"IDX folder {root} does not exist")
+    raise MissingFileError(f'IDX folder {root} does not exist')
   files = {
     split: tuple(_find_idx_file(root, stem) for stem in stems) for split, stems in _IDX_FILE_STEMS.items()
   }
@@ -115,7 +115,7 @@ def load_idx_source(config: ml_collections.ConfigDict) -> InMemoryImages:
     images = read_idx(image_file, expected_ndim=3)
     labels = read_idx(label_file, expected_ndim=1)
     if len(images) != len(labels):
-      raise DataError(f"{image_file} has {len(images)} images but {label_file} has {len(labels)} labels")
+      raise DataError(f'{image_file} has {len(images)} images but {label_file} has {len(labels)} labels')
     images = resize_images(images[..., None], config.image_size)
     splits[split] = LabelledImages(images, labels.astype(np.int32))
   num_classes = max(int(data.labels.max(initial=0)) for data in splits.values()) + 1
@@ -123,33 +123,33 @@ def load_idx_source(config: ml_collections.ConfigDict) -> InMemoryImages:
 
 
 def _find_idx_file(root: pathlib.Path, stem: str) -> pathlib.Path:
-  for candidate in (root / stem, root / f"{stem}.gz"):
+  for candidate in (root / stem, root / f'{stem}.gz'):
     if candidate.is_file():
       return candidate
-  raise MissingFileError(f"IDX file {root / stem}[.gz] not found")
+  raise MissingFileError(f'IDX file {root / stem}[.gz] not found')
 
 
 def read_idx(path: pathlib.Path, *, expected_ndim: int) -> np.ndarray:
   """Reads an unsigned-byte IDX file: magic 00 00 08 <ndim>, big-endian int32 dims, data."""
   try:
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
+    with (gzip.open if path.suffix == '.gz' else open)(path, 'rb') as file:
       data = file.read()
   except (OSError, EOFError) as error:
-    raise DataError(f"cannot read IDX file {path}: {error}") from None
+    raise DataError(f'cannot read IDX file {path}: {error}') from None
   if len(data) < 4 or data[0] != 0 or data[1] != 0:
-    raise DataError(f"{path} is not an IDX file (bad magic number 0x{data[:4].hex()})")
+    raise DataError(f'{path} is not an IDX file (bad magic number 0x{data[:4].hex()})')
   if data[2] != _IDX_UNSIGNED_BYTE:
-    raise DataError(f"{path}: IDX data type 0x{data[2]:02x} is not supported (only 0x08)")
+    raise DataError(f'{path}: IDX data type 0x{data[2]:02x} is not supported (only 0x08)')
   if data[3] != expected_ndim:
-    raise DataError(f"{path}: IDX file has {data[3]} dimensions, expected {expected_ndim}")
+    raise DataError(f'{path}: IDX file has {data[3]} dimensions, expected {expected_ndim}')
   header_size = 4 + 4 * expected_ndim
   if len(data) < header_size:
-    raise DataError(f"{path}: IDX header is truncated")
-  dims = tuple(int(d) for d in np.frombuffer(data, ">u4", count=expected_ndim, offset=4))
+    raise DataError(f'{path}: IDX header is truncated')
+  dims = tuple(int(d) for d in np.frombuffer(data, '>u4', count=expected_ndim, offset=4))
   if len(data) - header_size != int(np.prod(dims)):
     raise DataError(
-      f"{path}: IDX header promises {dims} = {int(np.prod(dims))} bytes "
-      f"but the file holds {len(data) - header_size}"
+      f'{path}: IDX header promises {dims} = {int(np.prod(dims))} bytes '
+      f'but the file holds {len(data) - header_size}'
     )
   return np.frombuffer(data, np.uint8, offset=header_size).reshape(dims)
 
@@ -165,12 +165,12 @@ class _FolderSplit:
 
 def load_folder_source(config: ml_collections.ConfigDict) -> InMemoryImages:
   """Images in root/<split>/<class>/*.{png,jpg,jpeg}; classes are the sorted train folders."""
-  root = _required_path(config, "folder")
+  root = _required_path(config, 'folder')
   class_names, listings = _list_image_folder(root)
-  first_image = _decode_image(listings["train"].files[0], mode=None, size=config.image_size)
-  mode = "L" if first_image.mode in _GREY_PIL_MODES else "RGB"
+  first_image = _decode_image(listings['train'].files[0], mode=None, size=config.image_size)
+  mode = 'L' if first_image.mode in _GREY_PIL_MODES else 'RGB'
   image_size = tuple(config.image_size) if config.image_size else first_image.size[::-1]
-  shape = (*image_size, 1 if mode == "L" else 3)
+  shape = (*image_size, 1 if mode == 'L' else 3)
   splits = {
     split: LabelledImages(
       _cached_decode(listing, shape, mode, config.image_size, config.cache_dir, split),
@@ -188,32 +188,32 @@ def _sorted_entries(folder: pathlib.Path, directories: bool) -> list[str]:
 
 def _list_image_folder(root: pathlib.Path) -> tuple[list[str], dict[str, _FolderSplit]]:
   if not root.is_dir():
-    raise MissingFileError(f"image folder {root} does not exist")
-  if not (root / "train").is_dir():
+    raise MissingFileError(f'image folder {root} does not exist')
+  if not (root / 'train').is_dir():
     raise MissingFileError(
-      f"split folder {root / 'train'} is missing (expected {root}/<split>/<class>/*.png)"
+      f'split folder {root / "train"} is missing (expected {root}/<split>/<class>/*.png)'
     )
-  class_names = _sorted_entries(root / "train", directories=True)
+  class_names = _sorted_entries(root / 'train', directories=True)
   if not class_names:
-    raise DataError(f"no class folders in {root / 'train'}")
+    raise DataError(f'no class folders in {root / "train"}')
   listings = {}
   for split in (name for name in SPLIT_NAMES if (root / name).is_dir()):
     files, labels = [], []
     for class_name in _sorted_entries(root / split, directories=True):
       class_dir = root / split / class_name
       if class_name not in class_names:
-        raise DataError(f"class folder {class_dir} is not one of the train classes")
+        raise DataError(f'class folder {class_dir} is not one of the train classes')
       class_files = [
         os.path.join(class_dir, name)
         for name in _sorted_entries(class_dir, directories=False)
         if name.lower().endswith(IMAGE_SUFFIXES)
       ]
       if not class_files:
-        raise DataError(f"class folder {class_dir} has no .png/.jpg/.jpeg images")
+        raise DataError(f'class folder {class_dir} has no .png/.jpg/.jpeg images')
       files += class_files
       labels += [class_names.index(class_name)] * len(class_files)
     if not files:
-      raise DataError(f"no class folders in {root / split}")
+      raise DataError(f'no class folders in {root / split}')
     listings[split] = _FolderSplit(files, np.asarray(labels, np.int32))
   return class_names, listings
 
@@ -223,7 +223,7 @@ def _decode_image(path: str, mode: str | None, size: Sequence[int] | None) -> Im
     with Image.open(path) as image:
       image = image.convert(mode) if mode else image.copy()
   except (OSError, ValueError, Image.DecompressionBombError) as error:
-    raise DataError(f"cannot read image {path}: {error}") from None
+    raise DataError(f'cannot read image {path}: {error}') from None
   return image.resize((size[1], size[0]), Image.BILINEAR) if size else image
 
 
@@ -261,8 +261,8 @@ def _decode_files(
     pixels = np.asarray(_decode_image(path, mode, size))
     if pixels.size != images[index].size:
       raise DataError(
-        f"image {path} does not have the shape {shape} of the first train image; "
-        "set data.image_size to resize all images"
+        f'image {path} does not have the shape {shape} of the first train image; '
+        'set data.image_size to resize all images'
       )
     images[index] = pixels.reshape(shape)
   return images
@@ -289,13 +289,13 @@ def _cached_decode(
     ]
   )
   digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:20]
-  cache_file = pathlib.Path(cache_dir) / f"folder-{split}-{digest}.npy"
+  cache_file = pathlib.Path(cache_dir) / f'folder-{split}-{digest}.npy'
   if cache_file.is_file():
     return np.load(cache_file)
   images = _decode_folder_split(listing.files, shape, mode, size)
   cache_file.parent.mkdir(parents=True, exist_ok=True)
-  partial_file = cache_file.with_suffix(f".{os.getpid()}.partial")
-  with open(partial_file, "wb") as file:
+  partial_file = cache_file.with_suffix(f'.{os.getpid()}.partial')
+  with open(partial_file, 'wb') as file:
     np.save(file, images)
   os.replace(partial_file, cache_file)
   return images
@@ -303,5 +303,5 @@ def _cached_decode(
 
 def _required_path(config: ml_collections.ConfigDict, source: str) -> pathlib.Path:
   if not config.path:
-    raise ConfigError(f"data.path must be set for source {source!r}")
+    raise ConfigError(f'data.path must be set for source {source!r}')
   return pathlib.Path(config.path).expanduser()

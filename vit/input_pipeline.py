@@ -68,10 +68,10 @@ from vit.image_augmentation import Augmentation, AugmentationDraw
 from vit.image_sources import InMemoryImages, LabelledImages
 
 _LOADERS = {
-  "digits": image_sources.load_digits_source,
-  "tfds": tfds_source.load_tfds_source,
-  "folder": image_sources.load_folder_source,
-  "idx": image_sources.load_idx_source,
+  'digits': image_sources.load_digits_source,
+  'tfds': tfds_source.load_tfds_source,
+  'folder': image_sources.load_folder_source,
+  'idx': image_sources.load_idx_source,
 }
 # Tags keep the shuffling and augmentation random streams apart for equal (seed, number).
 _SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
@@ -80,7 +80,7 @@ _SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
 def default_data_config() -> ml_collections.ConfigDict:
   """All data config fields with their defaults (see the module docstring)."""
   config = ml_collections.ConfigDict()
-  config.source = "digits"
+  config.source = 'digits'
   config.name = ml_collections.FieldReference(None, field_type=str)
   config.data_dir = ml_collections.FieldReference(None, field_type=str)
   config.streaming = ml_collections.FieldReference(None, field_type=bool)
@@ -93,7 +93,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   config.num_threads = 2
   config.augment = ml_collections.ConfigDict()
   config.augment.crop_padding = 0
-  config.augment.crop_pad_mode = "reflect"
+  config.augment.crop_pad_mode = 'reflect'
   config.augment.flip = False
   config.augment.randaugment_layers = 0
   config.augment.randaugment_magnitude = 10
@@ -105,24 +105,24 @@ def load_image_data(data_config: ml_collections.ConfigDict) -> ImageData:
   """Checks the config and the data, loads it and returns the batch maker."""
   config = _with_defaults(data_config)
   if config.source not in _LOADERS:
-    raise ConfigError(f"data.source {config.source!r} is not one of {sorted(_LOADERS)}")
+    raise ConfigError(f'data.source {config.source!r} is not one of {sorted(_LOADERS)}')
   if config.image_size is not None and (len(config.image_size) != 2 or min(config.image_size) < 1):
-    raise ConfigError(f"data.image_size must be (height, width), got {config.image_size}")
+    raise ConfigError(f'data.image_size must be (height, width), got {config.image_size}')
   if config.prefetch_batches < 1 or config.num_threads < 1:
-    raise ConfigError("data.prefetch_batches and data.num_threads must be >= 1")
+    raise ConfigError('data.prefetch_batches and data.num_threads must be >= 1')
   augmentation = Augmentation.from_config(config.augment)
 
   source = _LOADERS[config.source](config)
   height, width, channels = source.image_shape
   if augmentation.crop_padding >= min(height, width):
     raise ConfigError(
-      f"augment.crop_padding {augmentation.crop_padding} must be below the image side {min(height, width)}"
+      f'augment.crop_padding {augmentation.crop_padding} must be below the image side {min(height, width)}'
     )
   mean, std = _normalisation(config, source, channels)
   return ImageData(
     num_classes=len(source.class_names),
     image_shape=(height, width, channels),
-    num_train=source.num_examples("train"),
+    num_train=source.num_examples('train'),
     class_names=list(source.class_names),
     mean=mean,
     std=std,
@@ -137,8 +137,8 @@ def _with_defaults(data_config: ml_collections.ConfigDict) -> ml_collections.Con
   config = default_data_config()
   for key, value in data_config.items():
     if key not in config:
-      raise ConfigError(f"unknown data config field {key!r}; known: {sorted(config)}")
-    if key != "augment":
+      raise ConfigError(f'unknown data config field {key!r}; known: {sorted(config)}')
+    if key != 'augment':
       config[key] = value
       continue
     for augment_key, augment_value in value.items():
@@ -192,7 +192,7 @@ class ImageData:
     """
     rows = process_rows(batch_size, process_index, process_count)
     if seed < 0 or start_step < 0:
-      raise ValueError(f"seed and start_step must be >= 0, got {seed} and {start_step}")
+      raise ValueError(f'seed and start_step must be >= 0, got {seed} and {start_step}')
     steps = itertools.count(start_step)
     if isinstance(self._source, InMemoryImages):
       make_batch = functools.partial(self._in_memory_train_batch, batch_size=batch_size, seed=seed, rows=rows)
@@ -223,12 +223,12 @@ class ImageData:
 
   def _check_split(self, split: str) -> None:
     if split not in self.split_names:
-      raise ConfigError(f"unknown split {split!r}; available: {list(self.split_names)}")
+      raise ConfigError(f'unknown split {split!r}; available: {list(self.split_names)}')
 
   def _in_memory_train_batch(
     self, step: int, *, batch_size: int, seed: int, rows: slice
   ) -> dict[str, np.ndarray]:
-    train = self._source.splits["train"]
+    train = self._source.splits['train']
     example_ids = _example_ids(seed, step, batch_size, len(train.labels))
     draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
     own = np.arange(rows.start, rows.stop)
@@ -257,7 +257,7 @@ class ImageData:
     """Augments `examples` (global batch rows `positions`, sorted); returns rows `own`."""
     images = self._augmentation.apply(examples.images, draw, positions)
     if partner is None:  # then positions are exactly the own rows
-      return {"image": self._normalise(images), "label": examples.labels}
+      return {'image': self._normalise(images), 'label': examples.labels}
     own_at = np.searchsorted(positions, own)
     partner_at = np.searchsorted(positions, partner)
     weight = draw.mix_weight[own]
@@ -270,10 +270,10 @@ class ImageData:
     mixed *= weight[:, None]
     mixed += partner_images
     return {
-      "image": self._normalise(mixed.reshape(len(own), *images.shape[1:])),
-      "label": examples.labels[own_at],
-      "mix_label": examples.labels[partner_at],
-      "mix_weight": weight,
+      'image': self._normalise(mixed.reshape(len(own), *images.shape[1:])),
+      'label': examples.labels[own_at],
+      'mix_label': examples.labels[partner_at],
+      'mix_weight': weight,
     }
 
   def _eval_batch(self, global_batch: LabelledImages, *, rows: slice) -> dict[str, np.ndarray]:
@@ -281,13 +281,13 @@ class ImageData:
     real = slice(rows.start, rows.stop)
     count = len(global_batch.labels[real])
     batch = {
-      "image": np.zeros((size, *self.image_shape), np.float32),
-      "label": np.zeros(size, np.int32),
-      "mask": np.zeros(size, np.float32),
+      'image': np.zeros((size, *self.image_shape), np.float32),
+      'label': np.zeros(size, np.int32),
+      'mask': np.zeros(size, np.float32),
     }
-    batch["image"][:count] = self._normalise(global_batch.images[real])
-    batch["label"][:count] = global_batch.labels[real]
-    batch["mask"][:count] = 1
+    batch['image'][:count] = self._normalise(global_batch.images[real])
+    batch['label'][:count] = global_batch.labels[real]
+    batch['mask'][:count] = 1
     return batch
 
   def _normalise(self, images: np.ndarray) -> np.ndarray:
@@ -330,17 +330,17 @@ def _normalisation(
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
   """Per-channel mean and std in [0, 1] units: from the config, else from the train split."""
   if (config.mean is None) != (config.std is None):
-    raise ConfigError("set both data.mean and data.std, or neither")
+    raise ConfigError('set both data.mean and data.std, or neither')
   if config.mean is not None:
     mean, std = (
       np.broadcast_to(np.asarray(values, np.float64), (channels,)) for values in (config.mean, config.std)
     )
     if min(std) <= 0:
-      raise ConfigError(f"data.std must be positive, got {config.std}")
+      raise ConfigError(f'data.std must be positive, got {config.std}')
   elif isinstance(source, InMemoryImages):
-    mean, std = _channel_statistics(source.splits["train"].images)
+    mean, std = _channel_statistics(source.splits['train'].images)
   else:
-    raise ConfigError("streamed data sets need data.mean and data.std set explicitly")
+    raise ConfigError('streamed data sets need data.mean and data.std set explicitly')
   return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
@@ -364,7 +364,7 @@ def _channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _prefetched(make_batch: Callable, arguments: Iterable[tuple], depth: int, num_threads: int) -> Iterator:
   """Yields make_batch(*args) for each args in order, keeping `depth` calls running ahead."""
-  pool = concurrent.futures.ThreadPoolExecutor(num_threads, thread_name_prefix="image-batches")
+  pool = concurrent.futures.ThreadPoolExecutor(num_threads, thread_name_prefix='image-batches')
   pending = collections.deque()
   try:
     for args in arguments:

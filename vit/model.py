@@ -19,11 +19,11 @@ from attention import Encoder, Mlp, MultiHeadAttention, resolve_dtype
 
 # name -> (width, depth, mlp_dim, num_heads), as in the ViT and DeiT papers.
 VARIANTS = {
-    'Ti': (192, 12, 768, 3),
-    'S': (384, 12, 1536, 6),
-    'B': (768, 12, 3072, 12),
-    'L': (1024, 24, 4096, 16),
-    'H': (1280, 32, 5120, 16),
+  'Ti': (192, 12, 768, 3),
+  'S': (384, 12, 1536, 6),
+  'B': (768, 12, 3072, 12),
+  'L': (1024, 24, 4096, 16),
+  'H': (1280, 32, 5120, 16),
 }
 POOLS = ('cls', 'gap', 'map')
 
@@ -32,8 +32,10 @@ def decode_variant(variant: str) -> dict[str, int]:
   """``'S/16'`` -> ``{'width': 384, 'depth': 12, 'mlp_dim': 1536, 'num_heads': 6, 'patch_size': 16}``."""
   size, _, patch = variant.partition('/')
   if size not in VARIANTS or not patch.isdigit() or int(patch) < 1:
-    raise ValueError(f"Unknown ViT variant {variant!r}; use '<size>/<patch>' with size one of "
-                     f"{', '.join(VARIANTS)} (e.g. 'S/16', 'Ti/4'), or 'custom'.")
+    raise ValueError(
+      f"Unknown ViT variant {variant!r}; use '<size>/<patch>' with size one of "
+      f"{', '.join(VARIANTS)} (e.g. 'S/16', 'Ti/4'), or 'custom'."
+    )
   width, depth, mlp_dim, num_heads = VARIANTS[size]
   return dict(width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads, patch_size=int(patch))
 
@@ -49,8 +51,16 @@ class PatchEmbedding(nnx.Module):
   faster for a matmul than for a strided convolution.
   """
 
-  def __init__(self, channels: int, width: int, patch: tuple[int, int], *, dtype=None,
-               param_dtype=jnp.float32, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    channels: int,
+    width: int,
+    patch: tuple[int, int],
+    *,
+    dtype=None,
+    param_dtype=jnp.float32,
+    rngs: nnx.Rngs,
+  ):
     self.patch = tuple(patch)
     self.dtype = dtype
     kernel_init, bias_init = nnx.initializers.lecun_normal(), nnx.initializers.zeros
@@ -62,7 +72,9 @@ class PatchEmbedding(nnx.Module):
     (patch_h, patch_w), (batch, height, image_width, channels) = self.patch, images.shape
     grid_h, grid_w = height // patch_h, image_width // patch_w
     patches = images.reshape(batch, grid_h, patch_h, grid_w, patch_w, channels)
-    patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(batch, grid_h * grid_w, patch_h * patch_w * channels)
+    patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(
+      batch, grid_h * grid_w, patch_h * patch_w * channels
+    )
     kernel = self.kernel[...].reshape(patch_h * patch_w * channels, -1)  # [ph, pw, C, width]: the same order
     patches, kernel, bias = promote_dtype((patches, kernel, self.bias[...]), dtype=self.dtype)
     return jnp.matmul(patches, kernel) + bias
@@ -85,19 +97,36 @@ class AttentionPoolingHead(nnx.Module):
 
 
 class VisionTransformer(nnx.Module):
-
-  def __init__(self, *, num_classes: int, image_shape: tuple[int, int, int], patch_size: int | tuple[int, int],
-               width: int, depth: int, num_heads: int, mlp_dim: int, pool: str = 'cls',
-               posemb: str = 'learn1d', posemb_injection: str = 'stem', score: str = 'scaled_dot',
-               dropout: float = 0.0, attention_dropout: float = 0.0, drop_path: float = 0.0,
-               head_zero_init: bool = True, dtype: str = 'float32', rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    num_classes: int,
+    image_shape: tuple[int, int, int],
+    patch_size: int | tuple[int, int],
+    width: int,
+    depth: int,
+    num_heads: int,
+    mlp_dim: int,
+    pool: str = 'cls',
+    posemb: str = 'learn1d',
+    posemb_injection: str = 'stem',
+    score: str = 'scaled_dot',
+    dropout: float = 0.0,
+    attention_dropout: float = 0.0,
+    drop_path: float = 0.0,
+    head_zero_init: bool = True,
+    dtype: str = 'float32',
+    rngs: nnx.Rngs,
+  ):
     if pool not in POOLS:
       raise ValueError(f'Unknown pool {pool!r}; allowed values: {", ".join(POOLS)}.')
     compute_dtype = resolve_dtype(dtype)
     height, image_width, channels = image_shape
     patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
     if height % patch[0] or image_width % patch[1]:
-      raise ValueError(f'Image size {height}x{image_width} is not divisible by the patch size {patch[0]}x{patch[1]}.')
+      raise ValueError(
+        f'Image size {height}x{image_width} is not divisible by the patch size {patch[0]}x{patch[1]}.'
+      )
     self.grid = (height // patch[0], image_width // patch[1])
     self.pool = pool
     self.compute_dtype = compute_dtype
@@ -106,24 +135,44 @@ class VisionTransformer(nnx.Module):
     if pool == 'cls':
       self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
     self.encoder = Encoder(
-        features=width, depth=depth, num_heads=num_heads, mlp_features=mlp_dim, posemb=posemb,
-        posemb_injection=posemb_injection, grid=self.grid, num_prefix_tokens=num_prefix, score=score,
-        dropout_rate=dropout, attention_dropout_rate=attention_dropout, drop_path_rate=drop_path,
-        dtype=compute_dtype, rngs=rngs)
+      features=width,
+      depth=depth,
+      num_heads=num_heads,
+      mlp_features=mlp_dim,
+      posemb=posemb,
+      posemb_injection=posemb_injection,
+      grid=self.grid,
+      num_prefix_tokens=num_prefix,
+      score=score,
+      dropout_rate=dropout,
+      attention_dropout_rate=attention_dropout,
+      drop_path_rate=drop_path,
+      dtype=compute_dtype,
+      rngs=rngs,
+    )
     if pool == 'map':
       self.pooling = AttentionPoolingHead(width, num_heads, mlp_dim, dtype=compute_dtype, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(width, num_classes, kernel_init=head_init, rngs=rngs)
 
-  def __call__(self, images: jax.Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_weights: bool = False) -> tuple[jax.Array, dict]:
+  def __call__(
+    self,
+    images: jax.Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ) -> tuple[jax.Array, dict]:
     """``images`` ``[batch, H, W, C]`` -> float32 logits ``[batch, classes]`` and intermediates."""
     tokens = self.patch_embedding(images)
     if self.pool == 'cls':
-      cls = jnp.broadcast_to(self.class_token[...].astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1]))
+      cls = jnp.broadcast_to(
+        self.class_token[...].astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1])
+      )
       tokens = jnp.concatenate([cls, tokens], axis=1)
-    encoded, intermediates = self.encoder(tokens, deterministic=deterministic, rngs=rngs,
-                                          return_weights=return_weights)
+    encoded, intermediates = self.encoder(
+      tokens, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+    )
     if self.pool == 'cls':
       features = encoded[:, 0]
     elif self.pool == 'gap':
@@ -138,22 +187,57 @@ class VisionTransformer(nnx.Module):
 
 
 def default_model_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      variant='custom', width=192, depth=6, num_heads=3, mlp_dim=384, patch_size=4, pool='cls',
-      posemb='learn1d', posemb_injection='stem', score='scaled_dot', dropout=0.0, attention_dropout=0.0,
-      drop_path=0.0, head_zero_init=True, dtype='float32'))
+  return ml_collections.ConfigDict(
+    dict(
+      variant='custom',
+      width=192,
+      depth=6,
+      num_heads=3,
+      mlp_dim=384,
+      patch_size=4,
+      pool='cls',
+      posemb='learn1d',
+      posemb_injection='stem',
+      score='scaled_dot',
+      dropout=0.0,
+      attention_dropout=0.0,
+      drop_path=0.0,
+      head_zero_init=True,
+      dtype='float32',
+    )
+  )
 
 
-def make_vit(model_config: ml_collections.ConfigDict, *, num_classes: int, image_shape: tuple[int, int, int],
-             rngs: nnx.Rngs) -> VisionTransformer:
+def make_vit(
+  model_config: ml_collections.ConfigDict,
+  *,
+  num_classes: int,
+  image_shape: tuple[int, int, int],
+  rngs: nnx.Rngs,
+) -> VisionTransformer:
   """A ViT from a ``config.model`` section: the variant string, or the explicit shape if 'custom'."""
   if model_config.variant == 'custom':
-    shape = dict(width=model_config.width, depth=model_config.depth, num_heads=model_config.num_heads,
-                 mlp_dim=model_config.mlp_dim, patch_size=model_config.patch_size)
+    shape = dict(
+      width=model_config.width,
+      depth=model_config.depth,
+      num_heads=model_config.num_heads,
+      mlp_dim=model_config.mlp_dim,
+      patch_size=model_config.patch_size,
+    )
   else:
     shape = decode_variant(model_config.variant)
   return VisionTransformer(
-      num_classes=num_classes, image_shape=image_shape, pool=model_config.pool, posemb=model_config.posemb,
-      posemb_injection=model_config.posemb_injection, score=model_config.score, dropout=model_config.dropout,
-      attention_dropout=model_config.attention_dropout, drop_path=model_config.drop_path,
-      head_zero_init=model_config.head_zero_init, dtype=model_config.dtype, rngs=rngs, **shape)
+    num_classes=num_classes,
+    image_shape=image_shape,
+    pool=model_config.pool,
+    posemb=model_config.posemb,
+    posemb_injection=model_config.posemb_injection,
+    score=model_config.score,
+    dropout=model_config.dropout,
+    attention_dropout=model_config.attention_dropout,
+    drop_path=model_config.drop_path,
+    head_zero_init=model_config.head_zero_init,
+    dtype=model_config.dtype,
+    rngs=rngs,
+    **shape,
+  )

@@ -25,10 +25,14 @@ def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[path
   positional = model.encoder.positional
   if positional.kind in LEARNED_TABLES:
     where = 'encoder, first layer' if len(positional.tables) > 1 else 'encoder'
-    paths.append(drawing.plot_similarity(
-        np.asarray(positional.tables[0](), np.float32), model.grid,
+    paths.append(
+      drawing.plot_similarity(
+        np.asarray(positional.tables[0](), np.float32),
+        model.grid,
         f'{title}: {positional.kind} position embedding similarity ({where})',
-        out_dir / f'posemb_similarity_{name}.png'))
+        out_dir / f'posemb_similarity_{name}.png',
+      )
+    )
   paths.append(plot_attention_maps(model, task, title, out_dir / f'attention_{name}.png'))
   return paths
 
@@ -50,8 +54,9 @@ def _show_image(ax, image: np.ndarray) -> None:
 
 def _first_eval_image(task) -> tuple[np.ndarray, int]:
   config = task.config
-  batches = task.eval_batches(config.eval_split, batch_size=config.eval_batch_size, process_index=0,
-                              process_count=1)
+  batches = task.eval_batches(
+    config.eval_split, batch_size=config.eval_batch_size, process_index=0, process_count=1
+  )
   with contextlib.closing(batches):
     batch = next(iter(batches))
   return np.asarray(batch['image'][:1]), int(batch['label'][0])
@@ -74,8 +79,13 @@ def plot_attention_maps(model, task, title: str, path: pathlib.Path) -> pathlib.
   axes[0, 0].set_title(f'label {label}, predicted {int(np.argmax(logits[0]))}', fontsize=8)
   _show_image(axes[0, 1], image[0])
   height, width = image.shape[1:3]
-  axes[0, 1].imshow(_patch_map(rollouts[-1], grid), cmap='inferno', alpha=0.6, interpolation='nearest',
-                    extent=(-0.5, width - 0.5, height - 0.5, -0.5))
+  axes[0, 1].imshow(
+    _patch_map(rollouts[-1], grid),
+    cmap='inferno',
+    alpha=0.6,
+    interpolation='nearest',
+    extent=(-0.5, width - 0.5, height - 0.5, -0.5),
+  )
   axes[0, 1].set_title('rollout on the image', fontsize=8)
   for ax in axes[0, 2:]:
     ax.axis('off')
@@ -84,9 +94,12 @@ def plot_attention_maps(model, task, title: str, path: pathlib.Path) -> pathlib.
     for column, attention in enumerate(maps):
       axes[layer + 1, column].imshow(_patch_map(attention, grid), cmap='inferno', interpolation='nearest')
     axes[layer + 1, 0].set_ylabel(f'layer {layer + 1}', fontsize=8)
-  for column, heading in enumerate([f'head {head + 1}' for head in range(heads)] + ['mean of heads', 'rollout']):
+  for column, heading in enumerate(
+    [f'head {head + 1}' for head in range(heads)] + ['mean of heads', 'rollout']
+  ):
     axes[1, column].set_title(heading, fontsize=8)
   reader = 'class token' if weights[0].shape[-1] > grid[0] * grid[1] else 'average query'
-  figure.suptitle(f'{title}: attention of the {reader} to each patch (each tile scaled to its maximum)',
-                  fontsize=10)
+  figure.suptitle(
+    f'{title}: attention of the {reader} to each patch (each tile scaled to its maximum)', fontsize=10
+  )
   return drawing.save(figure, path)

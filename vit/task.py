@@ -48,7 +48,9 @@ class ImageClassification(Task):
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     posemb, injection = config.model.posemb, config.model.posemb_injection
     if posemb in POSEMB_KINDS and injection in INJECTIONS and not combination_exists(posemb, injection):
-      raise NotApplicable(f"model.posemb {posemb!r} has no {injection!r} injection; only 'stem' exists for it.")
+      raise NotApplicable(
+        f"model.posemb {posemb!r} has no {injection!r} injection; only 'stem' exists for it."
+      )
     self.data = load_image_data(config.data)
     # Build the model abstractly now, so a bad model option fails before any real work.
     try:
@@ -57,8 +59,9 @@ class ImageClassification(Task):
       raise ConfigError(f'model: {error}') from error
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
-    return make_vit(self.config.model, num_classes=self.data.num_classes, image_shape=self.data.image_shape,
-                    rngs=rngs)
+    return make_vit(
+      self.config.model, num_classes=self.data.num_classes, image_shape=self.data.image_shape, rngs=rngs
+    )
 
   def num_train_examples(self) -> int:
     return self.data.num_train
@@ -69,6 +72,7 @@ class ImageClassification(Task):
 
   def draw_pictures(self, model, out_dir, name, title):
     from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
     return pictures.draw(model, self, out_dir, name, title)
 
   def eval_split_names(self) -> tuple[str, ...]:
@@ -78,13 +82,19 @@ class ImageClassification(Task):
     return tuple(self.eval_metrics.__annotations__)
 
   def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
-    return self.data.train_batches(batch_size=batch_size, seed=seed, start_step=start_step,
-                                   process_index=process_index, process_count=process_count)
+    return self.data.train_batches(
+      batch_size=batch_size,
+      seed=seed,
+      start_step=start_step,
+      process_index=process_index,
+      process_count=process_count,
+    )
 
   def eval_batches(self, split, *, batch_size, process_index, process_count):
     check_split_name(split, 'split')
-    return self.data.eval_batches(split, batch_size=batch_size, process_index=process_index,
-                                  process_count=process_count)
+    return self.data.eval_batches(
+      split, batch_size=batch_size, process_index=process_index, process_count=process_count
+    )
 
   def loss_and_outputs(self, model, batch, *, rngs, deterministic):
     logits, _ = model(batch['image'], deterministic=deterministic, rngs=rngs)
@@ -96,5 +106,9 @@ class ImageClassification(Task):
 
   def eval_outputs(self, model, batch):
     logits, _ = model(batch['image'])
-    return {'loss': cross_entropy(logits, batch['label']), 'logits': logits, 'labels': batch['label'],
-            'mask': batch['mask']}
+    return {
+      'loss': cross_entropy(logits, batch['label']),
+      'logits': logits,
+      'labels': batch['label'],
+      'mask': batch['mask'],
+    }

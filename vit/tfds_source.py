@@ -45,31 +45,31 @@ def load_tfds_source(config: ml_collections.ConfigDict) -> InMemoryImages | Tfds
   try:
     builder = tfds.builder(config.name, data_dir=config.data_dir)
   except tfds.core.registered.DatasetNotFoundError:
-    raise DataError(f"unknown tfds data set {config.name!r}") from None
+    raise DataError(f'unknown tfds data set {config.name!r}') from None
   _check_prepared(builder, config)
 
   features = builder.info.features
-  if "image" not in features or "label" not in features:
+  if 'image' not in features or 'label' not in features:
     raise DataError(
       f"tfds data set {config.name!r} needs 'image' and 'label' features, it has {sorted(features)}"
     )
   # Mocked data sets (tfds.testing.mock_data) carry no split metadata.
   split_sizes = {
     name: split.num_examples for name, split in builder.info.splits.items() if name in SPLIT_NAMES
-  } or {"train": 0, "test": 0}
-  if "train" not in split_sizes:
+  } or {'train': 0, 'test': 0}
+  if 'train' not in split_sizes:
     raise DataError(f"tfds data set {config.name!r} has no 'train' split")
 
-  stored_height, stored_width, channels = features["image"].shape
+  stored_height, stored_width, channels = features['image'].shape
   height, width = config.image_size or (stored_height, stored_width)
   if height is None or width is None:
-    raise ConfigError(f"tfds data set {config.name!r} has images of varying size; set data.image_size")
+    raise ConfigError(f'tfds data set {config.name!r} has images of varying size; set data.image_size')
   resize_to = None if (height, width) == (stored_height, stored_width) else (height, width)
-  class_names = list(features["label"].names)
+  class_names = list(features['label'].names)
 
   streaming = config.streaming
   if streaming is None:
-    streaming = split_sizes["train"] * height * width * channels > _STREAM_ABOVE_BYTES
+    streaming = split_sizes['train'] * height * width * channels > _STREAM_ABOVE_BYTES
   if streaming:
     return TfdsStream(builder, class_names, (height, width, channels), split_sizes, resize_to)
   return InMemoryImages(class_names, {split: _load_split(builder, split, resize_to) for split in split_sizes})
@@ -78,24 +78,24 @@ def load_tfds_source(config: ml_collections.ConfigDict) -> InMemoryImages | Tfds
 def _check_prepared(builder: Any, config: ml_collections.ConfigDict) -> None:
   # as_dataset, not builder.is_prepared(): tfds.testing.mock_data fakes only as_dataset.
   try:
-    builder.as_dataset(split="train")
+    builder.as_dataset(split='train')
   except AssertionError:
     data_dir = builder.data_dir_root
     raise MissingFileError(
-      f"tfds data set {config.name!r} is not prepared in {data_dir} and this project "
-      f"never downloads: on a machine with internet run "
-      f"`tfds build {config.name} --data_dir {data_dir}` (sets like imagenet2012 also "
-      f"need --manual_dir), then copy {data_dir}/{config.name} here"
+      f'tfds data set {config.name!r} is not prepared in {data_dir} and this project '
+      f'never downloads: on a machine with internet run '
+      f'`tfds build {config.name} --data_dir {data_dir}` (sets like imagenet2012 also '
+      f'need --manual_dir), then copy {data_dir}/{config.name} here'
     ) from None
 
 
 def _decode_example(example: dict[str, Any], resize_to: tuple[int, int] | None) -> tuple:
   tf = import_tensorflow_on_cpu()
-  image = example["image"]
+  image = example['image']
   if resize_to is not None:
     image = tf.image.resize(image, resize_to, antialias=True)
     image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-  return image, tf.cast(example["label"], tf.int32)
+  return image, tf.cast(example['label'], tf.int32)
 
 
 def _decoded_batches(
@@ -122,7 +122,7 @@ def _load_split(builder: Any, split: str, resize_to: tuple[int, int] | None) -> 
   dataset = builder.as_dataset(split=split, shuffle_files=False)
   batches = list(_decoded_batches(dataset, _LOAD_BATCH_SIZE, resize_to))
   if not batches:
-    raise DataError(f"tfds data set {builder.name!r} split {split!r} is empty")
+    raise DataError(f'tfds data set {builder.name!r} split {split!r} is empty')
   return LabelledImages(
     np.concatenate([batch.images for batch in batches]),
     np.concatenate([batch.labels for batch in batches]),
@@ -155,7 +155,7 @@ class TfdsStream:
     tfds = import_tfds_on_cpu()
     shuffle_seed = int(np.random.SeedSequence([seed, start_step, process_index]).generate_state(1)[0])
     dataset = self.builder.as_dataset(
-      split=tfds.even_splits("train", n=process_count)[process_index],
+      split=tfds.even_splits('train', n=process_count)[process_index],
       shuffle_files=True,
       read_config=tfds.ReadConfig(shuffle_seed=shuffle_seed),
     )
