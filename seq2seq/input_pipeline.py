@@ -18,7 +18,9 @@ from a generator seeded by (seed, e): each bucket's pairs are shuffled and cut i
 batches (the rest of a bucket waits for a later epoch's shuffle), and the batches of all
 buckets are shuffled together. Every epoch has the same number of batches, so step s is
 batch s mod N of epoch s div N; each process takes rows [p*b/P, (p+1)*b/P) of it. Resuming
-at start_step replays exactly what an uninterrupted run would see.
+at start_step replays exactly what an uninterrupted run would see (the checkpoint's step is
+the pipeline's whole state). Training batches are made one grain thread ahead of the
+trainer (``pipelines.steps``).
 
 Evaluation: one pass over every pair of a split (too long ones truncated, never dropped),
 sorted by length so that batches are dense; ``index`` gives each row's position in the
@@ -33,6 +35,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from pipelines.steps import step_batches
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from trainer.errors import DataError
 from trainer.partitioning import process_rows
@@ -217,10 +220,9 @@ class TrainingBatches:
     if seed < 0 or start_step < 0:
       raise ValueError(f'seed and start_step must be >= 0, got {seed} and {start_step}')
     rows = process_rows(self.batch_size, process_index, process_count)
-    step = start_step
-    while True:
-      yield self.batch(seed, step, rows)
-      step += 1
+    make_batch = functools.partial(self.batch, seed, rows=rows)
+    # One thread ahead of the trainer: a batch is a few numpy copies, cheap next to a step.
+    return step_batches(make_batch, start_step=start_step, num_threads=1, prefetch_batches=4)
 
 
 def eval_batches(

@@ -12,6 +12,10 @@ Sources (``data.source``):
             (``simple_split/tasks_train_simple.txt`` and so on). Splits 'train', 'test'.
   parallel  ``data.path`` holds ``{split}.{src_lang}`` and ``{split}.{tgt_lang}``, optionally
             gzipped (``seq2seq.parallel_text``).
+  records   ``data.path`` is a records folder of sentence pairs (``pipelines.records``), made
+            once by ``python -m pipelines.convert parallel-text``; ``src_lang`` and ``tgt_lang``
+            must be the languages it was made with. Pairs are read into memory, since
+            length bucketing needs every pair's length.
   tfds      TFDS translation set ``data.name`` (e.g. 'wmt14_translate/de-en',
             'ted_hrlr_translate/pt_to_en') prepared in ``data.data_dir``; ``src_lang`` and
             ``tgt_lang`` are feature names of its examples.
@@ -28,7 +32,7 @@ from seq2seq.scan import SCAN_SPLITS, read_scan_file, scan_split
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.tfds_import import import_tfds_on_cpu
 
-SOURCES = ('scan', 'parallel', 'tfds')
+SOURCES = ('scan', 'parallel', 'records', 'tfds')
 SCAN_FILES = {
   'simple': 'simple_split/tasks_{part}_simple.txt',
   'length': 'length_split/tasks_{part}_length.txt',
@@ -73,6 +77,8 @@ def open_source(config: ml_collections.ConfigDict) -> PairSource:
     return _scan_source(config)
   if config.source == 'parallel':
     return _parallel_source(config)
+  if config.source == 'records':
+    return _records_source(config)
   if config.source == 'tfds':
     return _tfds_source(config)
   raise ConfigError(f'Unknown data.source {config.source!r}; allowed values: {", ".join(SOURCES)}.')
@@ -125,6 +131,30 @@ def _parallel_source(config: ml_collections.ConfigDict) -> PairSource:
     lambda split: read_parallel(config.path, split, config.src_lang, config.tgt_lang),
     list_splits=list_splits,
   )
+
+
+def _records_source(config: ml_collections.ConfigDict) -> PairSource:
+  from pipelines.records import RecordFolder  # noqa: PLC0415 (grain only for this source)
+
+  _check_languages(config)
+  if config.path is None:
+    raise ConfigError(
+      "data.path must be set for source 'records' (a folder made by python -m pipelines.convert)"
+    )
+  folder = RecordFolder.open(config.path, kind='text')
+  languages = list(folder.languages or [])
+  if languages != [config.src_lang, config.tgt_lang]:
+    raise ConfigError(
+      f'{folder.path} holds {languages[0] if languages else "?"} -> {languages[-1] if languages else "?"} pairs; '
+      f'data.src_lang and data.tgt_lang are {config.src_lang!r} and {config.tgt_lang!r}'
+    )
+
+  def read(split):
+    records = folder.splits[split]
+    indices = range(len(records))
+    return [records.pair(index, record) for index, record in zip(indices, records.read(indices))]
+
+  return PairSource(f'records in {folder.path}', read, splits=tuple(folder.splits))
 
 
 def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:

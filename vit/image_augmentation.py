@@ -1,8 +1,17 @@
-"""Training-time augmentation of uint8 image batches: random crop, flip, RandAugment, mixup.
+"""Training-time augmentation of uint8 image batches: random resized crop, random crop, flip,
+RandAugment, mixup.
 
 The randomness for a whole global batch is drawn at once (`Augmentation.draw`); `apply`
 then augments any subset of its rows with their share of that draw. So each process
 augments only its own rows and still gets exactly the pixels a single process would.
+
+The random resized crop ("Inception crop", Szegedy et al. 2015) takes a window of a random
+area fraction in `crop_scale` and aspect ratio (width / height, log-uniform) in `crop_ratio`
+and resizes it to the image size: up to 10 candidate (area, ratio) pairs are drawn per row, the
+first that fits the image is used, else a central crop of the whole image at the nearest
+allowed ratio. The draw does not depend on the image size, so a disk-backed source can crop
+its stored, larger image before resizing (`crop_box`) and an in-memory one crops its
+resized image; both see the same fractions.
 
 Crop and flip are numpy over the batch (no per-pixel Python). RandAugment (Cubuk et al.
 2019) applies `randaugment_layers` ops, each picked uniformly from `RANDAUGMENT_OPS`, per
@@ -25,6 +34,7 @@ from PIL import Image, ImageEnhance, ImageOps
 from trainer.errors import ConfigError
 
 _GREY = 128
+_CROP_TRIES = 10
 _BILINEAR = Image.Resampling.BILINEAR
 
 
@@ -82,6 +92,9 @@ class AugmentationDraw:
   randaugment_signs: np.ndarray | None = None  # +1/-1 [B, layers]
   mix_partner: np.ndarray | None = None  # int [B]: a permutation of the rows
   mix_weight: np.ndarray | None = None  # float32 [B]: the weight of a row's own image
+  crop_areas: np.ndarray | None = None  # float [B, 10]: candidate area fractions
+  crop_log_ratios: np.ndarray | None = None  # float [B, 10]: candidate log(width / height)
+  crop_positions: np.ndarray | None = None  # float [B, 2] in [0, 1): top and left of the window
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +107,8 @@ class Augmentation:
   randaugment_layers: int = 0
   randaugment_magnitude: int = 10
   mixup_alpha: float = 0.0
+  crop_scale: tuple[float, float] | None = None
+  crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Augmentation:
@@ -104,7 +119,20 @@ class Augmentation:
       randaugment_layers=int(config.randaugment_layers),
       randaugment_magnitude=int(config.randaugment_magnitude),
       mixup_alpha=float(config.mixup_alpha),
+      crop_scale=None if config.crop_scale is None else tuple(float(value) for value in config.crop_scale),
+      crop_ratio=tuple(float(value) for value in config.crop_ratio),
     )
+    if augmentation.crop_scale is not None and (
+      len(augmentation.crop_scale) != 2
+      or not 0 < augmentation.crop_scale[0] <= augmentation.crop_scale[1] <= 1
+    ):
+      raise ConfigError(
+        f'augment.crop_scale must be (low, high) with 0 < low <= high <= 1, got {config.crop_scale}'
+      )
+    if len(augmentation.crop_ratio) != 2 or not 0 < augmentation.crop_ratio[0] <= augmentation.crop_ratio[1]:
+      raise ConfigError(
+        f'augment.crop_ratio must be (low, high) with 0 < low <= high, got {config.crop_ratio}'
+      )
     if augmentation.crop_padding < 0:
       raise ConfigError(f'augment.crop_padding must be >= 0, got {config.crop_padding}')
     if augmentation.crop_pad_mode not in ('reflect', 'constant'):
@@ -138,10 +166,34 @@ class Augmentation:
       choices['mix_partner'] = rng.permutation(batch_size)
       choices['mix_weight'] = rng.beta(self.mixup_alpha, self.mixup_alpha, batch_size)
       choices['mix_weight'] = choices['mix_weight'].astype(np.float32)
+    if self.crop_scale is not None:  # drawn last: the other draws stay as they were without it
+      choices['crop_areas'] = rng.uniform(*self.crop_scale, (batch_size, _CROP_TRIES))
+      choices['crop_log_ratios'] = rng.uniform(*np.log(self.crop_ratio), (batch_size, _CROP_TRIES))
+      choices['crop_positions'] = rng.random((batch_size, 2))
     return AugmentationDraw(**choices)
 
-  def apply(self, images: np.ndarray, draw: AugmentationDraw, rows: np.ndarray) -> np.ndarray:
-    """Crops, flips and RandAugments uint8 images [n, H, W, C], which are global `rows`."""
+  def crop_box(self, draw: AugmentationDraw, row: int, height: int, width: int) -> tuple[int, int, int, int]:
+    """The random resized crop's window (left, top, right, bottom) for global `row` in an image of this size."""
+    for area_fraction, log_ratio in zip(draw.crop_areas[row], draw.crop_log_ratios[row]):
+      area, ratio = area_fraction * height * width, np.exp(log_ratio)
+      crop_width, crop_height = round(np.sqrt(area * ratio)), round(np.sqrt(area / ratio))
+      if 0 < crop_width <= width and 0 < crop_height <= height:
+        break
+    else:  # no candidate fits: the whole image, cut to the nearest allowed ratio
+      ratio = np.clip(width / height, *self.crop_ratio)
+      crop_width, crop_height = min(width, round(height * ratio)), min(height, round(width / ratio))
+    top_fraction, left_fraction = draw.crop_positions[row]
+    top = int(top_fraction * (height - crop_height + 1))
+    left = int(left_fraction * (width - crop_width + 1))
+    return left, top, left + crop_width, top + crop_height
+
+  def apply(
+    self, images: np.ndarray, draw: AugmentationDraw, rows: np.ndarray, *, resized_crop_done: bool = False
+  ) -> np.ndarray:
+    """Crops, flips and RandAugments uint8 images [n, H, W, C], which are global `rows`
+    (the random resized crop too, unless the source did it while decoding)."""
+    if draw.crop_areas is not None and not resized_crop_done:
+      images = np.stack([self.resized_crop(image, draw, row) for image, row in zip(images, rows)])
     if draw.crop_offsets is not None:
       images = random_crop(images, draw.crop_offsets[rows], self.crop_padding, self.crop_pad_mode)
     if draw.flips is not None:
@@ -154,6 +206,14 @@ class Augmentation:
         ]
       )
     return images
+
+  def resized_crop(self, image: np.ndarray, draw: AugmentationDraw, row: int) -> np.ndarray:
+    """The random resized crop of one uint8 [H, W, C] image, resized back to [H, W]."""
+    height, width = image.shape[:2]
+    pil_image = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
+    box = self.crop_box(draw, row, height, width)
+    resized = np.asarray(pil_image.resize((width, height), _BILINEAR, box=box))
+    return resized[..., None] if resized.ndim == 2 else resized
 
 
 def random_crop(images: np.ndarray, offsets: np.ndarray, padding: int, mode: str) -> np.ndarray:

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import pathlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import ml_collections
 import numpy as np
@@ -53,12 +53,10 @@ class InMemoryImages:
   def num_examples(self, split: str) -> int:
     return len(self.splits[split].labels)
 
-  def eval_batches(self, split: str, batch_size: int) -> Iterator[LabelledImages]:
-    """Consecutive global batches of `split` in order; the last one may be short."""
+  def examples(self, split: str, ids: np.ndarray) -> LabelledImages:
+    """Examples `ids` of `split`."""
     data = self.splits[split]
-    for start in range(0, len(data.labels), batch_size):
-      stop = start + batch_size
-      yield LabelledImages(data.images[start:stop], data.labels[start:stop])
+    return LabelledImages(data.images[ids], data.labels[ids])
 
 
 def resize_images(images: np.ndarray, size: Sequence[int] | None) -> np.ndarray:

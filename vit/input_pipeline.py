@@ -6,7 +6,7 @@ and returns an `ImageData`, which yields numpy batches for training (endless, sh
 augmented) and evaluation (one ordered pass, padded and masked).
 
 Config fields; `default_data_config()` has all of them with these defaults:
-  source            'digits' (default) | 'tfds' | 'folder' | 'idx':
+  source            'digits' (default) | 'tfds' | 'folder' | 'idx' | 'records':
                     digits: scikit-learn's bundled 8x8 grey digits (1,797 images, nothing to
                       download), split 1,437 train / 360 test, stratified, random_state=0;
                       pixel values 0..16 are scaled to 0..255;
@@ -15,21 +15,26 @@ Config fields; `default_data_config()` has all of them with these defaults:
                     folder: image files path/<split>/<class>/*.{png,jpg,jpeg}, classes
                       are the sorted class folder names of the train split;
                     idx: MNIST-style IDX files in `path` (train-images-idx3-ubyte[.gz],
-                      train-labels-idx1-ubyte[.gz], t10k-... for the test split).
+                      train-labels-idx1-ubyte[.gz], t10k-... for the test split);
+                    records: a records folder `path` (pipelines.records, made once by
+                      `python -m pipelines.convert image-folder`), read from disk batch by
+                      batch: for image sets that do not fit in memory (vit.record_images).
   name              tfds: data set name, e.g. 'cifar10', 'mnist', 'oxford_flowers102'. None.
   data_dir          tfds: TFDS data directory; None = the TFDS default.
   streaming         tfds: None = stream with tf.data when the train split would exceed
                     4 GiB as uint8, else load into memory; True/False force it. None.
-  path              folder, idx: the data folder. None.
+  path              folder, idx, records: the data folder. None.
   cache_dir         folder: if set, decoded splits are cached there as .npy files keyed
                     by the file list, sizes and times (nothing is written into `path`). None.
   image_size        (H, W) to resize every image to (bilinear, aspect ratio not kept), or
-                    None to keep the stored size; needed when images differ in size. None.
+                    None to keep the stored size (records: the first train image's);
+                    needed when images differ in size. None.
   mean, std         per-channel normalisation in [0, 1] pixel units, image =
                     (pixel / 255 - mean) / std; a 1-tuple applies to all channels. None =
-                    computed from the train split at load time (not possible when streaming).
-  prefetch_batches  batches prepared ahead of the consumer. 4.
-  num_threads       background threads preparing them. 2.
+                    computed from the train split at load time (not possible for streamed
+                    TFDS sets and records folders, which are never read whole).
+  prefetch_batches  batches prepared ahead of the consumer (pipelines.steps, grain). 4.
+  num_threads       grain threads preparing them. 2.
   augment.crop_padding           pad by this many pixels, then crop a random window of the
                                  original size (0 = off). 0.
   augment.crop_pad_mode          'reflect' or 'constant' (zeros) padding. 'reflect'.
@@ -37,6 +42,9 @@ Config fields; `default_data_config()` has all of them with these defaults:
   augment.randaugment_layers     RandAugment ops per image (0 = off). 0.
   augment.randaugment_magnitude  0..30, 10 = the usual strength (vit.image_augmentation). 10.
   augment.mixup_alpha            mixup weights ~ Beta(alpha, alpha) per example (0 = off). 0.
+  augment.crop_scale             random resized crop: (low, high) area fraction of the window,
+                                 e.g. (0.08, 1.0) as Inception and the ViT paper; None = off. None.
+  augment.crop_ratio             its (low, high) width / height ratio. (3/4, 4/3).
 
 Splits are 'train' and 'test', plus 'validation' where the source has one.
 
@@ -44,34 +52,42 @@ Determinism: the global training batch at step s depends on (seed, s) alone. Exa
 come from epoch-wise permutations seeded by (seed, epoch), read as one endless sequence
 (a batch may span two epochs); augmentation randomness is drawn for the whole global
 batch from (seed, s) and each process takes rows [p*b/P, (p+1)*b/P). So resuming at
-start_step=s replays exactly what an uninterrupted run would see, and the processes'
-slices together are the one-process batch. Mixup pairs rows across the global batch.
-(Streamed TFDS sets weaken this; see vit.tfds_source.)
+start_step=s replays exactly what an uninterrupted run would see (the checkpoint's step is
+the pipeline's whole state), and the processes' slices together are the one-process batch.
+Mixup pairs rows across the global batch. This holds for records folders too, which read
+only the rows they need. (Streamed TFDS sets weaken it; see vit.tfds_source.)
+
+Execution: batches are made by grain threads ahead of the trainer (pipelines.steps). The
+example order and the augmentation draws are our own vectorised numpy, not grain's
+per-record shuffle and random maps: per record, those cost more than the whole crop-and-flip
+batch (benchmarks/input_pipeline.py has the numbers), and grain's per-record random maps are
+keyed by the position in each process's own stream, which would break the rule that two
+processes see what one does.
 """
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import dataclasses
 import functools
-import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 
 import ml_collections
 import numpy as np
 
+from pipelines.steps import step_batches
 from trainer.errors import ConfigError
 from trainer.partitioning import process_rows
-from vit import image_sources, tfds_source
+from vit import image_sources, record_images, tfds_source
 from vit.image_augmentation import Augmentation, AugmentationDraw
 from vit.image_sources import InMemoryImages, LabelledImages
+from vit.record_images import RecordImages
 
 _LOADERS = {
   'digits': image_sources.load_digits_source,
   'tfds': tfds_source.load_tfds_source,
   'folder': image_sources.load_folder_source,
   'idx': image_sources.load_idx_source,
+  'records': record_images.load_records_source,
 }
 # Tags keep the shuffling and augmentation random streams apart for equal (seed, number).
 _SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
@@ -98,6 +114,8 @@ def default_data_config() -> ml_collections.ConfigDict:
   config.augment.randaugment_layers = 0
   config.augment.randaugment_magnitude = 10
   config.augment.mixup_alpha = 0.0
+  config.augment.crop_scale = ml_collections.FieldReference(None, field_type=tuple)
+  config.augment.crop_ratio = (3 / 4, 4 / 3)
   return config
 
 
@@ -160,7 +178,7 @@ class ImageData:
   class_names: list[str]
   mean: tuple[float, ...]  # per channel, in [0, 1] pixel units
   std: tuple[float, ...]
-  _source: InMemoryImages | tfds_source.TfdsStream = dataclasses.field(repr=False)
+  _source: InMemoryImages | RecordImages | tfds_source.TfdsStream = dataclasses.field(repr=False)
   _augmentation: Augmentation = dataclasses.field(default_factory=Augmentation, repr=False)
   _prefetch_batches: int = dataclasses.field(default=4, repr=False)
   _num_threads: int = dataclasses.field(default=2, repr=False)
@@ -169,6 +187,8 @@ class ImageData:
   def split_names(self) -> tuple[str, ...]:
     if isinstance(self._source, InMemoryImages):
       return tuple(self._source.splits)
+    if isinstance(self._source, RecordImages):
+      return self._source.split_names
     return tuple(self._source.split_sizes)
 
   def num_examples(self, split: str) -> int:
@@ -193,19 +213,26 @@ class ImageData:
     rows = process_rows(batch_size, process_index, process_count)
     if seed < 0 or start_step < 0:
       raise ValueError(f'seed and start_step must be >= 0, got {seed} and {start_step}')
-    steps = itertools.count(start_step)
-    if isinstance(self._source, InMemoryImages):
-      make_batch = functools.partial(self._in_memory_train_batch, batch_size=batch_size, seed=seed, rows=rows)
-      return self._prefetched(make_batch, zip(steps))
-    streamed = self._source.train_batches(
-      rows.stop - rows.start,
-      seed=seed,
+    if isinstance(self._source, tfds_source.TfdsStream):
+      streamed = self._source.train_batches(
+        rows.stop - rows.start,
+        seed=seed,
+        start_step=start_step,
+        process_index=process_index,
+        process_count=process_count,
+      )
+      # tf.data reads ahead by itself; augmentation is cheap next to its decoding.
+      return (
+        self._streamed_train_batch(step, examples, batch_size=batch_size, seed=seed, rows=rows)
+        for step, examples in enumerate(streamed, start=start_step)
+      )
+    make_batch = functools.partial(self._train_batch, batch_size=batch_size, seed=seed, rows=rows)
+    return step_batches(
+      make_batch,
       start_step=start_step,
-      process_index=process_index,
-      process_count=process_count,
+      num_threads=self._num_threads,
+      prefetch_batches=self._prefetch_batches,
     )
-    make_batch = functools.partial(self._streamed_train_batch, batch_size=batch_size, seed=seed, rows=rows)
-    return self._prefetched(make_batch, zip(steps, streamed))
 
   def eval_batches(
     self, split: str, *, batch_size: int, process_index: int = 0, process_count: int = 1
@@ -217,26 +244,39 @@ class ImageData:
     """
     self._check_split(split)
     rows = process_rows(batch_size, process_index, process_count)
-    global_batches = self._source.eval_batches(split, batch_size)
-    make_batch = functools.partial(self._eval_batch, rows=rows)
-    return self._prefetched(make_batch, zip(global_batches))
+    if isinstance(self._source, tfds_source.TfdsStream):
+      return (self._eval_batch(batch, rows=rows) for batch in self._source.eval_batches(split, batch_size))
+    size = self._source.num_examples(split)
+
+    def make_batch(index: int) -> dict[str, np.ndarray]:
+      ids = np.arange(index * batch_size, min(size, (index + 1) * batch_size))
+      return self._eval_batch(self._source.examples(split, ids), rows=rows)
+
+    return step_batches(
+      make_batch,
+      stop_step=-(-size // batch_size),
+      num_threads=self._num_threads,
+      prefetch_batches=self._prefetch_batches,
+    )
 
   def _check_split(self, split: str) -> None:
     if split not in self.split_names:
       raise ConfigError(f'unknown split {split!r}; available: {list(self.split_names)}')
 
-  def _in_memory_train_batch(
-    self, step: int, *, batch_size: int, seed: int, rows: slice
-  ) -> dict[str, np.ndarray]:
-    train = self._source.splits['train']
-    example_ids = _example_ids(seed, step, batch_size, len(train.labels))
+  def _train_batch(self, step: int, *, batch_size: int, seed: int, rows: slice) -> dict[str, np.ndarray]:
+    example_ids = _example_ids(seed, step, batch_size, self._source.num_examples('train'))
     draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
     own = np.arange(rows.start, rows.stop)
     partner = None if draw.mix_partner is None else draw.mix_partner[own]
     # Mixup partners may be other processes' rows: augment those here too.
     needed = own if partner is None else np.union1d(own, partner)
-    examples = LabelledImages(train.images[example_ids[needed]], train.labels[example_ids[needed]])
-    return self._augmented_batch(examples, needed, own, partner, draw)
+    crop_while_decoding = isinstance(self._source, RecordImages) and draw.crop_areas is not None
+    if crop_while_decoding:
+      crop = lambda row, height, width: self._augmentation.crop_box(draw, needed[row], height, width)  # noqa: E731
+      examples = self._source.examples('train', example_ids[needed], crop)
+    else:
+      examples = self._source.examples('train', example_ids[needed])
+    return self._augmented_batch(examples, needed, own, partner, draw, resized_crop_done=crop_while_decoding)
 
   def _streamed_train_batch(
     self, step: int, examples: LabelledImages, *, batch_size: int, seed: int, rows: slice
@@ -253,9 +293,11 @@ class ImageData:
     own: np.ndarray,
     partner: np.ndarray | None,
     draw: AugmentationDraw,
+    *,
+    resized_crop_done: bool = False,
   ) -> dict[str, np.ndarray]:
     """Augments `examples` (global batch rows `positions`, sorted); returns rows `own`."""
-    images = self._augmentation.apply(examples.images, draw, positions)
+    images = self._augmentation.apply(examples.images, draw, positions, resized_crop_done=resized_crop_done)
     if partner is None:  # then positions are exactly the own rows
       return {'image': self._normalise(images), 'label': examples.labels}
     own_at = np.searchsorted(positions, own)
@@ -302,9 +344,6 @@ class ImageData:
     rows += shift
     return rows.reshape(images.shape)
 
-  def _prefetched(self, make_batch: Callable, arguments: Iterable[tuple]) -> Iterator:
-    return _prefetched(make_batch, arguments, self._prefetch_batches, self._num_threads)
-
 
 @functools.lru_cache(maxsize=8)
 def _epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
@@ -325,7 +364,7 @@ def _example_ids(seed: int, step: int, batch_size: int, num_examples: int) -> np
 
 def _normalisation(
   config: ml_collections.ConfigDict,
-  source: InMemoryImages | tfds_source.TfdsStream,
+  source: InMemoryImages | RecordImages | tfds_source.TfdsStream,
   channels: int,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
   """Per-channel mean and std in [0, 1] units: from the config, else from the train split."""
@@ -340,7 +379,10 @@ def _normalisation(
   elif isinstance(source, InMemoryImages):
     mean, std = _channel_statistics(source.splits['train'].images)
   else:
-    raise ConfigError('streamed data sets need data.mean and data.std set explicitly')
+    raise ConfigError(
+      f'data.source {config.source!r} is read from disk, never whole: set data.mean and data.std '
+      '(per channel in [0, 1] units, e.g. (0.5,) and (0.5,))'
+    )
   return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
@@ -360,20 +402,3 @@ def _channel_statistics(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   variance = total_of_squares.reshape(-1, channels).sum(axis=0) / count - mean**2
   std = np.maximum(np.sqrt(np.maximum(variance, 0)), 0.255)  # constant images: avoid 0
   return mean / 255, std / 255
-
-
-def _prefetched(make_batch: Callable, arguments: Iterable[tuple], depth: int, num_threads: int) -> Iterator:
-  """Yields make_batch(*args) for each args in order, keeping `depth` calls running ahead."""
-  pool = concurrent.futures.ThreadPoolExecutor(num_threads, thread_name_prefix='image-batches')
-  pending = collections.deque()
-  try:
-    for args in arguments:
-      pending.append(pool.submit(make_batch, *args))
-      if len(pending) > depth:
-        yield pending.popleft().result()
-    while pending:
-      yield pending.popleft().result()
-  finally:
-    for future in pending:
-      future.cancel()
-    pool.shutdown(wait=False)

@@ -1,0 +1,44 @@
+"""Batches as a pure function of the step, computed ahead of the trainer by grain.
+
+Every family makes its global training batch at step ``s`` from ``(seed, s)`` alone, so a
+resumed run needs only the step from the checkpoint to replay exactly what an uninterrupted
+run would have seen, and the processes' row slices together are the one-process batch.
+``step_batches`` hands such a function to grain: ``MapDataset.range`` over the steps, ``map``
+by the batch maker, ``to_iter_dataset`` with ``ReadOptions`` so that ``num_threads`` threads
+work ahead of the consumer. The batch makers do their work in vectorised numpy (or in
+decoders that release the GIL), so threads, not processes, are what pays on a small CPU:
+grain's worker processes (``mp_prefetch``) copy every batch between processes, which cost
+more than it saved on 2 cores (the numbers are in ``benchmarks/input_pipeline.py``).
+"""
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grain
+
+# An endless run's last step: far beyond any training run, within grain's int64 indices.
+_ENDLESS = 2**62
+
+
+def step_batches(
+  make_batch: Callable[[int], Any],
+  *,
+  start_step: int = 0,
+  stop_step: int | None = None,
+  num_threads: int = 2,
+  prefetch_batches: int = 4,
+) -> Iterator[Any]:
+  """``make_batch(s)`` for ``s = start_step, start_step + 1, ...`` (up to ``stop_step``, else endless),
+  with ``num_threads`` threads keeping up to ``prefetch_batches`` batches ready."""
+  if start_step < 0:
+    raise ValueError(f'start_step must be >= 0, got {start_step}')
+  if num_threads < 1 or prefetch_batches < 1:
+    raise ValueError(
+      f'num_threads and prefetch_batches must be >= 1, got {num_threads} and {prefetch_batches}'
+    )
+  stop = _ENDLESS if stop_step is None else stop_step
+  if stop <= start_step:
+    return iter(())
+  steps = grain.MapDataset.range(start_step, stop).map(make_batch)
+  options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch_batches)
+  return iter(steps.to_iter_dataset(options))
