@@ -61,10 +61,16 @@ class RecordSplit:
 
   def read(self, indices: Sequence[int]) -> list[bytes]:
     """The raw records at ``indices``."""
+    indices = [int(index) for index in indices]
     try:
-      return list(self._source.__getitems__([int(index) for index in indices]))
-    except Exception as error:  # the reader's errors are plain RuntimeErrors from C++
-      raise DataError(f'{self.path}: cannot read records {_few(indices)}: {error}') from None
+      return list(self._source.__getitems__(indices))
+    except Exception:  # the reader's errors are plain RuntimeErrors from C++: find the record
+      for index in indices:
+        try:
+          self._source[index]
+        except Exception as error:
+          raise DataError(f'{self.path}: cannot read record {index}: {error}') from None
+      raise
 
   def image(self, index: int, record: bytes) -> tuple[int, bytes]:
     """(label, encoded image bytes) of image record ``index``."""
@@ -134,8 +140,3 @@ def _open_split(root: pathlib.Path, name: str, entry: dict) -> RecordSplit:
   if size != entry['records']:
     raise DataError(f'{path} has {size} records; {root / METADATA_FILE} says {entry["records"]}')
   return RecordSplit(path, size, source)
-
-
-def _few(indices: Sequence[int]) -> str:
-  shown = ', '.join(str(int(index)) for index in list(indices)[:8])
-  return f'[{shown}{", ..." if len(indices) > 8 else ""}]'
