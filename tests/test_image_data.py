@@ -205,6 +205,16 @@ def test_randaugment_batches_are_deterministic_and_change_images(digits):
   assert not np.array_equal(first['image'], plain['image'])
 
 
+def test_random_resized_crop_of_in_memory_images_is_deterministic_and_changes_them(digits):
+  cropped = load_image_data(make_config(source='digits', augment={'crop_scale': (0.2, 0.5)}))
+  first = next(cropped.train_batches(batch_size=16, seed=2))
+  assert_batches_equal(first, next(cropped.train_batches(batch_size=16, seed=2)))
+  plain = next(digits.train_batches(batch_size=16, seed=2))
+  assert first['image'].shape == plain['image'].shape
+  np.testing.assert_array_equal(first['label'], plain['label'])
+  assert not np.array_equal(first['image'], plain['image'])
+
+
 # ---------------------------------------------------------------------- config errors
 
 
@@ -216,6 +226,10 @@ def test_randaugment_batches_are_deterministic_and_change_images(digits):
     ({'source': 'digits', 'augment': {'crop_padding': 8}}, 'below the image side'),
     ({'source': 'digits', 'mean': (0.5,)}, 'both data.mean and data.std'),
     ({'source': 'folder'}, 'data.path must be set'),
+    ({'source': 'records'}, 'data.path must be set'),
+    ({'source': 'digits', 'augment': {'crop_scale': (0.5, 1.0), 'crop_padding': 1}}, 'set only one'),
+    ({'source': 'digits', 'augment': {'crop_scale': (0.0, 1.0)}}, r'0 < low <= high <= 1'),
+    ({'source': 'digits', 'augment': {'crop_ratio': (2.0, 1.0)}}, r'crop_ratio must be \(low, high\)'),
   ],
 )
 def test_bad_config_fails_with_a_clear_error(fields, message):

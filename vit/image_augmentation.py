@@ -122,6 +122,8 @@ class Augmentation:
       crop_scale=None if config.crop_scale is None else tuple(float(value) for value in config.crop_scale),
       crop_ratio=tuple(float(value) for value in config.crop_ratio),
     )
+    if augmentation.crop_scale is not None and augmentation.crop_padding:
+      raise ConfigError('augment.crop_scale and augment.crop_padding are two kinds of crop; set only one')
     if augmentation.crop_scale is not None and (
       len(augmentation.crop_scale) != 2
       or not 0 < augmentation.crop_scale[0] <= augmentation.crop_scale[1] <= 1
@@ -188,15 +190,15 @@ class Augmentation:
     return left, top, left + crop_width, top + crop_height
 
   def apply(
-    self, images: np.ndarray, draw: AugmentationDraw, rows: np.ndarray, *, resized_crop_done: bool = False
+    self, images: np.ndarray, draw: AugmentationDraw, rows: np.ndarray, *, decoded_with_crop: bool = False
   ) -> np.ndarray:
     """Crops, flips and RandAugments uint8 images [n, H, W, C], which are global `rows`
-    (the random resized crop too, unless the source did it while decoding)."""
-    if draw.crop_areas is not None and not resized_crop_done:
+    (`decoded_with_crop`: the source did the random resized crop and the flip while decoding)."""
+    if draw.crop_areas is not None and not decoded_with_crop:
       images = np.stack([self.resized_crop(image, draw, row) for image, row in zip(images, rows)])
     if draw.crop_offsets is not None:
       images = random_crop(images, draw.crop_offsets[rows], self.crop_padding, self.crop_pad_mode)
-    if draw.flips is not None:
+    if draw.flips is not None and not decoded_with_crop:
       images = horizontal_flip(images, draw.flips[rows])
     if draw.randaugment_ops is not None:
       images = np.stack(

@@ -273,10 +273,11 @@ class ImageData:
     crop_while_decoding = isinstance(self._source, RecordImages) and draw.crop_areas is not None
     if crop_while_decoding:
       crop = lambda row, height, width: self._augmentation.crop_box(draw, needed[row], height, width)  # noqa: E731
-      examples = self._source.examples('train', example_ids[needed], crop)
+      flips = None if draw.flips is None else draw.flips[needed]
+      examples = self._source.examples('train', example_ids[needed], crop, flips)
     else:
       examples = self._source.examples('train', example_ids[needed])
-    return self._augmented_batch(examples, needed, own, partner, draw, resized_crop_done=crop_while_decoding)
+    return self._augmented_batch(examples, needed, own, partner, draw, decoded_with_crop=crop_while_decoding)
 
   def _streamed_train_batch(
     self, step: int, examples: LabelledImages, *, batch_size: int, seed: int, rows: slice
@@ -294,10 +295,10 @@ class ImageData:
     partner: np.ndarray | None,
     draw: AugmentationDraw,
     *,
-    resized_crop_done: bool = False,
+    decoded_with_crop: bool = False,
   ) -> dict[str, np.ndarray]:
     """Augments `examples` (global batch rows `positions`, sorted); returns rows `own`."""
-    images = self._augmentation.apply(examples.images, draw, positions, resized_crop_done=resized_crop_done)
+    images = self._augmentation.apply(examples.images, draw, positions, decoded_with_crop=decoded_with_crop)
     if partner is None:  # then positions are exactly the own rows
       return {'image': self._normalise(images), 'label': examples.labels}
     own_at = np.searchsorted(positions, own)

@@ -4,7 +4,7 @@ sets that do not fit in memory.
 Nothing is decoded up front: a batch reads its examples' records (random access), decodes
 them with PIL and resizes them to ``data.image_size``; with a random resized crop
 (``augment.crop_scale``), the crop window is cut from the stored image before resizing, so
-a large stored image loses no detail. Images are converted to the channels of the first
+a large stored image loses no detail, and the flip is done while copying the pixels. Images are converted to the channels of the first
 train image (grey 'L' or 'RGB'). A record that cannot be read, or whose bytes are not an
 image, is an error naming the file and the record.
 """
@@ -43,14 +43,18 @@ class RecordImages:
   def num_examples(self, split: str) -> int:
     return len(self.folder.splits[split])
 
-  def examples(self, split: str, ids: np.ndarray, crop: CropBox | None = None) -> LabelledImages:
-    """Examples ``ids`` of ``split``, decoded to uint8 [n, H, W, C]; ``crop`` cuts each before resizing."""
+  def examples(
+    self, split: str, ids: np.ndarray, crop: CropBox | None = None, flips: np.ndarray | None = None
+  ) -> LabelledImages:
+    """Examples ``ids`` of ``split``, decoded to uint8 [n, H, W, C]; ``crop`` cuts each before
+    resizing, and the rows where ``flips`` is set are mirrored (cheaper here than on the batch)."""
     records = self.folder.splits[split]
     images = np.empty((len(ids), *self.image_shape), np.uint8)
     labels = np.empty(len(ids), np.int32)
     for row, (index, record) in enumerate(zip(ids, records.read(ids))):
       labels[row], encoded = records.image(int(index), record)
-      images[row] = self._decode(records, int(index), encoded, None if crop is None else row, crop)
+      pixels = self._decode(records, int(index), encoded, None if crop is None else row, crop)
+      images[row] = pixels[:, ::-1] if flips is not None and flips[row] else pixels
     if labels.size and labels.max() >= len(self.class_names):
       raise DataError(
         f'{records.path}: a record has class {labels.max()}; there are {len(self.class_names)} classes'
