@@ -401,6 +401,26 @@ def test_tfds_cifar10_under_mock_data():
   assert next(resized.eval_batches('test', batch_size=4))['image'].shape == (4, 16, 16, 3)
 
 
+def test_tfds_random_access_under_mock_data():
+  tfds = pytest.importorskip('tensorflow_datasets')
+  augment = {'crop_scale': (0.3, 1.0), 'flip': True}
+  config = make_config(augment, source='tfds', name='cifar10', random_access=True, mean=(0.5,), std=(0.25,))
+  with tfds.testing.mock_data(num_examples=20):
+    data = load_image_data(config)
+    uninterrupted = take(data.train_batches(batch_size=8, seed=4), 5)
+    resumed = take(data.train_batches(batch_size=8, seed=4, start_step=3), 2)
+    halves = [
+      take(data.train_batches(batch_size=8, seed=4, process_index=p, process_count=2), 1)[0] for p in (0, 1)
+    ]
+    masks = [batch['mask'] for batch in data.eval_batches('test', batch_size=8)]
+  assert type(data._source).__name__ == 'TfdsRandomAccess'
+  assert uninterrupted[0]['image'].shape == (8, 32, 32, 3)
+  for left, right in zip(uninterrupted[3:], resumed):
+    assert_batches_equal(left, right)
+  assert_batches_equal(concat_batches(halves), uninterrupted[0])
+  assert len(masks) == 3 and np.concatenate(masks).sum() == 20
+
+
 def test_tfds_streaming_under_mock_data():
   tfds = pytest.importorskip('tensorflow_datasets')
   config = make_config(

@@ -21,7 +21,9 @@ Config fields; `default_data_config()` has all of them with these defaults:
                       batch: for image sets that do not fit in memory (vit.record_images).
   name              tfds: data set name, e.g. 'cifar10', 'mnist', 'oxford_flowers102'. None.
   data_dir          tfds: TFDS data directory; None = the TFDS default.
-  streaming         tfds: None = stream with tf.data when the train split would exceed
+  random_access     tfds: read the ArrayRecord files example by example (tfds.data_source);
+                    None = when the set was prepared as ArrayRecord. None.
+  streaming         tfds, TFRecord files: None = stream with tf.data when the train split would exceed
                     4 GiB as uint8, else load into memory; True/False force it. None.
   path              folder, idx, records: the data folder. None.
   cache_dir         folder: if set, decoded splits are cached there as .npy files keyed
@@ -99,6 +101,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   config.source = 'digits'
   config.name = ml_collections.FieldReference(None, field_type=str)
   config.data_dir = ml_collections.FieldReference(None, field_type=str)
+  config.random_access = ml_collections.FieldReference(None, field_type=bool)
   config.streaming = ml_collections.FieldReference(None, field_type=bool)
   config.path = ml_collections.FieldReference(None, field_type=str)
   config.cache_dir = ml_collections.FieldReference(None, field_type=str)
@@ -178,7 +181,9 @@ class ImageData:
   class_names: list[str]
   mean: tuple[float, ...]  # per channel, in [0, 1] pixel units
   std: tuple[float, ...]
-  _source: InMemoryImages | RecordImages | tfds_source.TfdsStream = dataclasses.field(repr=False)
+  _source: InMemoryImages | RecordImages | tfds_source.TfdsRandomAccess | tfds_source.TfdsStream = (
+    dataclasses.field(repr=False)
+  )
   _augmentation: Augmentation = dataclasses.field(default_factory=Augmentation, repr=False)
   _prefetch_batches: int = dataclasses.field(default=4, repr=False)
   _num_threads: int = dataclasses.field(default=2, repr=False)
@@ -187,7 +192,7 @@ class ImageData:
   def split_names(self) -> tuple[str, ...]:
     if isinstance(self._source, InMemoryImages):
       return tuple(self._source.splits)
-    if isinstance(self._source, RecordImages):
+    if isinstance(self._source, (RecordImages, tfds_source.TfdsRandomAccess)):
       return self._source.split_names
     return tuple(self._source.split_sizes)
 
@@ -270,7 +275,7 @@ class ImageData:
     partner = None if draw.mix_partner is None else draw.mix_partner[own]
     # Mixup partners may be other processes' rows: augment those here too.
     needed = own if partner is None else np.union1d(own, partner)
-    crop_while_decoding = isinstance(self._source, RecordImages) and draw.crop_areas is not None
+    crop_while_decoding = getattr(self._source, 'decodes_examples', False) and draw.crop_areas is not None
     if crop_while_decoding:
       crop = lambda row, height, width: self._augmentation.crop_box(draw, needed[row], height, width)  # noqa: E731
       flips = None if draw.flips is None else draw.flips[needed]
@@ -365,7 +370,7 @@ def _example_ids(seed: int, step: int, batch_size: int, num_examples: int) -> np
 
 def _normalisation(
   config: ml_collections.ConfigDict,
-  source: InMemoryImages | RecordImages | tfds_source.TfdsStream,
+  source: InMemoryImages | RecordImages | tfds_source.TfdsRandomAccess | tfds_source.TfdsStream,
   channels: int,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
   """Per-channel mean and std in [0, 1] units: from the config, else from the train split."""

@@ -35,6 +35,8 @@ class RecordImages:
   folder: RecordFolder
   class_names: list[str]
   image_shape: tuple[int, int, int]
+  #: examples are decoded batch by batch, so the random resized crop is done while decoding
+  decodes_examples = True
 
   @property
   def split_names(self) -> tuple[str, ...]:
@@ -62,16 +64,21 @@ class RecordImages:
     return LabelledImages(images, labels)
 
   def _decode(self, records: RecordSplit, index: int, encoded: bytes, row: int | None, crop: CropBox | None):
-    height, width, channels = self.image_shape
     try:
       with Image.open(io.BytesIO(encoded)) as image:
         box = None if crop is None else crop(row, image.height, image.width)
-        pixels = np.asarray(
-          image.convert('L' if channels == 1 else 'RGB').resize((width, height), _BILINEAR, box=box)
-        )
+        return resized_pixels(image, self.image_shape, box)
     except (OSError, ValueError, Image.DecompressionBombError) as error:
       raise DataError(f'{records.path}: record {index} is not a readable image ({error})') from None
-    return pixels.reshape(height, width, channels)
+
+
+def resized_pixels(
+  image: Image.Image, shape: tuple[int, int, int], box: tuple[int, int, int, int] | None
+) -> np.ndarray:
+  """uint8 [H, W, C] of ``image`` (of its window ``box``, if given) resized to ``shape``."""
+  height, width, channels = shape
+  resized = image.convert('L' if channels == 1 else 'RGB').resize((width, height), _BILINEAR, box=box)
+  return np.asarray(resized).reshape(shape)
 
 
 def load_records_source(config: ml_collections.ConfigDict) -> RecordImages:

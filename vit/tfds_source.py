@@ -1,11 +1,17 @@
-"""TensorFlow Datasets image sets, read offline: in memory when small, streamed when huge.
+"""TensorFlow Datasets image sets, read offline: random access, in memory, or streamed.
 
 Nothing is ever downloaded. A data set that is not prepared in `data_dir` fails at once
 with a FileNotFoundError naming the data set, the directory searched and the command that
 prepares it. Examples must have an 'image' and a 'label' feature; only the splits 'train',
 'validation' and 'test' are used.
 
-Small sets (cifar10, mnist, ...) are decoded once into uint8 numpy arrays, so everything
+Sets prepared as ArrayRecord (`tfds build NAME --file_format array_record`) are read with
+random access through `tfds.data_source` (`TfdsRandomAccess`, chosen by `data.random_access`,
+None = whenever the set is prepared that way): nothing is loaded up front, each batch
+decodes only its examples, and the in-memory determinism contract holds in full (exact
+resume, two processes = one), however big the set. TensorFlow does not read these.
+
+Sets prepared as TFRecord (tfds's default) are read with tf.data. Small ones (cifar10, mnist, ...) are decoded once into uint8 numpy arrays, so everything
 after loading is numpy. A set whose train split would exceed 4 GiB as uint8 (imagenet2012)
 is streamed with tf.data instead (`TfdsStream`), which weakens the determinism contract:
 - each process reads its own even share of the train split (not a slice of a global
@@ -27,18 +33,20 @@ from typing import Any
 
 import ml_collections
 import numpy as np
+from PIL import Image
 
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.tfds_import import import_tensorflow_on_cpu, import_tfds_on_cpu
 from vit.image_sources import SPLIT_NAMES, InMemoryImages, LabelledImages
+from vit.record_images import CropBox, resized_pixels
 
 _STREAM_ABOVE_BYTES = 4 * 2**30
 _LOAD_BATCH_SIZE = 1024
 _STREAM_SHUFFLE_BUFFER = 4096
 
 
-def load_tfds_source(config: ml_collections.ConfigDict) -> InMemoryImages | TfdsStream:
-  """Opens TFDS data set `config.name` from `config.data_dir`, loading or streaming it."""
+def load_tfds_source(config: ml_collections.ConfigDict) -> TfdsRandomAccess | InMemoryImages | TfdsStream:
+  """Opens TFDS data set `config.name` from `config.data_dir`: random access, loaded or streamed."""
   tfds = import_tfds_on_cpu()
   if not config.name:
     raise ConfigError("data.name must be set for source 'tfds' (e.g. 'cifar10')")
@@ -67,6 +75,11 @@ def load_tfds_source(config: ml_collections.ConfigDict) -> InMemoryImages | Tfds
   resize_to = None if (height, width) == (stored_height, stored_width) else (height, width)
   class_names = list(features['label'].names)
 
+  random_access = config.random_access
+  if random_access is None:
+    random_access = str(builder.info.file_format).lower().endswith('array_record')
+  if random_access:
+    return _random_access(builder, config, class_names, (height, width, channels), split_sizes)
   streaming = config.streaming
   if streaming is None:
     streaming = split_sizes['train'] * height * width * channels > _STREAM_ABOVE_BYTES
@@ -87,6 +100,58 @@ def _check_prepared(builder: Any, config: ml_collections.ConfigDict) -> None:
       f'`tfds build {config.name} --data_dir {data_dir}` (sets like imagenet2012 also '
       f'need --manual_dir), then copy {data_dir}/{config.name} here'
     ) from None
+
+
+def _random_access(builder, config, class_names, image_shape, split_sizes) -> TfdsRandomAccess:
+  try:
+    sources = {split: builder.as_data_source(split=split) for split in split_sizes}
+  except Exception as error:  # tfds raises several kinds when the ArrayRecord files are absent
+    raise DataError(
+      f'tfds data set {config.name!r} cannot be read with random access ({error}); it needs ArrayRecord '
+      f'files: prepare it with `tfds build {config.name} --data_dir {builder.data_dir_root} '
+      '--file_format array_record`, or set data.random_access=False to read its TFRecords with tf.data'
+    ) from None
+  return TfdsRandomAccess(config.name, class_names, image_shape, sources)
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsRandomAccess:
+  """A TFDS set read example by example from its ArrayRecord files (see the module docstring)."""
+
+  name: str
+  class_names: list[str]
+  image_shape: tuple[int, int, int]
+  sources: dict[str, Any]  # split -> tfds data source
+  #: examples are decoded batch by batch, so the random resized crop is done while decoding
+  decodes_examples = True
+
+  @property
+  def split_names(self) -> tuple[str, ...]:
+    return tuple(self.sources)
+
+  def num_examples(self, split: str) -> int:
+    return len(self.sources[split])
+
+  def examples(
+    self, split: str, ids: np.ndarray, crop: CropBox | None = None, flips: np.ndarray | None = None
+  ) -> LabelledImages:
+    """Examples ``ids`` of ``split`` as uint8 [n, H, W, C]; ``crop`` and ``flips`` as for records folders."""
+    images = np.empty((len(ids), *self.image_shape), np.uint8)
+    labels = np.empty(len(ids), np.int32)
+    for row, index in enumerate(ids):
+      try:
+        example = self.sources[split][int(index)]
+      except Exception as error:
+        raise DataError(
+          f'tfds data set {self.name!r} split {split!r}: cannot read example {index}: {error}'
+        ) from None
+      pixels = np.asarray(example['image'])
+      image = Image.fromarray(pixels[..., 0] if pixels.shape[-1] == 1 else pixels)
+      box = None if crop is None else crop(row, image.height, image.width)
+      resized = resized_pixels(image, self.image_shape, box)
+      images[row] = resized[:, ::-1] if flips is not None and flips[row] else resized
+      labels[row] = example['label']
+    return LabelledImages(images, labels)
 
 
 def _decode_example(example: dict[str, Any], resize_to: tuple[int, int] | None) -> tuple:
