@@ -18,7 +18,8 @@ def trainer_config() -> ml_collections.ConfigDict:
   ``total_steps`` (or ``num_epochs`` when ``total_steps`` is 0), ``batch_size`` (global),
   ``eval_batch_size``, ``grad_accum_steps``, ``seed``, ``log_every_steps``,
   ``eval_every_steps``, ``checkpoint_every_steps``, ``keep_checkpoints`` (latest N kept,
-  plus the best by ``best_metric``/``best_mode``), ``eval_split``, ``optimizer``.
+  plus the best by ``best_metric``/``best_mode``), ``eval_split``, ``optimizer``, ``mesh``
+  (``data`` x ``fsdp`` devices, ``trainer.partitioning``; ``data=-1``: all that are left).
   """
   from trainer.optim import default_optimizer_config  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
 
@@ -39,5 +40,6 @@ def trainer_config() -> ml_collections.ConfigDict:
       best_mode='max',
       eval_split='test',
       optimizer=default_optimizer_config(),
+      mesh=ml_collections.ConfigDict(dict(data=-1, fsdp=1)),
     )
   )

@@ -92,4 +92,8 @@ def get_config():
   config.optimizer.momentum = 0.9
   config.optimizer.nesterov = False
   config.optimizer.grad_clip_norm = 1.0
+
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.data = -1  # devices on the data axis; -1: all that fsdp leaves
+  config.mesh.fsdp = 1  # devices that shard parameters and optimizer state (trainer/partitioning.py)
   return config

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from tests.vit_test_configs import tiny_vit_config
 from trainer.loop import train_and_evaluate
@@ -25,7 +26,8 @@ def _losses(workdir):
   return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
 
 
-def test_two_processes_train_like_one(tmp_path):
+@pytest.mark.parametrize('fsdp', [1, 2], ids=['replicated', 'fsdp_across_processes'])
+def test_two_processes_train_like_one(tmp_path, fsdp):
   port = _free_port()
   script = textwrap.dedent(f"""
       import sys
@@ -36,7 +38,9 @@ def test_two_processes_train_like_one(tmp_path):
       assert jax.process_count() == 2 and jax.device_count() == 2
       from tests.vit_test_configs import tiny_vit_config
       from trainer.loop import train_and_evaluate
-      result = train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=4), {str(tmp_path / 'two')!r})
+      config = tiny_vit_config(total_steps=4, eval_every_steps=4)
+      config.mesh.fsdp = {fsdp}
+      result = train_and_evaluate(config, {str(tmp_path / 'two')!r})
       print('accuracy', result.eval_metrics['accuracy'])
   """)
   env = dict(os.environ, JAX_PLATFORMS='cpu')

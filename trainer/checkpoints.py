@@ -344,5 +344,11 @@ class Checkpoints:
 
 
 def abstract_like(state: Any, sharding) -> Any:
-  """Shape/dtype/sharding stand-ins for ``state``, to restore into without allocating twice."""
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), state)
+  """Shape/dtype/sharding stand-ins for ``state``, to restore into without allocating twice.
+
+  ``sharding`` is one sharding for every array or a tree of them like ``state``; orbax
+  restores onto it whatever mesh the checkpoint was saved from.
+  """
+  if isinstance(sharding, jax.sharding.Sharding):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), state)
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, sharding)

@@ -14,7 +14,7 @@ from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like
 from trainer.errors import CheckpointError
 from trainer.loop import evaluate_params
-from trainer.partitioning import make_mesh, replicated
+from trainer.partitioning import make_mesh, state_shardings
 from trainer.state import ModelParts
 from trainer.task import load_task
 
@@ -47,7 +47,7 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
     task = load_task(config)
     task.prepare(workdir)
     parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
-    abstract = abstract_like(parts.params, replicated(mesh))
+    abstract = abstract_like(parts.params, state_shardings(parts.params, mesh))
     parts.params = None
     restored = [checkpoints.restore_params(s, abstract) for s in steps]
   finally:

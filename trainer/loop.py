@@ -30,7 +30,7 @@ from trainer.devices import Devices
 from trainer.errors import DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
 from trainer.optim import make_optimizer
-from trainer.partitioning import check_batch_size, global_batch, make_mesh, replicated
+from trainer.partitioning import check_batch_size, global_batch, make_mesh, replicated, state_shardings
 from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
@@ -145,7 +145,8 @@ class _Training:
     state = TrainState(
       step=jnp.zeros((), jnp.int32), params=self.parts.params, opt_state=optimizer.init(self.parts.params)
     )
-    self.state = jax.device_put(state, replicated(mesh))
+    self.state_sharding = state_shardings(state, mesh)
+    self.state = jax.device_put(state, self.state_sharding)
     self.parts.params = None  # the state holds them from now on
 
     self.checkpoints = Checkpoints(
@@ -153,7 +154,7 @@ class _Training:
     )
     self.start_step = self.checkpoints.latest_step() or 0
     if self.start_step:
-      self.state = self.checkpoints.restore(self.start_step, abstract_like(self.state, replicated(mesh)))
+      self.state = self.checkpoints.restore(self.start_step, abstract_like(self.state, self.state_sharding))
       logging.info('Resumed from the checkpoint at step %d.', self.start_step)
     self.is_main = jax.process_index() == 0
     if self.is_main:
@@ -162,9 +163,15 @@ class _Training:
     self.writers = make_writers(workdir, self.is_main)
 
     self.train_step = make_train_step(
-      task, self.parts, optimizer, mesh, seed=config.seed, grad_accum_steps=config.grad_accum_steps
+      task,
+      self.parts,
+      optimizer,
+      mesh,
+      seed=config.seed,
+      grad_accum_steps=config.grad_accum_steps,
+      state_sharding=self.state_sharding,
     )
-    self.eval_step = make_eval_step(task, self.parts, mesh)
+    self.eval_step = make_eval_step(task, self.parts, mesh, self.state_sharding.params)
     self.batches = task.train_batches(
       batch_size=config.batch_size,
       seed=config.seed,
@@ -295,7 +302,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   workdir = pathlib.Path(workdir)
   task = load_task(config)
   workdir_lib.check_same_identity(workdir, config)
-  mesh = make_mesh()
+  mesh = make_mesh(**config.get('mesh', {}))
   check_batch_size(config.batch_size, mesh)
   check_batch_size(config.eval_batch_size, mesh, 'eval_batch_size')
   num_steps = total_steps(config, task)

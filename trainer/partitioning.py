@@ -1,9 +1,17 @@
 """Devices: the mesh, the shardings, and global batches built from each process's slice.
 
-The batch is split over the ``data`` mesh axis; parameters and optimizer state are
-replicated. Every process feeds only its own rows; ``jax.make_array_from_process_local_data``
-assembles the global array, so one code path serves one CPU, one GPU and a pod.
+The mesh has two axes, ``data`` and ``fsdp`` (``config.mesh``; the default ``data=-1,
+fsdp=1`` puts every device on ``data``). The batch is split over both. Parameters and
+optimizer state are replicated over ``data`` and, when ``fsdp`` > 1, sharded over ``fsdp``
+(fully sharded data parallelism, ZeRO-3): each array of at least ``FSDP_MIN_SIZE`` elements is
+cut along its largest dimension that ``fsdp`` divides; smaller ones (biases, norms) and those
+with no such dimension stay whole. XLA inserts the all-gathers before use and the
+reduce-scatters of the gradients. Every process feeds only its own rows;
+``jax.make_array_from_process_local_data`` assembles the global array, so one code path serves
+one CPU, one GPU and a pod.
 """
+
+import math
 
 import jax
 import numpy as np
@@ -11,9 +19,26 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from trainer.errors import ConfigError
 
+AXES = ('data', 'fsdp')
+#: arrays smaller than this stay replicated under fsdp: gathering them costs more than they weigh
+FSDP_MIN_SIZE = 1024
 
-def make_mesh() -> Mesh:
-  return Mesh(np.asarray(jax.devices()), ('data',))
+
+def make_mesh(data: int = -1, fsdp: int = 1) -> Mesh:
+  """A ``data`` x ``fsdp`` mesh of all devices (``data=-1``: as many as are left)."""
+  devices = jax.devices()
+  count = len(devices)
+  if fsdp < 1 or count % fsdp:
+    raise ConfigError(
+      f'config.mesh.fsdp is {fsdp}; it must be >= 1 and divide the number of devices ({count}).'
+    )
+  if data == -1:
+    data = count // fsdp
+  if data < 1 or data * fsdp != count:
+    raise ConfigError(
+      f'config.mesh is data={data}, fsdp={fsdp}; their product must be the number of devices ({count}).'
+    )
+  return Mesh(np.asarray(devices).reshape(data, fsdp), AXES)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -21,7 +46,25 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, PartitionSpec('data'))
+  return NamedSharding(mesh, PartitionSpec(AXES))
+
+
+def array_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
+  """The sharding of one parameter or optimizer array of ``shape`` (see the module docstring)."""
+  fsdp = mesh.shape['fsdp']
+  if fsdp == 1 or math.prod(shape) < FSDP_MIN_SIZE:
+    return replicated(mesh)
+  for axis in sorted(range(len(shape)), key=lambda axis: -shape[axis]):
+    if shape[axis] % fsdp == 0:
+      spec = [None] * len(shape)
+      spec[axis] = 'fsdp'
+      return NamedSharding(mesh, PartitionSpec(*spec))
+  return replicated(mesh)
+
+
+def state_shardings(tree, mesh: Mesh):
+  """``array_sharding`` for every array of ``tree`` (parameters, optimizer state, a whole train state)."""
+  return jax.tree.map(lambda x: array_sharding(mesh, tuple(np.shape(x))), tree)
 
 
 def check_batch_size(global_batch_size: int, mesh: Mesh, what: str = 'batch_size') -> None:

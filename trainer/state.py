@@ -53,12 +53,14 @@ def make_train_step(
   *,
   seed: int,
   grad_accum_steps: int = 1,
+  state_sharding=None,
 ):
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
 
   ``metrics`` accumulates the train metrics since the last report inside the
   compiled step (start from ``task.train_metrics.empty()``), which saves a few
-  small dispatches per step.
+  small dispatches per step. ``state_sharding`` (a tree like the state, from
+  ``trainer.partitioning.state_shardings``) defaults to replicated.
   """
   dropout_key = jax.random.key(seed + 1)
 
@@ -94,18 +96,20 @@ def make_train_step(
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics_so_far.merge(metrics)
 
+  state_sharding = replicated(mesh) if state_sharding is None else state_sharding
   return jax.jit(
     step,
-    in_shardings=(replicated(mesh), replicated(mesh), batch_sharding(mesh)),
-    out_shardings=(replicated(mesh), replicated(mesh)),
+    in_shardings=(state_sharding, replicated(mesh), batch_sharding(mesh)),
+    out_shardings=(state_sharding, replicated(mesh)),
     donate_argnums=(0, 1),
   )
 
 
-def make_eval_step(task: Task, parts: ModelParts, mesh: Mesh):
+def make_eval_step(task: Task, parts: ModelParts, mesh: Mesh, params_sharding=None):
   """``eval_step(params, batch) -> eval metrics`` of one batch, compiled once."""
 
   def step(params, batch):
     return task.eval_metrics.single_from_model_output(**task.eval_outputs(parts.merge(params), batch))
 
-  return jax.jit(step, in_shardings=(replicated(mesh), batch_sharding(mesh)), out_shardings=replicated(mesh))
+  params_sharding = replicated(mesh) if params_sharding is None else params_sharding
+  return jax.jit(step, in_shardings=(params_sharding, batch_sharding(mesh)), out_shardings=replicated(mesh))

@@ -151,6 +151,11 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
       check_split_name(_get(config, field), f'config.{field}')
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('config.total_steps and config.num_epochs are both 0; set one of them > 0.')
+  if _has(config, 'mesh'):  # absent from configs saved before it existed: data=-1, fsdp=1
+    _check_integer(config, 'mesh.fsdp', 1)
+    _check_integer(config, 'mesh.data', -1)
+    if config.mesh.data == 0:
+      _fail('mesh.data', 0, 'it must be -1 (all devices left) or >= 1')
   if config.batch_size % config.grad_accum_steps:
     raise ConfigError(
       f'config.batch_size ({config.batch_size}) must be divisible by config.grad_accum_steps '
