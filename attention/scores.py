@@ -75,9 +75,9 @@ class AttentionScore(nnx.Module):
       logits = jnp.einsum('bhqd,bhkd->bhqk', jnp.swapaxes(query, 1, 2), jnp.swapaxes(key, 1, 2))
       return logits * self.fused_scale
     if self.kind == 'cosine':
-      query = query * jax.lax.rsqrt(jnp.sum(query * query, -1, keepdims=True) + 1e-12)
-      key = key * jax.lax.rsqrt(jnp.sum(key * key, -1, keepdims=True) + 1e-12)
-      cosine = jnp.einsum('bqhd,bkhd->bhqk', query, key)
+      # Norms and similarities in float32 whatever the compute dtype: scaled by up to 100,
+      # bfloat16 cosines would move in steps of up to 0.5.
+      cosine = jnp.einsum('bqhd,bkhd->bhqk', _unit(query), _unit(key), preferred_element_type=jnp.float32)
       log_tau = jnp.maximum(self.log_temperature[...], math.log(MIN_COSINE_TEMPERATURE))
       inverse_tau = jnp.exp(-log_tau).astype(cosine.dtype)
       return cosine * inverse_tau[None, :, None, None]
@@ -86,3 +86,9 @@ class AttentionScore(nnx.Module):
     projected_k = jnp.einsum('bkhd,hdf->bhkf', key, self.key_kernel[...].astype(key.dtype))
     hidden = jnp.tanh(projected_q[:, :, :, None, :] + projected_k[:, :, None, :, :])
     return jnp.einsum('bhqkf,hf->bhqk', hidden, self.energy[...].astype(hidden.dtype))
+
+
+def _unit(vectors: jax.Array) -> jax.Array:
+  """``vectors`` divided by their L2 norm over the last axis, computed in float32."""
+  wide = vectors.astype(jnp.float32)
+  return (wide * jax.lax.rsqrt(jnp.sum(wide * wide, -1, keepdims=True) + 1e-12)).astype(vectors.dtype)
