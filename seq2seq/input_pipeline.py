@@ -20,7 +20,7 @@ buckets are shuffled together. Every epoch has the same number of batches, so st
 batch s mod N of epoch s div N; each process takes rows [p*b/P, (p+1)*b/P) of it. Resuming
 at start_step replays exactly what an uninterrupted run would see (the checkpoint's step is
 the pipeline's whole state). Training batches are made one grain thread ahead of the
-trainer (``pipelines.steps``).
+trainer (``pipelines.steps``), and so are evaluation batches.
 
 Evaluation: one pass over every pair of a split (too long ones truncated, never dropped),
 sorted by length so that batches are dense; ``index`` gives each row's position in the
@@ -247,8 +247,8 @@ def eval_batches(
   def width(lengths, max_length):
     return min(int(boundaries[np.searchsorted(boundaries, max(int(lengths.max()), 1))]), max_length)
 
-  for start in range(0, len(order), batch_size):
-    members = order[start : start + batch_size]
+  def make_batch(index: int) -> dict[str, np.ndarray]:
+    members = order[index * batch_size : (index + 1) * batch_size]
     count = len(members)
     padded_members = np.concatenate([members, np.full(batch_size - count, members[0])])
     batch = _batch(
@@ -261,4 +261,6 @@ def eval_batches(
     batch['index'] = padded_members.astype(np.int32)
     for name in ('src', 'tgt_in', 'tgt_out'):
       batch[name][count:] = PAD_ID
-    yield {name: value[rows] for name, value in batch.items()}
+    return {name: value[rows] for name, value in batch.items()}
+
+  return step_batches(make_batch, stop_step=-(-len(order) // batch_size), num_threads=1, prefetch_batches=4)
