@@ -264,7 +264,7 @@ def records_vit_config(records_folder, **overrides):
 
   config = tiny_vit_config(**overrides)
   config.data.update(source='records', path=str(records_folder), mean=(0.5,), std=(0.25,), image_size=(8, 8))
-  config.data.augment.update(crop_scale=(0.5, 1.0), flip=True)
+  config.data.augment.update(crop_scale=(0.5, 1.0), crop_padding=0, flip=True)
   return config
 
 
