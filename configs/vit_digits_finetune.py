@@ -54,4 +54,10 @@ def get_config():
   config.optimizer.weight_decay = 0.0
   config.optimizer.momentum = 0.9
   config.optimizer.grad_clip_norm = 1.0
+  # Parameter groups by path (trainer/optim.py): '^(?!head\.)' freezes all but the head (a linear
+  # probe); layer_decay < 1 gives lower layers smaller learning rates.
+  config.optimizer.frozen = ''
+  config.optimizer.layer_decay = 1.0
+  config.optimizer.layer_decay_stem = r'^(patch_embedding|class_token|encoder\.positional)'
+  config.optimizer.layer_regex = r'blocks\.(\d+)\.'
   return config
