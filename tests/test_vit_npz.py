@@ -330,3 +330,22 @@ def test_another_architecture_names_the_key_and_both_shapes():
     match=r"checkpoint has no 'Transformer/encoderblock_2/LayerNorm_0/scale'; the model needs \(8,\)",
   ):
     checkpoint_npz.canonical_to_model(deep, arrays)
+
+
+def test_patch_kernel_resize_keeps_the_response_to_upsampled_patches():
+  import jax
+
+  rng = np.random.default_rng(9)
+  kernel = rng.normal(size=(4, 4, 1, WIDTH)).astype(np.float32)
+  resized = checkpoint_npz.resize_patch_kernel(kernel, (8, 8))
+  patch = rng.normal(size=(4, 4)).astype(np.float32)
+  upsampled = np.asarray(jax.image.resize(patch, (8, 8), method='bilinear', antialias=False))
+  np.testing.assert_allclose(
+    np.einsum('ij,ijd->d', upsampled, resized[:, :, 0]),
+    np.einsum('ij,ijd->d', patch, kernel[:, :, 0]),
+    atol=1e-4,
+  )
+  arrays = _official_arrays(rng)
+  model = _model(image=16, patch_size=8)  # the same 2x2 grid with 8x8 patches
+  report = checkpoint_npz.canonical_to_model(model, checkpoint_npz.to_canonical(arrays))
+  assert any('pseudo-inverse' in item for item in report.adapted)

@@ -24,6 +24,7 @@ import math
 import pathlib
 import zipfile
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx, traverse_util
@@ -237,11 +238,12 @@ def canonical_to_model(
 ) -> LoadReport:
   """Writes ``canonical`` (from ``to_canonical``) into ``model`` in place.
 
-  The head is loaded only when ``init_head`` and its shape matches; otherwise it is set to
-  zeros (the paper's fine-tuning). ``pre_logits`` arrays the model has no place for are
-  dropped. A learned position table of another grid is resampled (``resample_method``).
-  Any other missing, left-over or wrong-shape key raises ``CheckpointError`` naming the key
-  and both shapes, unless ``strict=False``, which skips it and lists it in the report.
+    The head is loaded only when ``init_head`` and its shape matches; otherwise it is set to
+    zeros (the paper's fine-tuning). ``pre_logits`` arrays the model has no place for are
+    dropped. A learned position table of another grid is resampled (``resample_method``); a patch
+  kernel of another patch size is resized (``resize_patch_kernel``).
+    Any other missing, left-over or wrong-shape key raises ``CheckpointError`` naming the key
+    and both shapes, unless ``strict=False``, which skips it and lists it in the report.
   """
   entries = model_entries(model)
   _check_every_param_mapped(model, entries)
@@ -264,6 +266,11 @@ def canonical_to_model(
     source = canonical[entry.key]
     if entry.key == POSEMB_KEY and source.shape != ours.shape:
       source = _resampled_table(source, model.grid, resample_method, report)
+    if entry.key == 'embedding/kernel' and source.shape[2:] == ours.shape[2:] and source.shape != ours.shape:
+      report.adapted.append(
+        f'{entry.key}: patch {source.shape[:2]} -> {ours.shape[:2]} (pseudo-inverse resize)'
+      )
+      source = resize_patch_kernel(source, ours.shape[:2])
     if entry.key == 'embedding/kernel' and source.shape != ours.shape:
       problems.append(
         f'checkpoint {entry.key!r} has shape {source.shape}; the model needs {ours.shape} '
@@ -292,6 +299,21 @@ def canonical_to_model(
   )
   nnx.update(model, state)
   return report
+
+
+def resize_patch_kernel(kernel: np.ndarray, new_patch: tuple[int, int]) -> np.ndarray:
+  """FlexiViT's pseudo-inverse resize of a patch-embedding kernel ``(P, P, C, D)`` to another patch size.
+
+  With ``B`` the bilinear resize of a patch as a matrix (``resize(x) = B x``), the new kernel is
+  ``pinv(B^T) w``: the one whose response to a resized patch is closest to the old kernel's
+  response to the original patch (exact when upsampling).
+  """
+  old_patch = kernel.shape[:2]
+  basis = np.eye(old_patch[0] * old_patch[1], dtype=np.float32).reshape(-1, *old_patch)
+  resized = jax.vmap(lambda x: jax.image.resize(x, new_patch, method='bilinear', antialias=False))(basis)
+  resize_matrix = np.asarray(resized, np.float64).reshape(len(basis), -1).T  # [new pixels, old pixels]
+  flat = kernel.reshape(len(basis), -1).astype(np.float64)
+  return (np.linalg.pinv(resize_matrix.T) @ flat).reshape(*new_patch, *kernel.shape[2:]).astype(kernel.dtype)
 
 
 def _official_shape(entry: _Entry, ours: np.ndarray) -> tuple[int, ...]:
