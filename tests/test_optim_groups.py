@@ -76,6 +76,8 @@ def test_bad_group_options_fail_with_the_field_named():
     parameter_groups(_config(frozen='('), _params())
   with pytest.raises(ConfigError, match='layer_decay'):
     parameter_groups(_config(layer_decay=1.5), _params())
+  with pytest.raises(ConfigError, match='optimizer.layer_regex'):
+    make_optimizer(_config(layer_regex='[', layer_decay=0.5), 10)
   with pytest.raises(ConfigError, match='freezes every parameter'):
     parameter_groups(_config(frozen='.'), _params())
 

@@ -104,13 +104,14 @@ def test_fewshot_solver_separates_separable_features_and_not_noise():
   assert chance['fewshot_5shot'] < 0.45
 
 
-def test_fewshot_runs_as_a_periodic_evaluation_and_from_a_workdir(pretrained_run, tmp_path):
+def test_fewshot_runs_as_the_periodic_extra_evaluation_and_from_a_workdir(pretrained_run):
   config = tiny_vit_config()
   config.fewshot = ml_collections.ConfigDict(
     dict(shots=(1, 5), seeds=2, held_out_per_class=5, train_examples=500)
   )
-  result = train_and_evaluate(config, tmp_path)
-  assert 0.0 <= result.eval_metrics['fewshot_5shot'] <= 1.0 and 'fewshot_1shot_std' in result.eval_metrics
+  task = load_task(config)
+  metrics = task.extra_evaluation(task.make_model(nnx.Rngs(0)), 'test', None, None)
+  assert 0.0 <= metrics['fewshot_5shot'] <= 1.0 and 'fewshot_1shot_std' in metrics
   workdir, _ = pretrained_run
   from_workdir = fewshot.evaluate_workdir_fewshot(str(workdir), 'latest', 'digits', None, (2,), seeds=2)
   assert 0.0 <= from_workdir['fewshot_2shot'] <= 1.0 and from_workdir['step'] == 8

@@ -89,14 +89,20 @@ def parameter_path(key_path) -> str:
   return path.removesuffix('.value')
 
 
-def parameter_groups(config: ml_collections.ConfigDict, params) -> dict[str, float | None]:
-  """Each parameter path -> its learning-rate multiplier, or ``None`` when frozen."""
+def _group_options(config: ml_collections.ConfigDict):
+  """The parameter-group fields, checked: (frozen, layer_regex, stem, layer_decay)."""
   frozen = _compile(config, 'frozen', '')
   layer_regex = _compile(config, 'layer_regex', r'blocks\.(\d+)\.')
   stem = _compile(config, 'layer_decay_stem', '')
   decay = config.get('layer_decay', 1.0)
   if not 0.0 < decay <= 1.0:
     raise ConfigError(f'config.optimizer.layer_decay is {decay!r}; it must be in (0, 1] (1 = off).')
+  return frozen, layer_regex, stem, decay
+
+
+def parameter_groups(config: ml_collections.ConfigDict, params) -> dict[str, float | None]:
+  """Each parameter path -> its learning-rate multiplier, or ``None`` when frozen."""
+  frozen, layer_regex, stem, decay = _group_options(config)
   paths = [parameter_path(key) for key, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
   layers = {
     path: int(found.group(1)) for path in paths if layer_regex and (found := layer_regex.search(path))
@@ -129,6 +135,7 @@ def _scale_by_group(config: ml_collections.ConfigDict) -> optax.GradientTransfor
 
 
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+  _group_options(config)  # bad group options fail here, before any parameter exists
   optimizer = _base_optimizer(config, learning_rate_schedule(config, total_steps))
   if config.get('layer_decay', 1.0) != 1.0:
     optimizer = optax.chain(optimizer, _scale_by_group(config))

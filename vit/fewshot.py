@@ -116,12 +116,15 @@ def evaluate_workdir_fewshot(
   """
   import ml_collections  # pylint: disable=g-import-not-at-top
 
+  from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
   from vit.input_pipeline import load_image_data  # pylint: disable=g-import-not-at-top
-  from vit.task import fewshot_evaluation  # pylint: disable=g-import-not-at-top
+  from vit.task import ImageClassification, fewshot_evaluation  # pylint: disable=g-import-not-at-top
 
   which = int(checkpoint) if str(checkpoint).isdigit() else checkpoint
   task, parts, params, step = restore_checkpoint(workdir, which)
+  if not isinstance(task, ImageClassification):
+    raise ConfigError(f'--fewshot needs a ViT workdir; {workdir} trained {task.config.task!r}.')
   data = task.data
   if source != 'same':
     data_config = ml_collections.ConfigDict(task.config.data.to_dict())
