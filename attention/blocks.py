@@ -3,7 +3,9 @@
 Each residual sublayer normalises its input (``norm_placement='pre'``, our default: more
 stable, no learning-rate care) or the residual sum (``'post'``, Vaswani et al.:
 ``x = LN(x + sublayer(x))``). The MLP's activation is ``'gelu'`` (our default, as in the
-ViT) or ``'relu'`` (Vaswani et al.). The stacks of blocks are in ``attention.stacks``.
+ViT: the tanh approximation that Flax's ``gelu`` computes, as do the ViT and big_vision
+code bases), ``'gelu_exact'`` (the erf form, as PyTorch code computes it) or ``'relu'``
+(Vaswani et al.). The stacks of blocks are in ``attention.stacks``.
 
 Every call takes ``deterministic`` (no dropout when ``True``) and ``rngs`` (an
 ``nnx.Rngs`` with a ``dropout`` stream, needed only when not deterministic), so a
@@ -17,7 +19,7 @@ from flax import nnx
 from attention.multi_head import MultiHeadAttention
 from attention.positional import Rotary
 
-ACTIVATIONS = ('gelu', 'relu')
+ACTIVATIONS = ('gelu', 'gelu_exact', 'relu')
 NORM_PLACEMENTS = ('pre', 'post')
 
 
@@ -74,6 +76,8 @@ class Mlp(nnx.Module):
     x = self.fc1(x)
     if self.activation == 'gelu':
       x = nnx.gelu(x)
+    elif self.activation == 'gelu_exact':
+      x = nnx.gelu(x, approximate=False)
     elif self.activation == 'relu':
       x = nnx.relu(x)
     x = self.dropout(x, deterministic=deterministic, rngs=rngs)

@@ -79,6 +79,10 @@ def get_config():
   config.model.attention_dropout = 0.0
   config.model.drop_path = 0.1
   config.model.head_zero_init = True
+  config.model.activation = 'gelu'
+  config.model.layernorm_epsilon = 1e-6
+  config.model.pre_logits = 0
+  config.model.sincos2d_layout = 'rows_cols'
   config.model.dtype = 'float32'
 
   config.optimizer = ml_collections.ConfigDict()

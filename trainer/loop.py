@@ -1,8 +1,9 @@
 """``train_and_evaluate(config, workdir)``: the one training loop for every task.
 
 Order of work: build the task (which validates the config and finds the data),
-check and lock the workdir (``trainer/workdir_lock.py``), build the model,
-restore the latest checkpoint if there is one, then train. Evaluation runs every
+check and lock the workdir (``trainer/workdir_lock.py``), build the model (with the
+task's initial parameters, ``Task.load_initial``, when not resuming), restore the
+latest checkpoint if there is one, then train. Evaluation runs every
 ``eval_every_steps`` and at the end; a checkpoint is written every
 ``checkpoint_every_steps``, after each evaluation (with its metrics, for
 keep-best), at the end, and on SIGTERM or Ctrl-C (``trainer/stop.py``), never
@@ -141,18 +142,20 @@ class _Training:
 
   def __init__(self, config, workdir: pathlib.Path, task: Task, mesh, optimizer, num_steps: int):
     self.config, self.workdir, self.task, self.mesh, self.num_steps = config, workdir, task, mesh, num_steps
-    self.parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
+    self.checkpoints = Checkpoints(
+      workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
+    )
+    self.start_step = self.checkpoints.latest_step() or 0
+    model = task.make_model(nnx.Rngs(params=config.seed))
+    if not self.start_step:
+      task.load_initial(model)
+    self.parts = ModelParts(model)
     state = TrainState(
       step=jnp.zeros((), jnp.int32), params=self.parts.params, opt_state=optimizer.init(self.parts.params)
     )
     self.state_sharding = state_shardings(state, mesh)
     self.state = jax.device_put(state, self.state_sharding)
     self.parts.params = None  # the state holds them from now on
-
-    self.checkpoints = Checkpoints(
-      workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
-    )
-    self.start_step = self.checkpoints.latest_step() or 0
     if self.start_step:
       self.state = self.checkpoints.restore(self.start_step, abstract_like(self.state, self.state_sharding))
       logging.info('Resumed from the checkpoint at step %d.', self.start_step)

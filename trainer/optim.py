@@ -5,7 +5,19 @@ Fields: ``name`` ('adamw' | 'sgd'), ``learning_rate``, ``schedule`` ('constant' 
 ``weight_decay`` (decoupled; never applied to biases, norms, or positional and
 relative-bias tables with fewer than 2 dimensions), ``b1``, ``b2``, ``eps`` (AdamW),
 ``momentum``, ``nesterov`` (SGD), ``grad_clip_norm`` (global norm; 0 = off).
+
+Optional fields that select parameters by their path (``'encoder.blocks.3.mlp.fc1.kernel'``),
+so linear probes and partial fine-tuning are configs:
+``frozen``: a regular expression; matching parameters are never updated ('' = none;
+``'^(?!head\\.)'`` trains the head alone, a linear probe).
+``layer_decay``: layer-wise learning-rate decay (1.0 = off): the parameters of layer ``i``
+(the number ``layer_regex`` captures, default ``'blocks\\.(\\d+)\\.'``) of ``L`` learn at
+``layer_decay ** (L - i)`` times the rate, those matching ``layer_decay_stem`` (the embeddings)
+at ``layer_decay ** (L + 1)``, all others (head, final norm) at the full rate. Each group gets
+its own optimizer through ``optax.multi_transform``; gradient clipping sees all of them.
 """
+
+import re
 
 import jax
 import ml_collections
@@ -44,8 +56,9 @@ def _decay_mask(params):
   return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
-def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
-  schedule = learning_rate_schedule(config, total_steps)
+def _base_optimizer(
+  config: ml_collections.ConfigDict, schedule: optax.Schedule
+) -> optax.GradientTransformation:
   if config.name == 'adamw':
     optimizer = optax.adamw(
       schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay, mask=_decay_mask
@@ -57,6 +70,84 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
     )
   else:
     raise ConfigError(f'Unknown optimizer {config.name!r}; allowed values: {", ".join(OPTIMIZERS)}.')
+  return optimizer
+
+
+def _compile(config: ml_collections.ConfigDict, field: str, default: str) -> re.Pattern | None:
+  pattern = config.get(field, default) or ''
+  try:
+    return re.compile(pattern) if pattern else None
+  except re.error as error:
+    raise ConfigError(
+      f'config.optimizer.{field} {pattern!r} is not a regular expression ({error}).'
+    ) from None
+
+
+def parameter_path(key_path) -> str:
+  """``'encoder.blocks.0.mlp.fc1.kernel'`` for a leaf of a parameter tree."""
+  path = jax.tree_util.keystr(key_path, simple=True, separator='.')
+  return path.removesuffix('.value')
+
+
+def _group_options(config: ml_collections.ConfigDict):
+  """The parameter-group fields, checked: (frozen, layer_regex, stem, layer_decay)."""
+  frozen = _compile(config, 'frozen', '')
+  layer_regex = _compile(config, 'layer_regex', r'blocks\.(\d+)\.')
+  stem = _compile(config, 'layer_decay_stem', '')
+  decay = config.get('layer_decay', 1.0)
+  if not 0.0 < decay <= 1.0:
+    raise ConfigError(f'config.optimizer.layer_decay is {decay!r}; it must be in (0, 1] (1 = off).')
+  return frozen, layer_regex, stem, decay
+
+
+def parameter_groups(config: ml_collections.ConfigDict, params) -> dict[str, float | None]:
+  """Each parameter path -> its learning-rate multiplier, or ``None`` when frozen."""
+  frozen, layer_regex, stem, decay = _group_options(config)
+  paths = [parameter_path(key) for key, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+  layers = {
+    path: int(found.group(1)) for path in paths if layer_regex and (found := layer_regex.search(path))
+  }
+  depth = max(layers.values(), default=-1) + 1
+  groups = {}
+  for path in paths:
+    if frozen and frozen.search(path):
+      groups[path] = None
+    elif path in layers:
+      groups[path] = decay ** (depth - layers[path])
+    elif stem and stem.search(path):
+      groups[path] = decay ** (depth + 1)
+    else:
+      groups[path] = 1.0
+  if frozen and all(scale is None for scale in groups.values()):
+    raise ConfigError(f'config.optimizer.frozen {frozen.pattern!r} freezes every parameter.')
+  return groups
+
+
+def _scale_by_group(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """Multiplies each update by its group's factor (the same as scaling its learning rate)."""
+
+  def scale(updates, params):
+    del params
+    groups = parameter_groups(config, updates)
+    return jax.tree_util.tree_map_with_path(lambda key, u: u * groups[parameter_path(key)], updates)
+
+  return optax.stateless(scale)
+
+
+def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+  _group_options(config)  # bad group options fail here, before any parameter exists
+  optimizer = _base_optimizer(config, learning_rate_schedule(config, total_steps))
+  if config.get('layer_decay', 1.0) != 1.0:
+    optimizer = optax.chain(optimizer, _scale_by_group(config))
+  if config.get('frozen', ''):
+
+    def label(params):
+      groups = parameter_groups(config, params)
+      return jax.tree_util.tree_map_with_path(
+        lambda key, _: 'frozen' if groups[parameter_path(key)] is None else 'trained', params
+      )
+
+    optimizer = optax.multi_transform({'trained': optimizer, 'frozen': optax.set_to_zero()}, label)
   if config.grad_clip_norm:
     optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), optimizer)
   return optimizer

@@ -69,6 +69,15 @@ class Task(abc.ABC):
     _, outputs = self.loss_and_outputs(model, batch, rngs=None, deterministic=True)
     return outputs
 
+  def load_initial(self, model: nnx.Module) -> None:
+    """Overwrites a fresh model's parameters in place (pretrained weights); nothing by default.
+
+    Training calls it once, on a run that starts from step 0 (never when resuming), after
+    ``check_training_data``; a task reads and checks its source there, before the workdir is
+    touched, so a bad file fails early.
+    """
+    del model
+
   def prepare(self, workdir: pathlib.Path) -> None:
     """Binds the task to its workdir; always called, once, before ``make_model`` or any batch.
 

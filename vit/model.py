@@ -7,11 +7,19 @@ Heads: ``cls`` (class token), ``gap`` (global average pooling), ``map``
 (attention pooling with a learned probe). The forward pass returns
 ``(logits, intermediates)``; intermediates hold the pre-logits features and, when
 asked, the attention weights of every layer.
+
+Numerics that differ between published code bases are options, so that a loaded
+checkpoint computes what its own code computes: ``activation`` (``'gelu'``, the tanh
+approximation of the ViT and big_vision code; ``'gelu_exact'``, erf), ``layernorm_epsilon``,
+``pre_logits`` (a Dense + tanh of that size before the head, as the ImageNet-21k ViT
+checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_cols'``, ours, or
+``'big_vision'``: ``[sin(x w), cos(x w), sin(y w), cos(y w)]``, ``w_i = 10000^(-i/(D/4-1))``).
 """
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
@@ -26,6 +34,7 @@ VARIANTS = {
   'H': (1280, 32, 5120, 16),
 }
 POOLS = ('cls', 'gap', 'map')
+SINCOS2D_LAYOUTS = ('rows_cols', 'big_vision')
 
 
 def decode_variant(variant: str) -> dict[str, int]:
@@ -38,6 +47,17 @@ def decode_variant(variant: str) -> dict[str, int]:
     )
   width, depth, mlp_dim, num_heads = VARIANTS[size]
   return dict(width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads, patch_size=int(patch))
+
+
+def big_vision_sincos_2d(height: int, width: int, dim: int, temperature: float = 10_000.0) -> np.ndarray:
+  """``[height * width, dim]``: big_vision's 2-D sin-cos table (x is the column, y the row)."""
+  if dim % 4:
+    raise ValueError(f'sincos2d needs a width divisible by 4, got {dim}.')
+  omega = 1.0 / temperature ** (np.arange(dim // 4) / max(dim // 4 - 1, 1))
+  y, x = np.mgrid[:height, :width]
+  x_angle, y_angle = np.outer(x.ravel(), omega), np.outer(y.ravel(), omega)
+  table = np.concatenate([np.sin(x_angle), np.cos(x_angle), np.sin(y_angle), np.cos(y_angle)], axis=1)
+  return table.astype(np.float32)
 
 
 class PatchEmbedding(nnx.Module):
@@ -83,11 +103,13 @@ class PatchEmbedding(nnx.Module):
 class AttentionPoolingHead(nnx.Module):
   """A learned probe token attends over all tokens, followed by a residual MLP (big_vision's MAP)."""
 
-  def __init__(self, width: int, num_heads: int, mlp_dim: int, *, dtype=None, rngs: nnx.Rngs):
+  def __init__(
+    self, width: int, num_heads: int, mlp_dim: int, *, activation: str = 'gelu', dtype=None, rngs: nnx.Rngs
+  ):
     self.probe = nnx.Param(nnx.initializers.xavier_uniform()(rngs.params(), (1, 1, width)))
     self.attention = MultiHeadAttention(num_heads, width, dtype=dtype, rngs=rngs)
     self.norm = nnx.LayerNorm(width, epsilon=1e-6, dtype=dtype, rngs=rngs)
-    self.mlp = Mlp(width, mlp_dim, dtype=dtype, rngs=rngs)
+    self.mlp = Mlp(width, mlp_dim, activation=activation, dtype=dtype, rngs=rngs)
 
   def __call__(self, tokens, *, return_weights: bool = False):
     probe = jnp.broadcast_to(self.probe[...].astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1]))
@@ -115,11 +137,19 @@ class VisionTransformer(nnx.Module):
     attention_dropout: float = 0.0,
     drop_path: float = 0.0,
     head_zero_init: bool = True,
+    activation: str = 'gelu',
+    layernorm_epsilon: float = 1e-6,
+    pre_logits: int = 0,
+    sincos2d_layout: str = 'rows_cols',
     dtype: str = 'float32',
     rngs: nnx.Rngs,
   ):
     if pool not in POOLS:
       raise ValueError(f'Unknown pool {pool!r}; allowed values: {", ".join(POOLS)}.')
+    if sincos2d_layout not in SINCOS2D_LAYOUTS:
+      raise ValueError(
+        f'Unknown sincos2d_layout {sincos2d_layout!r}; allowed values: {", ".join(SINCOS2D_LAYOUTS)}.'
+      )
     compute_dtype = resolve_dtype(dtype)
     height, image_width, channels = image_shape
     patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
@@ -147,13 +177,24 @@ class VisionTransformer(nnx.Module):
       dropout_rate=dropout,
       attention_dropout_rate=attention_dropout,
       drop_path_rate=drop_path,
+      activation=activation,
       dtype=compute_dtype,
       rngs=rngs,
     )
     if pool == 'map':
-      self.pooling = AttentionPoolingHead(width, num_heads, mlp_dim, dtype=compute_dtype, rngs=rngs)
+      self.pooling = AttentionPoolingHead(
+        width, num_heads, mlp_dim, activation=activation, dtype=compute_dtype, rngs=rngs
+      )
+    if pre_logits:
+      self.pre_logits = nnx.Linear(width, pre_logits, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
-    self.head = nnx.Linear(width, num_classes, kernel_init=head_init, rngs=rngs)
+    self.head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
+    if posemb == 'sincos2d' and sincos2d_layout == 'big_vision':
+      for table in self.encoder.positional.tables:
+        table.table[...] = jnp.asarray(big_vision_sincos_2d(*self.grid, width))
+    for _, module in self.iter_modules():
+      if isinstance(module, nnx.LayerNorm):
+        module.epsilon = layernorm_epsilon
 
   def __call__(
     self,
@@ -181,6 +222,8 @@ class VisionTransformer(nnx.Module):
       features, pool_weights = self.pooling(encoded, return_weights=return_weights)
       if return_weights:
         intermediates['pool_attention_weights'] = pool_weights
+    if hasattr(self, 'pre_logits'):
+      features = jnp.tanh(self.pre_logits(features))
     intermediates['pre_logits'] = features
     intermediates['grid'] = self.grid
     return self.head(features).astype(jnp.float32), intermediates
@@ -203,6 +246,10 @@ def default_model_config() -> ml_collections.ConfigDict:
       attention_dropout=0.0,
       drop_path=0.0,
       head_zero_init=True,
+      activation='gelu',
+      layernorm_epsilon=1e-6,
+      pre_logits=0,
+      sincos2d_layout='rows_cols',
       dtype='float32',
     )
   )
@@ -237,6 +284,10 @@ def make_vit(
     attention_dropout=model_config.attention_dropout,
     drop_path=model_config.drop_path,
     head_zero_init=model_config.head_zero_init,
+    activation=model_config.get('activation', 'gelu'),
+    layernorm_epsilon=model_config.get('layernorm_epsilon', 1e-6),
+    pre_logits=model_config.get('pre_logits', 0),
+    sincos2d_layout=model_config.get('sincos2d_layout', 'rows_cols'),
     dtype=model_config.dtype,
     rngs=rngs,
     **shape,

@@ -12,7 +12,7 @@ from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer.errors import ConfigError
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
-from vit import ablation_table
+from vit import ablation_table, fewshot, pretrained
 from vit.input_pipeline import load_image_data
 from vit.model import make_vit
 
@@ -34,8 +34,17 @@ def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float =
   return optax.softmax_cross_entropy(logits, targets)
 
 
+def default_fewshot_config() -> ml_collections.ConfigDict:
+  """``shots`` (k per class; () = off), ``seeds`` (draws averaged), ``held_out_per_class`` (training
+  examples that choose the regulariser), ``train_examples`` (the first N training examples are the
+  pool the draws come from)."""
+  return ml_collections.ConfigDict(dict(shots=(), seeds=3, held_out_per_class=10, train_examples=5000))
+
+
 class ImageClassification(Task):
-  """Config: ``data`` (see ``vit.input_pipeline``), ``model`` (see ``vit.model``), ``label_smoothing``."""
+  """Config: ``data`` (see ``vit.input_pipeline``), ``model`` (see ``vit.model``), ``label_smoothing``;
+  optional sections ``init_from`` (see ``vit.pretrained``) and ``fewshot`` (few-shot linear
+  accuracy at every evaluation, see ``default_fewshot_config``)."""
 
   train_metrics = ClassificationMetrics
   eval_metrics = ClassificationMetrics
@@ -51,6 +60,12 @@ class ImageClassification(Task):
       raise NotApplicable(
         f"model.posemb {posemb!r} has no {injection!r} injection; only 'stem' exists for it."
       )
+    self.init_from = config.get('init_from')
+    pretrained.check_init_from(self.init_from)
+    self.fewshot = config.get('fewshot')
+    if self.fewshot is not None and any(k < 1 for k in self.fewshot.shots):
+      raise ConfigError(f'config.fewshot.shots is {self.fewshot.shots}; each must be >= 1.')
+    self._initial = None
     self.data = load_image_data(config.data)
     # Build the model abstractly now, so a bad model option fails before any real work.
     try:
@@ -62,6 +77,26 @@ class ImageClassification(Task):
     return make_vit(
       self.config.model, num_classes=self.data.num_classes, image_shape=self.data.image_shape, rngs=rngs
     )
+
+  def check_training_data(self) -> None:
+    """Reads ``init_from`` and loads it into a model once, so a bad file fails before training."""
+    if self.init_from is not None and self.init_from.path:
+      self._initial = pretrained.read_canonical(self.init_from)
+      pretrained.load_into(self.make_model(nnx.Rngs(0)), self.init_from, self._initial)
+
+  def load_initial(self, model) -> None:
+    if self.init_from is None or not self.init_from.path:
+      return
+    if self._initial is None:
+      self._initial = pretrained.read_canonical(self.init_from)
+    print(pretrained.load_into(model, self.init_from, self._initial), flush=True)
+
+  def extra_evaluation(self, model, split, output_dir, devices):
+    """Few-shot linear accuracies of the pre-logits features, when ``fewshot.shots`` is set."""
+    del output_dir, devices
+    if self.fewshot is None or not self.fewshot.shots:
+      return {}
+    return fewshot_evaluation(model, self.data, split, self.fewshot)
 
   def num_train_examples(self) -> int:
     return self.data.num_train
@@ -112,3 +147,22 @@ class ImageClassification(Task):
       'labels': batch['label'],
       'mask': batch['mask'],
     }
+
+
+def fewshot_evaluation(
+  model, data, split: str, fewshot_config: ml_collections.ConfigDict
+) -> dict[str, float]:
+  """Few-shot linear accuracies on ``split`` of ``data`` with draws from its training split."""
+
+  def batches(name):
+    return data.eval_batches(name, batch_size=256, process_index=0, process_count=1)
+
+  train = fewshot.extract_features(model, batches('train'), fewshot_config.train_examples)
+  test = fewshot.extract_features(model, batches(split))
+  return fewshot.fewshot_results(
+    train,
+    test,
+    tuple(fewshot_config.shots),
+    seeds=fewshot_config.seeds,
+    held_out_per_class=fewshot_config.held_out_per_class,
+  )

@@ -1,0 +1,86 @@
+"""Freezing and layer-wise learning-rate decay chosen by parameter path (``config.optimizer``)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from trainer.errors import ConfigError
+from trainer.optim import default_optimizer_config, make_optimizer, parameter_groups
+from vit.model import VisionTransformer
+
+
+def _params():
+  model = VisionTransformer(
+    num_classes=3,
+    image_shape=(8, 8, 1),
+    patch_size=4,
+    width=8,
+    depth=3,
+    num_heads=2,
+    mlp_dim=16,
+    rngs=nnx.Rngs(0),
+  )
+  return nnx.split(model, nnx.Param, ...)[1]
+
+
+def _config(**fields):
+  config = default_optimizer_config()
+  config.update(name='sgd', learning_rate=0.1, schedule='constant', momentum=0.0, grad_clip_norm=0.0)
+  for name, value in fields.items():
+    config[name] = value
+  return config
+
+
+def _one_step(config, params):
+  optimizer = make_optimizer(config, total_steps=10)
+  grads = jax.tree.map(jnp.ones_like, params)
+  updates, _ = optimizer.update(grads, optimizer.init(params), params)
+  flat, _ = jax.tree_util.tree_flatten_with_path(updates)
+  return {
+    jax.tree_util.keystr(key, simple=True, separator='.').removesuffix('.value'): np.asarray(u)
+    for key, u in flat
+  }
+
+
+def test_linear_probe_updates_the_head_alone():
+  updates = _one_step(_config(frozen=r'^(?!head\.)'), _params())
+  for path, update in updates.items():
+    if path.startswith('head.'):
+      np.testing.assert_allclose(update, -0.1)
+    else:
+      assert np.all(update == 0), path
+
+
+def test_layer_decay_scales_each_layer_and_the_stem():
+  config = _config(layer_decay=0.5, layer_decay_stem=r'^(patch_embedding|class_token|encoder\.positional)')
+  updates = _one_step(config, _params())
+  np.testing.assert_allclose(updates['head.kernel'], -0.1)
+  np.testing.assert_allclose(updates['encoder.norm.scale'], -0.1)
+  np.testing.assert_allclose(updates['encoder.blocks.2.mlp.fc1.kernel'], -0.1 * 0.5)
+  np.testing.assert_allclose(updates['encoder.blocks.0.mlp.fc1.kernel'], -0.1 * 0.5**3)
+  np.testing.assert_allclose(updates['patch_embedding.kernel'], -0.1 * 0.5**4)
+
+
+def test_frozen_and_layer_decay_together():
+  config = _config(frozen=r'^encoder\.blocks\.0\.', layer_decay=0.5)
+  updates = _one_step(config, _params())
+  assert np.all(updates['encoder.blocks.0.norm1.scale'] == 0)
+  np.testing.assert_allclose(updates['encoder.blocks.1.norm1.scale'], -0.1 * 0.5**2)
+
+
+def test_bad_group_options_fail_with_the_field_named():
+  with pytest.raises(ConfigError, match='optimizer.frozen'):
+    parameter_groups(_config(frozen='('), _params())
+  with pytest.raises(ConfigError, match='layer_decay'):
+    parameter_groups(_config(layer_decay=1.5), _params())
+  with pytest.raises(ConfigError, match='optimizer.layer_regex'):
+    make_optimizer(_config(layer_regex='[', layer_decay=0.5), 10)
+  with pytest.raises(ConfigError, match='freezes every parameter'):
+    parameter_groups(_config(frozen='.'), _params())
+
+
+def test_plain_optimizer_is_unchanged_without_groups():
+  assert isinstance(make_optimizer(_config(), 10), optax.GradientTransformation)

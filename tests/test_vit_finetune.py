@@ -1,0 +1,117 @@
+"""Fine-tuning from a checkpoint: init_from an exported .npz or a workdir, a new grid, few-shot evaluation."""
+
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from tests.config_overrides import override
+from tests.vit_test_configs import tiny_vit_config
+from trainer.errors import CheckpointError, ConfigError
+from trainer.evaluation import restore_checkpoint
+from trainer.loop import train_and_evaluate
+from trainer.task import load_task
+from vit import fewshot, pretrained
+from vit.export_npz import export
+
+
+def _finetune_config(path, **overrides):
+  config = tiny_vit_config()
+  config.init_from = pretrained.default_init_from_config()
+  config.init_from.path = str(path)
+  return override(config, overrides)
+
+
+@pytest.fixture(scope='module')
+def pretrained_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('pretrain')
+  train_and_evaluate(tiny_vit_config(), workdir)
+  npz = workdir / 'model.npz'
+  assert 'wrote step 8' in export(str(workdir), str(npz))
+  return workdir, npz
+
+
+def _block_params(model):
+  return {
+    name: np.asarray(value)
+    for name, value in nnx.to_flat_state(nnx.state(model.encoder.blocks, nnx.Param))
+    if not isinstance(name, str)
+  }
+
+
+def test_exported_npz_and_the_workdir_load_the_trained_parameters(pretrained_run):
+  workdir, npz = pretrained_run
+  _, parts, params, _ = restore_checkpoint(workdir)
+  trained = parts.merge(params)
+  for source in (npz, workdir):
+    task = load_task(_finetune_config(source))
+    task.check_training_data()
+    model = task.make_model(nnx.Rngs(1))
+    task.load_initial(model)
+    for ours, theirs in zip(
+      nnx.state(model, nnx.Param).flat_state(), nnx.state(trained, nnx.Param).flat_state()
+    ):
+      assert ours[0] == theirs[0]
+      np.testing.assert_array_equal(
+        np.asarray(ours[1].get_value()), np.asarray(theirs[1].get_value()), err_msg=str(ours[0])
+      )
+
+
+def test_finetune_at_another_resolution_resamples_and_trains(pretrained_run, tmp_path, capsys):
+  _, npz = pretrained_run
+  config = _finetune_config(npz)
+  config.data.image_size = (12, 12)  # a 3x3 grid from the 2x2 one
+  config.init_from.resample = 'bicubic'
+  result = train_and_evaluate(config, tmp_path / 'finetune')
+  assert result.step == 8
+  assert 'resampled 2x2 -> 3x3 (bicubic)' in capsys.readouterr().out
+
+
+def test_bad_sources_fail_before_the_workdir_is_made(pretrained_run, tmp_path):
+  _, npz = pretrained_run
+  not_npz = tmp_path / 'weights.npz'
+  not_npz.write_text('text')
+  with pytest.raises(CheckpointError, match='is not an .npz file'):
+    train_and_evaluate(_finetune_config(not_npz), tmp_path / 'a')
+  assert not (tmp_path / 'a').exists()
+  with pytest.raises(
+    CheckpointError, match=r"'embedding/kernel' has shape \(4, 4, 1, 16\); the model needs \(4, 4, 1, 32\)"
+  ):
+    train_and_evaluate(_finetune_config(npz, **{'model.width': 32}), tmp_path / 'b')
+  assert not (tmp_path / 'b').exists()
+  with pytest.raises(ConfigError, match='10x10 is not divisible by the patch size 4x4'):
+    config = _finetune_config(npz)
+    config.data.image_size = (10, 10)
+    load_task(config)
+  with pytest.raises(ConfigError, match="init_from.resample is 'nearest'; allowed values: bilinear, bicubic"):
+    load_task(_finetune_config(npz, **{'init_from.resample': 'nearest'}))
+
+
+def test_fewshot_solver_separates_separable_features_and_not_noise():
+  rng = np.random.default_rng(0)
+  centres = rng.normal(size=(4, 16)) * 3.0
+
+  def clustered(n):
+    labels = rng.integers(0, 4, n)
+    return centres[labels] + rng.normal(size=(n, 16)), labels
+
+  results = fewshot.fewshot_results(clustered(400), clustered(200), (1, 5), seeds=3)
+  assert results['fewshot_5shot'] > 0.9
+  noise = (rng.normal(size=(400, 16)), rng.integers(0, 4, 400))
+  chance = fewshot.fewshot_results(
+    noise, (rng.normal(size=(400, 16)), rng.integers(0, 4, 400)), (5,), seeds=3
+  )
+  assert chance['fewshot_5shot'] < 0.45
+
+
+def test_fewshot_runs_as_the_periodic_extra_evaluation_and_from_a_workdir(pretrained_run):
+  config = tiny_vit_config()
+  config.fewshot = ml_collections.ConfigDict(
+    dict(shots=(1, 5), seeds=2, held_out_per_class=5, train_examples=500)
+  )
+  task = load_task(config)
+  metrics = task.extra_evaluation(task.make_model(nnx.Rngs(0)), 'test', None, None)
+  assert 0.0 <= metrics['fewshot_5shot'] <= 1.0 and 'fewshot_1shot_std' in metrics
+  workdir, _ = pretrained_run
+  from_workdir = fewshot.evaluate_workdir_fewshot(str(workdir), 'latest', 'digits', None, (2,), seeds=2)
+  assert 0.0 <= from_workdir['fewshot_2shot'] <= 1.0 and from_workdir['step'] == 8

@@ -1,0 +1,141 @@
+"""Few-shot linear evaluation of frozen ViT features (the ViT paper's k-shot linear accuracy).
+
+As big_vision's few-shot evaluator: the pre-logits features of a frozen model; for each seed,
+``k`` training examples per class are drawn, a closed-form L2-regularised least-squares
+classifier is fitted to targets of +1 / -1 per class, and its accuracy on the test split is
+averaged over the seeds. The regulariser is chosen per draw, from a grid of powers of two, by
+the accuracy on other training examples (``held_out_per_class`` per class, disjoint from the
+draw), so the test split picks nothing.
+"""
+
+import jax
+import numpy as np
+
+L2_GRID = tuple(2.0**power for power in range(-10, 11, 2))
+
+
+def extract_features(model, batches, max_examples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """``(features [n, d], labels [n])`` of the rows that the batches' ``mask`` keeps."""
+
+  @jax.jit
+  def forward(images):
+    return model(images)[1]['pre_logits']
+
+  features, labels, count = [], [], 0
+  for batch in batches:
+    keep = np.asarray(batch['mask']) > 0
+    features.append(np.asarray(forward(batch['image']), np.float64)[keep])
+    labels.append(np.asarray(batch['label'])[keep])
+    count += int(keep.sum())
+    if max_examples is not None and count >= max_examples:
+      break
+  features, labels = np.concatenate(features), np.concatenate(labels)
+  return (features[:max_examples], labels[:max_examples]) if max_examples else (features, labels)
+
+
+def _fit(x: np.ndarray, y: np.ndarray, l2: float):
+  """Ridge regression with an intercept, in its dual form (fewer examples than features)."""
+  x_mean, y_mean = x.mean(0), y.mean(0)
+  x, y = x - x_mean, y - y_mean
+  weights = x.T @ np.linalg.solve(x @ x.T + l2 * np.eye(len(x)), y)
+  return lambda features: (features - x_mean) @ weights + y_mean
+
+
+def _draw(
+  labels: np.ndarray, classes: np.ndarray, shots: int, held_out: int, rng
+) -> tuple[np.ndarray, np.ndarray]:
+  train, validation = [], []
+  for label in classes:
+    order = rng.permutation(np.flatnonzero(labels == label))
+    train.append(order[:shots])
+    validation.append(order[shots : shots + held_out])
+  return np.concatenate(train), np.concatenate(validation)
+
+
+def fewshot_accuracy(
+  train: tuple[np.ndarray, np.ndarray],
+  test: tuple[np.ndarray, np.ndarray],
+  shots: int,
+  *,
+  seeds: int = 3,
+  held_out_per_class: int = 10,
+) -> tuple[float, float]:
+  """Mean and standard deviation over ``seeds`` draws of the ``shots``-per-class test accuracy."""
+  (train_x, train_y), (test_x, test_y) = train, test
+  classes = np.unique(train_y)
+  scale = np.mean(np.linalg.norm(train_x - train_x.mean(0), axis=1)) or 1.0
+  train_x, test_x = train_x / scale, test_x / scale
+  accuracies = []
+  for seed in range(seeds):
+    rng = np.random.default_rng(seed)
+    chosen, validation = _draw(train_y, classes, shots, held_out_per_class, rng)
+    targets = 2.0 * (train_y[chosen, None] == classes[None]) - 1.0
+
+    def accuracy(predict, x, y):
+      return float(np.mean(classes[np.argmax(predict(x), axis=1)] == y))
+
+    fits = [_fit(train_x[chosen], targets, l2) for l2 in L2_GRID]
+    if len(validation):
+      best = max(range(len(fits)), key=lambda i: accuracy(fits[i], train_x[validation], train_y[validation]))
+    else:
+      best = len(fits) // 2
+    accuracies.append(accuracy(fits[best], test_x, test_y))
+  return float(np.mean(accuracies)), float(np.std(accuracies))
+
+
+def fewshot_results(
+  train: tuple[np.ndarray, np.ndarray],
+  test: tuple[np.ndarray, np.ndarray],
+  shots: tuple[int, ...],
+  *,
+  seeds: int = 3,
+  held_out_per_class: int = 10,
+) -> dict[str, float]:
+  """``{'fewshot_5shot': mean accuracy, 'fewshot_5shot_std': ..., ...}`` for each k in ``shots``."""
+  results = {}
+  for k in shots:
+    mean, std = fewshot_accuracy(train, test, k, seeds=seeds, held_out_per_class=held_out_per_class)
+    results[f'fewshot_{k}shot'], results[f'fewshot_{k}shot_std'] = mean, std
+  return results
+
+
+def evaluate_workdir_fewshot(
+  workdir: str,
+  checkpoint: str,
+  source: str,
+  path: str | None,
+  shots: tuple[int, ...],
+  seeds: int,
+  held_out_per_class: int = 10,
+  train_examples: int = 5000,
+) -> dict:
+  """Few-shot accuracies of a workdir's model on data set ``source`` ('same': its own data).
+
+  Another data set is read with the workdir's data options, its images resized to the
+  model's input size, without augmentation.
+  """
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
+  from vit.input_pipeline import load_image_data  # pylint: disable=g-import-not-at-top
+  from vit.task import ImageClassification, fewshot_evaluation  # pylint: disable=g-import-not-at-top
+
+  which = int(checkpoint) if str(checkpoint).isdigit() else checkpoint
+  task, parts, params, step = restore_checkpoint(workdir, which)
+  if not isinstance(task, ImageClassification):
+    raise ConfigError(f'--fewshot needs a ViT workdir; {workdir} trained {task.config.task!r}.')
+  data = task.data
+  if source != 'same':
+    data_config = ml_collections.ConfigDict(task.config.data.to_dict())
+    data_config.source, data_config.path = source, path
+    data_config.image_size = tuple(task.data.image_shape[:2])
+    data_config.mean = data_config.std = None
+    data = load_image_data(data_config)
+  config = ml_collections.ConfigDict(
+    dict(
+      shots=tuple(shots), seeds=seeds, held_out_per_class=held_out_per_class, train_examples=train_examples
+    )
+  )
+  results = fewshot_evaluation(parts.merge(params), data, 'test', config)
+  return dict(results, step=int(step), fewshot=source, seeds=seeds)
