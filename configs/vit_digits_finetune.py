@@ -57,6 +57,10 @@ def get_config():
   config.optimizer.weight_decay = 0.0
   config.optimizer.momentum = 0.9
   config.optimizer.grad_clip_norm = 1.0
+
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.data = -1  # devices on the data axis; -1: all that fsdp leaves
+  config.mesh.fsdp = 1  # devices that shard parameters and optimizer state (trainer/partitioning.py)
   # Parameter groups by path (trainer/optim.py): '^(?!head\.)' freezes all but the head (a linear
   # probe); layer_decay < 1 gives lower layers smaller learning rates.
   config.optimizer.frozen = ''

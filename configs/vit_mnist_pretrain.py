@@ -41,6 +41,7 @@ def get_config():
   config.data.source = 'idx'
   config.data.name = unset(str)
   config.data.data_dir = unset(str)
+  config.data.random_access = unset(bool)
   config.data.streaming = unset(bool)
   config.data.path = 'data/mnist'
   config.data.cache_dir = unset(str)
@@ -57,6 +58,8 @@ def get_config():
   config.data.augment.randaugment_layers = 0
   config.data.augment.randaugment_magnitude = 10
   config.data.augment.mixup_alpha = 0.0
+  config.data.augment.crop_scale = unset(tuple)
+  config.data.augment.crop_ratio = (3 / 4, 4 / 3)
 
   config.model = ml_collections.ConfigDict()
   config.model.variant = 'custom'
@@ -92,4 +95,8 @@ def get_config():
   config.optimizer.momentum = 0.9
   config.optimizer.nesterov = False
   config.optimizer.grad_clip_norm = 1.0
+
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.data = -1  # devices on the data axis; -1: all that fsdp leaves
+  config.mesh.fsdp = 1  # devices that shard parameters and optimizer state (trainer/partitioning.py)
   return config
