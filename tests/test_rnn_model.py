@@ -203,3 +203,50 @@ def test_a_few_training_steps_on_scan_through_the_trainer(tmp_path):
   assert {'bleu', 'bleu_lowercase', 'chrf', 'exact_match', 'perplexity', 'loss', 'accuracy'} <= set(metrics)
   assert np.isfinite(metrics['loss']) and metrics['perplexity'] >= 1.0
   assert len((tmp_path / 'hypotheses_test.txt').read_text().splitlines()) == 48
+  # The alignment picture: the decoder's attention weights, source across, translation down.
+  task = load_task(tiny_rnn_config())
+  task.prepare(tmp_path)
+  paths = task.draw_pictures(task.make_model(nnx.Rngs(0)), tmp_path / 'plots', 'run', 'untrained')
+  assert [path.name for path in paths] == ['cross_attention_run.png']
+  assert paths[0].read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_lowercased_bleu_is_sacrebleus_lowercase_bleu():
+  import sacrebleu
+
+  from seq2seq.text_metrics import corpus_scores
+
+  hypotheses, references = (
+    ['A dog runs in the Park .', 'Two men talk'],
+    ['a dog is running in the park .', 'Two men talk'],
+  )
+  scores = corpus_scores(hypotheses, references)
+  assert scores['bleu_lowercase'] == sacrebleu.corpus_bleu(hypotheses, [references], lowercase=True).score
+  assert scores['bleu_lowercase'] > scores['bleu']
+  assert (
+    '|case:lc|' in scores['bleu_lowercase_signature'] and '|tok:13a|' in scores['bleu_lowercase_signature']
+  )
+
+
+def test_the_score_ablation_table_has_a_row_per_score_and_a_column_group_per_split():
+  from seq2seq.ablation_table import table
+
+  scores, splits = ['none', 'additive'], ['simple', 'length']
+  runs = [
+    {
+      'overrides': {'model.attention_score': score, 'data.split': split},
+      'metrics': {'perplexity': 1.5 + i, 'bleu': 90.0 - 10 * i, 'exact_match': 0.5 - 0.1 * i},
+    }
+    for i, (score, split) in enumerate((score, split) for score in scores for split in splits)
+  ]
+  summary = dict(
+    axes={'model.attention_score': scores, 'data.split': splits},
+    seeds=[0],
+    runs=runs,
+    eval_split='test',
+    task='seq2seq.task:Translation',
+  )
+  lines = table(summary).splitlines()
+  assert lines[2].startswith('| model.attention_score | simple test PPL | simple test BLEU |')
+  assert lines[4] == '| none | 1.50 | 90.0 | 50.0 | 2.50 | 80.0 | 40.0 |'
+  assert lines[5].startswith('| additive | 3.50 | 70.0 | 30.0 |')
