@@ -5,10 +5,13 @@
 
 A bidirectional GRU encoder (128 per direction) and an attentive GRU decoder (256) with the
 additive score and input feeding (``seq2seq.rnn_model``), embeddings of 64, word-level
-vocabularies, STEPS_TEXT steps of 128 pairs, greedy decoding of the whole test split.
+vocabularies, 1,600 steps of 128 pairs, greedy decoding of the whole test split.
 Swap the score with ``--config.model.attention_score=dot`` (or scaled_dot, cosine, none).
 
-RESULT_TEXT
+Measured on a 2-core AMD EPYC CPU (AVX-512) shared with other jobs (load average about 8; the
+run got about 55% of the CPU): the training command took 14 min 7 s (7 min 31 s of CPU time) and
+reached 100.0% exact match on all 4,182 test commands (test perplexity 1.0001). Lake and Baroni
+(2018) report 99.8% for their best RNN on this split.
 """
 
 import ml_collections
@@ -23,11 +26,11 @@ def get_config():
   config.batch_size = 128
   config.eval_batch_size = 4224  # the whole test split (4,182 pairs) in one batch: one shape to compile
   config.grad_accum_steps = 1
-  config.total_steps = 2400
+  config.total_steps = 1600
   config.num_epochs = 0.0
   config.label_smoothing = 0.0
   config.log_every_steps = 200
-  config.eval_every_steps = 2400
+  config.eval_every_steps = 1600
   config.checkpoint_every_steps = 800
   config.keep_checkpoints = 3
   config.best_metric = 'exact_match'
