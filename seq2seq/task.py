@@ -22,8 +22,9 @@ Training minimises token-level cross-entropy with teacher forcing and label smoo
 averaged over real (non-padding) target tokens; ``accuracy`` is the token accuracy.
 Evaluation adds ``perplexity`` (exp of the unsmoothed token NLL) and, by decoding the
 split, sacreBLEU's ``bleu``, ``bleu_lowercase`` and ``chrf`` on detokenised text
-(``seq2seq.text_metrics``), ``exact_match`` (whole sentences), the signatures, sample translations, and every hypothesis in
-``<output_dir>/hypotheses_<split>.txt`` (in the split's order, rewritten at each evaluation).
+(``seq2seq.text_metrics``), ``exact_match`` (whole sentences), the signatures, sample
+translations, and every hypothesis in ``<output_dir>/hypotheses_<split>.txt`` (in the split's
+order, rewritten at each evaluation).
 """
 
 import functools

@@ -14,7 +14,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
-  """``bleu``, ``bleu_lowercase`` and ``chrf`` (0..100), ``exact_match`` (0..1, whole sentences) and the signatures."""
+  """``bleu``, ``bleu_lowercase`` and ``chrf`` (0..100), ``exact_match`` (0..1, whole sentences)
+  and the signatures."""
   if len(hypotheses) != len(references):
     raise ValueError(f'{len(hypotheses)} hypotheses but {len(references)} references')
   if not references:
