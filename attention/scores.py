@@ -7,6 +7,9 @@
 
 Queries are ``[batch, q_len, heads, head_dim]``, keys ``[batch, k_len, heads,
 head_dim]``; every score returns logits ``[batch, heads, q_len, k_len]``.
+
+``prepare_keys`` and ``logits_for_prepared`` split a score in two, for many queries that meet
+the same keys one at a time (an RNN decoder's steps): the key-side work is done once.
 """
 
 import math
@@ -85,6 +88,27 @@ class AttentionScore(nnx.Module):
     projected_q = jnp.einsum('bqhd,hdf->bhqf', query, self.query_kernel[...].astype(query.dtype))
     projected_k = jnp.einsum('bkhd,hdf->bhkf', key, self.key_kernel[...].astype(key.dtype))
     hidden = jnp.tanh(projected_q[:, :, :, None, :] + projected_k[:, :, None, :, :])
+    return jnp.einsum('bhqkf,hf->bhqk', hidden, self.energy[...].astype(hidden.dtype))
+
+  def prepare_keys(self, key: jax.Array) -> jax.Array:
+    """The key-side work of the score, done once: the additive score's key projection
+    ``[batch, heads, k_len, features]``, the cosine score's unit keys, else the keys themselves."""
+    if self.kind == 'additive':
+      return jnp.einsum('bkhd,hdf->bhkf', key, self.key_kernel[...].astype(key.dtype))
+    if self.kind == 'cosine':
+      return _unit(key)
+    return key
+
+  def logits_for_prepared(self, query: jax.Array, prepared: jax.Array) -> jax.Array:
+    """What ``__call__(query, key)`` returns, given ``prepare_keys(key)``."""
+    if self.kind in ('dot', 'scaled_dot'):
+      return jnp.einsum('bqhd,bkhd->bhqk', query, prepared) * self.fused_scale
+    if self.kind == 'cosine':
+      cosine = jnp.einsum('bqhd,bkhd->bhqk', _unit(query), prepared, preferred_element_type=jnp.float32)
+      log_tau = jnp.maximum(self.log_temperature[...], math.log(MIN_COSINE_TEMPERATURE))
+      return cosine * jnp.exp(-log_tau)[None, :, None, None]
+    projected_q = jnp.einsum('bqhd,hdf->bhqf', query, self.query_kernel[...].astype(query.dtype))
+    hidden = jnp.tanh(projected_q[:, :, :, None, :] + prepared[:, :, None, :, :])
     return jnp.einsum('bhqkf,hf->bhqk', hidden, self.energy[...].astype(hidden.dtype))
 
 

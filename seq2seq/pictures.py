@@ -2,7 +2,8 @@
 
 ``cross_attention_<run>.png``    the decoder's cross-attention (mean over heads) for the first
                                  sentence of the evaluation split, greedily translated, one panel
-                                 per layer: source tokens across, target tokens down
+                                 per layer (the RNN has one layer of one head): source tokens
+                                 across, target tokens down
 ``posemb_similarity_<run>.png``  for a learned table (``learn1d``): the cosine similarity of each
                                  source position's embedding to every other's
 """
@@ -21,8 +22,8 @@ _SPECIAL = {PAD_ID: '<pad>', UNK_ID: '<unk>', BOS_ID: '<bos>', EOS_ID: '<eos>'}
 
 def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:
   paths = []
-  positional = model.encoder.positional
-  if positional.kind == 'learn1d':
+  positional = getattr(model.encoder, 'positional', None)  # the RNN has none
+  if positional is not None and positional.kind == 'learn1d':
     where = 'encoder, first layer' if len(positional.tables) > 1 else 'encoder'
     paths.append(
       drawing.plot_similarity(

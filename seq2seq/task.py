@@ -1,7 +1,8 @@
-"""Translation as a trainer task: the encoder-decoder Transformer, its data, loss and metrics.
+"""Translation as a trainer task: the encoder-decoder (Transformer or RNN), its data, loss and metrics.
 
 Config sections: ``data`` (below), ``data.tokenizer`` (``seq2seq.workdir_tokenizers``),
-``model`` (``seq2seq.model``), ``decode`` (below) and ``label_smoothing``.
+``model`` (``seq2seq.architectures``: the Transformer of ``seq2seq.model`` or the RNN of
+``seq2seq.rnn_model``), ``decode`` (below) and ``label_smoothing``.
 
 ``data`` fields (``default_data_config()``):
   source, split, path, name, data_dir, src_lang, tgt_lang
@@ -20,9 +21,10 @@ Config sections: ``data`` (below), ``data.tokenizer`` (``seq2seq.workdir_tokeniz
 Training minimises token-level cross-entropy with teacher forcing and label smoothing,
 averaged over real (non-padding) target tokens; ``accuracy`` is the token accuracy.
 Evaluation adds ``perplexity`` (exp of the unsmoothed token NLL) and, by decoding the
-split, sacreBLEU's ``bleu`` and ``chrf`` on detokenised text, ``exact_match`` (whole
-sentences), ``bleu_signature``, sample translations, and every hypothesis in
-``<output_dir>/hypotheses_<split>.txt`` (in the split's order, rewritten at each evaluation).
+split, sacreBLEU's ``bleu``, ``bleu_lowercase`` and ``chrf`` on detokenised text
+(``seq2seq.text_metrics``), ``exact_match`` (whole sentences), the signatures, sample
+translations, and every hypothesis in ``<output_dir>/hypotheses_<split>.txt`` (in the split's
+order, rewritten at each evaluation).
 """
 
 import functools
@@ -38,8 +40,9 @@ from flax import nnx
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from seq2seq import ablation_table, input_pipeline
+from seq2seq.architectures import architecture_of, make_translator
 from seq2seq.decoding import translate
-from seq2seq.model import PAD_ID, make_transformer
+from seq2seq.model import PAD_ID
 from seq2seq.sources import open_source
 from seq2seq.text_metrics import corpus_scores
 from seq2seq.workdir_tokenizers import check_tokenizer_config, default_tokenizer_config, prepare_tokenizers
@@ -139,6 +142,10 @@ class Translation(Task):
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     check_tokenizer_config(data.tokenizer)
+    try:
+      architecture = architecture_of(model)
+    except ValueError as error:
+      raise ConfigError(str(error)) from None
     if model.share_embeddings and not data.tokenizer.shared:
       raise ConfigError('model.share_embeddings needs one vocabulary: set data.tokenizer.shared=True.')
     if min(data.max_source_length, data.max_target_length) < 2 or data.pad_to_multiple < 1:
@@ -152,7 +159,8 @@ class Translation(Task):
         f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).'
       )
     if (
-      model.posemb in POSEMB_KINDS
+      architecture == 'transformer'
+      and model.posemb in POSEMB_KINDS
       and model.posemb_injection in INJECTIONS
       and not combination_exists(model.posemb, model.posemb_injection)
     ):
@@ -169,7 +177,7 @@ class Translation(Task):
     # Build the model abstractly now, so a bad model option fails before any real work.
     try:
       nnx.eval_shape(
-        lambda: make_transformer(model, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0))
+        lambda: make_translator(model, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0))
       )
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
@@ -209,7 +217,7 @@ class Translation(Task):
     return self.source.split_names()
 
   def eval_metric_names(self) -> tuple[str, ...]:
-    return (*self.eval_metrics.__annotations__, 'bleu', 'chrf', 'exact_match')
+    return (*self.eval_metrics.__annotations__, 'bleu', 'bleu_lowercase', 'chrf', 'exact_match')
 
   def eval_pairs(self, split: str) -> list[tuple[str, str]]:
     check_split_name(split, 'split')
@@ -261,7 +269,7 @@ class Translation(Task):
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     self._check_prepared()
-    return make_transformer(
+    return make_translator(
       self.config.model,
       source_vocab_size=self.source_tokenizer.vocab_size,
       target_vocab_size=self.target_tokenizer.vocab_size,

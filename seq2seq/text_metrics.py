@@ -3,6 +3,9 @@
 BLEU and chrF are sacreBLEU's defaults (13a tokenisation, exponential smoothing; chrF2),
 exactly what ``sacrebleu.corpus_bleu`` and ``sacrebleu.corpus_chrf`` return; the
 signatures say so in the results (``bleu_signature``, ``chrf_signature``).
+``bleu_lowercase`` is the same BLEU on lowercased hypotheses and references
+(``sacrebleu.corpus_bleu(..., lowercase=True)``, 13a tokenisation; signature ``case:lc``), for
+comparisons with papers and tutorials that report lowercased, tokenised BLEU.
 """
 
 from collections.abc import Sequence
@@ -11,16 +14,19 @@ from sacrebleu.metrics import BLEU, CHRF
 
 
 def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
-  """``bleu`` and ``chrf`` (0..100), ``exact_match`` (0..1, whole sentences) and the signatures."""
+  """``bleu``, ``bleu_lowercase`` and ``chrf`` (0..100), ``exact_match`` (0..1, whole sentences)
+  and the signatures."""
   if len(hypotheses) != len(references):
     raise ValueError(f'{len(hypotheses)} hypotheses but {len(references)} references')
   if not references:
     raise ValueError('no sentences to score')
-  bleu, chrf = BLEU(), CHRF()
+  bleu, bleu_lowercase, chrf = BLEU(), BLEU(lowercase=True), CHRF()
   return {
     'bleu': float(bleu.corpus_score(list(hypotheses), [list(references)]).score),
+    'bleu_lowercase': float(bleu_lowercase.corpus_score(list(hypotheses), [list(references)]).score),
     'chrf': float(chrf.corpus_score(list(hypotheses), [list(references)]).score),
     'exact_match': sum(h == r for h, r in zip(hypotheses, references)) / len(references),
     'bleu_signature': str(bleu.get_signature()),
+    'bleu_lowercase_signature': str(bleu_lowercase.get_signature()),
     'chrf_signature': str(chrf.get_signature()),
   }

@@ -269,11 +269,10 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
       'optimizer.layer_regex',
     }
   else:
-    from seq2seq import model, task
+    from seq2seq import architectures, task
 
-    sections = dict(
-      data=task.default_data_config(), model=model.default_model_config(), decode=task.default_decode_config()
-    )
+    model_section = architectures.default_model_config(config.model.get('architecture', 'transformer'))
+    sections = dict(data=task.default_data_config(), model=model_section, decode=task.default_decode_config())
   expected = _fields(trainer_config()) | {'label_smoothing'} | _fields(sections)
   assert _fields(config) - optional == expected
   validation.check_trainer_fields(config)
