@@ -28,11 +28,11 @@ def get_config():
   config.eval_batch_size = 240
   config.grad_accum_steps = 1
   config.total_steps = 0
-  config.num_epochs = 15.0
+  config.num_epochs = 7.0
   config.label_smoothing = 0.1
   config.log_every_steps = 100
-  config.eval_every_steps = 500
-  config.checkpoint_every_steps = 500
+  config.eval_every_steps = 315
+  config.checkpoint_every_steps = 315
   config.keep_checkpoints = 3
   config.best_metric = 'accuracy'
   config.best_mode = 'max'
@@ -41,10 +41,11 @@ def get_config():
   config.data = ml_collections.ConfigDict()
   config.data.source = 'moving_digits'
   config.data.digits = 'digits'
-  config.data.num_frames = 8
-  config.data.frame_size = 32
+  config.data.num_frames = 4
+  config.data.frame_size = 24
   config.data.digit_scale = 2
   config.data.speed = 2
+  config.data.jitter = 2
   config.data.clips_per_digit = 4
   config.data.test_clips_per_digit = 2
   config.data.clip_seed = 0
@@ -62,7 +63,7 @@ def get_config():
   config.model.temporal_depth = 2
   config.model.num_heads = 4
   config.model.mlp_dim = 128
-  config.model.tubelet = (1, 8, 8)
+  config.model.tubelet = (1, 4, 4)
   config.model.spatial_posemb = 'learn1d'
   config.model.temporal_posemb = 'learn1d'
   config.model.pool = 'gap'
@@ -77,7 +78,7 @@ def get_config():
   config.optimizer.name = 'adamw'
   config.optimizer.learning_rate = 0.003
   config.optimizer.schedule = 'cosine'
-  config.optimizer.warmup_steps = 100
+  config.optimizer.warmup_steps = 50
   config.optimizer.end_learning_rate = 0.0
   config.optimizer.weight_decay = 0.3
   config.optimizer.b1 = 0.9

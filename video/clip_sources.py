@@ -8,7 +8,8 @@ per frame in one of four directions (right, left, down, up); the label is
 ``digit * 4 + direction``. The digits are scikit-learn's 8x8 digits (split 1,437 / 360 as in
 ``vit.image_sources``) or, with ``digits='mnist'``, MNIST's IDX files in ``path``. A train
 digit appears in ``clips_per_digit`` clips, a test digit in ``test_clips_per_digit``, with
-directions and start positions drawn from ``clip_seed``; the whole path stays inside the frame.
+directions and start positions drawn from ``clip_seed``: along the motion anywhere the whole
+path stays inside the frame, across it centred and shifted by up to ``jitter`` pixels.
 The frames of a clip in reverse order are the clip of the opposite direction, so a model that
 sees the frames as a set cannot tell left from right or up from down.
 """
@@ -55,6 +56,10 @@ def load_moving_digits(config: ml_collections.ConfigDict) -> ClipSet:
     raise ConfigError(f'data.digits: unknown value {config.digits!r}; allowed values: digits, mnist')
   size = images.image_shape[0] * config.digit_scale
   travel = config.speed * (config.num_frames - 1)
+  if not 0 <= config.jitter <= (config.frame_size - size) // 2:
+    raise ConfigError(
+      f'data.jitter must be in [0, {(config.frame_size - size) // 2}] for this frame and digit size, got {config.jitter}'
+    )
   if size + travel > config.frame_size:
     raise ConfigError(
       f'data.frame_size {config.frame_size} is too small for a {size}-pixel digit moving '
@@ -79,7 +84,9 @@ def _moving_digit_clips(images, labels, per_digit, config, rng) -> LabelledClips
   count = len(labels) * per_digit
   digit_ids = np.repeat(np.arange(len(labels)), per_digit)
   directions = rng.integers(len(DIRECTIONS), size=count)
-  starts = rng.integers(0, frame_size - size + 1, size=(count, 2))
+  # Across the motion: centred, shifted by up to `jitter` pixels either way.
+  centre = (frame_size - size) // 2
+  starts = centre + rng.integers(-config.jitter, config.jitter + 1, size=(count, 2))
   clips = np.zeros((count, frames, frame_size, frame_size, channels), np.uint8)
   for clip, (digit, direction, start) in enumerate(zip(digit_ids, directions, starts)):
     dy, dx = _STEPS[DIRECTIONS[direction]]

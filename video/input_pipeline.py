@@ -8,6 +8,7 @@ returns a ``VideoData``. Config fields (``default_data_config()`` has all of the
   frame_size            moving_digits, tfds: frame height = width in pixels. 32
   digit_scale           moving_digits: digits are scaled up by this factor. 2
   speed                 moving_digits: pixels moved per frame. 2
+  jitter                moving_digits: largest shift off the centre line across the motion. 4
   clips_per_digit       moving_digits: clips made from each train digit. 4
   test_clips_per_digit  moving_digits: clips made from each test digit. 2
   clip_seed             moving_digits: seed of directions and start positions. 0
@@ -56,6 +57,7 @@ def default_data_config() -> ml_collections.ConfigDict:
       frame_size=32,
       digit_scale=2,
       speed=2,
+      jitter=4,
       clips_per_digit=4,
       test_clips_per_digit=2,
       clip_seed=0,
