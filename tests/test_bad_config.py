@@ -268,6 +268,10 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
       'optimizer.layer_decay_stem',
       'optimizer.layer_regex',
     }
+  elif config.task == 'video.task:VideoClassification':
+    from video import input_pipeline, model
+
+    sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
   else:
     from seq2seq import architectures, task
 

@@ -1,0 +1,100 @@
+"""Video Transformer on moving digits: the embedded default, no files needed.
+
+  python train.py --config configs/video_digits.py --workdir runs/video_digits
+  python evaluate.py --workdir runs/video_digits
+
+Clips of 4 frames of 24x24: one of scikit-learn's 8x8 digits, scaled to 16x16, moves 2 pixels
+per frame right, left, down or up, centred across the motion within 2 pixels
+(video.clip_sources). The label is digit x direction, 40 classes: chance is 2.5% overall, 10%
+for the digit part and 25% for the direction part. A model that sees the frames as a set (no
+temporal positions, one-frame tubelets) cannot tell a direction from its opposite, so its
+direction part cannot exceed 50%. 5,748 train clips (4 per train digit), 720 test clips (2 per
+test digit, digits never seen in training). Tubelets 1x4x4 give 4 time steps of 6x6 patches.
+
+Measured on a 2-core AMD EPYC (AVX-512) CPU shared with other jobs (load average 5-9), 629
+steps of 64 (7 epochs), test split:
+  divided (this config)        37.8% (digit 75.7%, direction 49.7%), 14 min 12 s (tests ran
+                               beside it for about 3 minutes)
+  --config.model.attention=spacetime  26.0% (digit 78.6%, direction 31.0%), 8 min 23 s
+The target (>= 95% in <= 10 minutes) is NOT reached: the digit part is learned, but in 629
+steps neither layout learns the sign of the motion (direction stays at the 50% that the axis
+alone gives, or below). A longer schedule has not been run.
+"""
+
+import ml_collections
+
+from configs.common import unset
+
+
+def get_config():
+  config = ml_collections.ConfigDict()
+  config.task = 'video.task:VideoClassification'
+  config.seed = 0
+  config.batch_size = 64
+  config.eval_batch_size = 240
+  config.grad_accum_steps = 1
+  config.total_steps = 0
+  config.num_epochs = 7.0
+  config.label_smoothing = 0.1
+  config.log_every_steps = 100
+  config.eval_every_steps = 315
+  config.checkpoint_every_steps = 315
+  config.keep_checkpoints = 3
+  config.best_metric = 'accuracy'
+  config.best_mode = 'max'
+  config.eval_split = 'test'
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = 'moving_digits'
+  config.data.digits = 'digits'
+  config.data.num_frames = 4
+  config.data.frame_size = 24
+  config.data.digit_scale = 2
+  config.data.speed = 2
+  config.data.jitter = 2
+  config.data.clips_per_digit = 4
+  config.data.test_clips_per_digit = 2
+  config.data.clip_seed = 0
+  config.data.path = unset(str)
+  config.data.name = unset(str)
+  config.data.data_dir = unset(str)
+  config.data.augment = ml_collections.ConfigDict()
+  config.data.augment.crop_padding = 1
+  config.data.augment.flip = False
+
+  config.model = ml_collections.ConfigDict()
+  config.model.attention = 'divided'
+  config.model.width = 64
+  config.model.depth = 4
+  config.model.temporal_depth = 2
+  config.model.num_heads = 4
+  config.model.mlp_dim = 128
+  config.model.tubelet = (1, 4, 4)
+  config.model.spatial_posemb = 'learn1d'
+  config.model.temporal_posemb = 'learn1d'
+  config.model.pool = 'gap'
+  config.model.score = 'scaled_dot'
+  config.model.dropout = 0.0
+  config.model.attention_dropout = 0.0
+  config.model.drop_path = 0.1
+  config.model.head_zero_init = True
+  config.model.dtype = 'float32'
+
+  config.optimizer = ml_collections.ConfigDict()
+  config.optimizer.name = 'adamw'
+  config.optimizer.learning_rate = 0.003
+  config.optimizer.schedule = 'cosine'
+  config.optimizer.warmup_steps = 50
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.weight_decay = 0.3
+  config.optimizer.b1 = 0.9
+  config.optimizer.b2 = 0.999
+  config.optimizer.eps = 1e-8
+  config.optimizer.momentum = 0.9
+  config.optimizer.nesterov = False
+  config.optimizer.grad_clip_norm = 1.0
+
+  config.mesh = ml_collections.ConfigDict()
+  config.mesh.data = -1  # devices on the data axis; -1: all that fsdp leaves
+  config.mesh.fsdp = 1  # devices that shard parameters and optimizer state (trainer/partitioning.py)
+  return config

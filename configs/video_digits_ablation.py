@@ -1,0 +1,28 @@
+"""The attention-layout and temporal-position sweeps on moving digits, short enough for a 2-core CPU.
+
+  python ablate.py --config configs/video_digits_ablation.py --workdir runs/video_ablation \
+      --axis model.attention=spacetime,factorised_encoder,divided,factorised_dot_product
+  python ablate.py --config configs/video_digits_ablation.py --workdir runs/video_posemb \
+      --axis model.temporal_posemb=none,learn1d,sincos1d
+
+This is video_digits with 120 steps instead of 7 epochs (629 steps): the same as
+``--config configs/video_digits.py --config.num_epochs=0 --config.total_steps=120
+--config.eval_every_steps=120 --config.checkpoint_every_steps=120 --config.log_every_steps=20``.
+It measures what a layout costs (GFLOPs per clip from XLA's cost analysis, training clips/s);
+its accuracies are those of barely started models and rank nothing. For accuracies, sweep
+``configs/video_digits.py`` itself (about 10-20 minutes a run on a shared 2-core CPU).
+
+Measured on a 2-core AMD EPYC (AVX-512) CPU shared with other jobs: see docs/readme_video.md.
+"""
+
+from configs import video_digits
+
+
+def get_config():
+  config = video_digits.get_config()
+  config.num_epochs = 0.0
+  config.total_steps = 120
+  config.eval_every_steps = 120
+  config.checkpoint_every_steps = 120
+  config.log_every_steps = 20
+  return config

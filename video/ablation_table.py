@@ -1,0 +1,67 @@
+"""The video family's ablation table (``VideoClassification.ablation_table``), shaped as ViViT's Table 2.
+
+For a sweep over ``model.attention`` or ``model.temporal_posemb`` (or both): one row per
+combination with the accuracy (and, for moving digits, the digit and direction parts) in %,
+mean ± std over seeds, GFLOPs of one clip's forward pass from XLA's cost analysis of the
+compiled model (``jax.jit(f).lower(...).compile().cost_analysis()``) and the training
+throughput in clips/s (the median of the logged steps/s after the first, times the batch size,
+of the first seed's run). Any other sweep gets the generic table.
+"""
+
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from ablation import tables
+
+AXES = ('model.attention', 'model.temporal_posemb')
+_PARTS = ('accuracy', 'digit_accuracy', 'direction_accuracy')
+
+
+def table(summary: dict[str, Any]) -> str | None:
+  axes = list(summary['axes'])
+  if not axes or not set(axes) <= set(AXES):
+    return None
+  groups, num_seeds = tables.group_runs(summary), len(summary['seeds'])
+  parts = [part for part in _PARTS if any(part in run['metrics'] for run in summary['runs'])]
+  header = axes + [f'{part} (%)' for part in parts] + ['GFLOPs / clip', 'train clips/s']
+  rows = []
+  for values in tables.all_combinations(summary):
+    runs = groups.get(values, [])
+    if tables.is_not_applicable(summary, values):
+      rows.append([*values] + ['N/A'] * (len(header) - len(values)))
+      continue
+    row = [*values] + [tables.cell(tables.metric_values(runs, part), num_seeds, scale=100) for part in parts]
+    if runs:
+      workdir = pathlib.Path(runs[0]['workdir'])
+      row += [f'{clip_gflops(workdir):.3f}', f'{train_throughput(workdir):.1f}']
+    else:
+      row += ['not run', 'not run']
+    rows.append(row)
+  caption = f'{summary["task"]}: {summary["eval_split"]} metrics, {tables.over_seeds(summary)}.'
+  return caption + '\n\n' + tables.markdown_rows(header, rows)
+
+
+def clip_gflops(workdir: pathlib.Path) -> float:
+  """GFLOPs of one clip's forward pass for the model a run's workdir describes."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top  (JAX: only for the table)
+
+  from trainer.task import load_task
+  from trainer.workdir import load_config
+  from video.task import forward_cost
+
+  task = load_task(load_config(workdir))
+  model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0)))
+  return forward_cost(model, task.data.clip_shape) / 1e9
+
+
+def train_throughput(workdir: pathlib.Path) -> float:
+  """Clips per second in training: the median logged steps/s after the first report, times the batch."""
+  from trainer.metrics_io import read_metrics  # pylint: disable=g-import-not-at-top
+  from trainer.workdir import load_config
+
+  rates = [record['steps_per_sec'] for record in read_metrics(workdir) if 'steps_per_sec' in record]
+  if not rates:
+    return float('nan')
+  return float(np.median(rates[1:] or rates)) * load_config(workdir).batch_size

@@ -1,0 +1,185 @@
+"""Video input pipeline: load clips once, then batch, augment (the same way for every frame), normalise.
+
+``load_video_data(config)`` checks ``config.data``, loads the clips (``video.clip_sources``) and
+returns a ``VideoData``. Config fields (``default_data_config()`` has all of them):
+  source                'moving_digits' (default, no files) | 'folder' | 'tfds'
+  digits                moving_digits: 'digits' (scikit-learn's 8x8, embedded) | 'mnist' (IDX in path)
+  num_frames            moving_digits, tfds: frames per clip. 8
+  frame_size            moving_digits, tfds: frame height = width in pixels. 32
+  digit_scale           moving_digits: digits are scaled up by this factor. 2
+  speed                 moving_digits: pixels moved per frame. 2
+  jitter                moving_digits: largest shift off the centre line across the motion. 4
+  clips_per_digit       moving_digits: clips made from each train digit. 4
+  test_clips_per_digit  moving_digits: clips made from each test digit. 2
+  clip_seed             moving_digits: seed of directions and start positions. 0
+  path                  folder (path/<split>/<class>/*.npy) or mnist: the data folder. None
+  name, data_dir        tfds: the data set (e.g. 'ucf101') and its prepared TFDS directory. None
+  augment.crop_padding  pad every frame by this many pixels (zeros) and crop one window per clip. 0
+  augment.flip          flip whole clips horizontally (never for moving digits: it turns left into
+                        right). False
+
+Training batches are a pure function of (seed, step): ``make_train_batch(step)`` takes the
+examples at positions ``step * batch .. (step + 1) * batch - 1`` of an endless sequence of
+per-epoch permutations seeded by (seed, epoch), draws the crop offsets and flips of the whole
+global batch from (seed, step), and keeps this process's rows
+(``trainer.partitioning.process_rows``), so a resumed run sees what an uninterrupted one would.
+Evaluation is one ordered pass, the last batch padded and marked by ``mask``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator
+
+import ml_collections
+import numpy as np
+
+from pipelines.steps import step_batches
+from trainer.errors import ConfigError
+from trainer.partitioning import process_rows
+from video import clip_sources
+
+_LOADERS = {
+  'moving_digits': clip_sources.load_moving_digits,
+  'folder': clip_sources.load_npy_folder,
+  'tfds': clip_sources.load_tfds_videos,
+}
+_SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(
+    dict(
+      source='moving_digits',
+      digits='digits',
+      num_frames=8,
+      frame_size=32,
+      digit_scale=2,
+      speed=2,
+      jitter=4,
+      clips_per_digit=4,
+      test_clips_per_digit=2,
+      clip_seed=0,
+      path=None,
+      name=None,
+      data_dir=None,
+      augment=dict(crop_padding=0, flip=False),
+    )
+  )
+
+
+def load_video_data(data_config: ml_collections.ConfigDict) -> VideoData:
+  if data_config.source not in _LOADERS:
+    raise ConfigError(
+      f'data.source: unknown value {data_config.source!r}; allowed values: {", ".join(_LOADERS)}'
+    )
+  if data_config.augment.crop_padding < 0:
+    raise ConfigError(f'data.augment.crop_padding must be >= 0, got {data_config.augment.crop_padding}')
+  if data_config.source == 'moving_digits' and data_config.augment.flip:
+    raise ConfigError('data.augment.flip must be False for moving_digits: a flip turns left into right')
+  clip_set = _LOADERS[data_config.source](data_config)
+  train = clip_set.splits['train']
+  mean, std = float(train.clips.mean() / 255), float(max(train.clips.std() / 255, 1e-3))
+  return VideoData(clip_set, mean, std, data_config.augment.crop_padding, data_config.augment.flip)
+
+
+@dataclasses.dataclass
+class VideoData:
+  clip_set: clip_sources.ClipSet
+  mean: float  # over all pixels of the train split, in [0, 1] units
+  std: float
+  crop_padding: int = 0
+  flip: bool = False
+
+  @property
+  def num_classes(self) -> int:
+    return len(self.clip_set.class_names)
+
+  @property
+  def clip_shape(self) -> tuple[int, int, int, int]:
+    return tuple(self.clip_set.splits['train'].clips.shape[1:])
+
+  @property
+  def num_train(self) -> int:
+    return len(self.clip_set.splits['train'].labels)
+
+  @property
+  def split_names(self) -> tuple[str, ...]:
+    return tuple(self.clip_set.splits)
+
+  def make_train_batch(self, step: int, *, batch_size: int, seed: int, rows: slice) -> dict[str, np.ndarray]:
+    """This process's rows of the global training batch at ``step`` (see the module docstring)."""
+    train = self.clip_set.splits['train']
+    ids = _example_ids(seed, step, batch_size, len(train.labels))[rows]
+    rng = np.random.default_rng([_AUGMENT_STREAM, seed, step])
+    offsets = rng.integers(0, 2 * self.crop_padding + 1, size=(batch_size, 2))[rows]
+    flips = (rng.random(batch_size) < 0.5)[rows] if self.flip else np.zeros(len(ids), bool)
+    clips = augment_clips(train.clips[ids], offsets, flips, self.crop_padding)
+    return {'clip': self._normalise(clips), 'label': train.labels[ids]}
+
+  def train_batches(
+    self, *, batch_size: int, seed: int, start_step: int = 0, process_index: int = 0, process_count: int = 1
+  ) -> Iterator[dict[str, np.ndarray]]:
+    if seed < 0 or start_step < 0:
+      raise ValueError(f'seed and start_step must be >= 0, got {seed} and {start_step}')
+    rows = process_rows(batch_size, process_index, process_count)
+    make = functools.partial(self.make_train_batch, batch_size=batch_size, seed=seed, rows=rows)
+    return step_batches(make, start_step=start_step, num_threads=2, prefetch_batches=4)
+
+  def eval_batches(
+    self, split: str, *, batch_size: int, process_index: int = 0, process_count: int = 1
+  ) -> Iterator[dict[str, np.ndarray]]:
+    if split not in self.clip_set.splits:
+      raise ConfigError(f'unknown split {split!r}; available: {list(self.clip_set.splits)}')
+    data, rows = self.clip_set.splits[split], process_rows(batch_size, process_index, process_count)
+
+    def make_batch(index: int) -> dict[str, np.ndarray]:
+      start = index * batch_size
+      clips = data.clips[start : start + batch_size][rows]
+      size, count = rows.stop - rows.start, len(clips)
+      batch = {
+        'clip': np.zeros((size, *self.clip_shape), np.float32),
+        'label': np.zeros(size, np.int32),
+        'mask': np.zeros(size, np.float32),
+      }
+      batch['clip'][:count] = self._normalise(clips)
+      batch['label'][:count] = data.labels[start : start + batch_size][rows]
+      batch['mask'][:count] = 1
+      return batch
+
+    return step_batches(
+      make_batch, stop_step=-(-len(data.labels) // batch_size), num_threads=2, prefetch_batches=4
+    )
+
+  def _normalise(self, clips: np.ndarray) -> np.ndarray:
+    return (clips.astype(np.float32) * (1 / 255) - self.mean) / self.std
+
+
+def augment_clips(clips: np.ndarray, offsets: np.ndarray, flips: np.ndarray, padding: int) -> np.ndarray:
+  """One crop window (after zero padding) and one flip per clip, the same for all of its frames."""
+  if padding:
+    padded = np.pad(clips, ((0, 0), (0, 0), (padding, padding), (padding, padding), (0, 0)))
+    height, width = clips.shape[2:4]
+    clips = np.stack(
+      [clip[:, top : top + height, left : left + width] for clip, (top, left) in zip(padded, offsets)]
+    )
+  if flips.any():
+    clips = np.where(flips[:, None, None, None, None], clips[:, :, :, ::-1], clips)
+  return clips
+
+
+@functools.lru_cache(maxsize=8)
+def _epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
+  return np.random.default_rng([_SHUFFLE_STREAM, seed, epoch]).permutation(num_examples)
+
+
+def _example_ids(seed: int, step: int, batch_size: int, num_examples: int) -> np.ndarray:
+  """Indices of the global batch at ``step`` in the endless sequence of epoch permutations."""
+  epochs, positions = np.divmod(step * batch_size + np.arange(batch_size), num_examples)
+  return np.array(
+    [
+      _epoch_permutation(seed, int(epoch), num_examples)[position]
+      for epoch, position in zip(epochs, positions)
+    ]
+  )

@@ -1,0 +1,409 @@
+"""The four space-time attention layouts of a video Transformer, built from ``attention``'s blocks.
+
+Tokens arrive as ``[batch, time, space, features]`` (``space`` counts the patches of one frame,
+after any class-token column). Each layout returns the pooled features ``[batch, features]``
+and, when asked, its attention weights per layer as a dict whose keys name the axes attended
+over (``AXES`` spells out every array's dimensions):
+
+``spacetime``               joint attention over all time x space tokens (ViViT model 1)
+``factorised_encoder``      a spatial encoder per frame, then a temporal encoder over the frames'
+                            class tokens or pooled features (ViViT model 2)
+``divided``                 every block attends over time (each patch position with itself in the
+                            other frames), then over space (within each frame), then its MLP
+                            (TimeSformer, ViViT model 3); the temporal attention's output
+                            projection starts at zero, so a new block starts as the image block
+``factorised_dot_product``  half of each block's heads attend over space, half over time; their
+                            outputs are projected together (ViViT model 4)
+
+A relative temporal encoding (``time_relative``) is a learned bias per head and per frame
+offset in every temporal attention (in ``spacetime``, between the frames of any two tokens).
+With a class token, ``divided`` and ``factorised_dot_product`` keep one copy per frame as
+column 0 of the space axis (TimeSformer's placement); the copies are averaged at the end.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention import EncoderBlock, MultiHeadAttention, layer_norm
+from attention.blocks import DropPath, Mlp
+from attention.positional import RelativePositionBias
+
+LAYOUTS = ('spacetime', 'factorised_encoder', 'divided', 'factorised_dot_product')
+AXES = {
+  'spacetime': ('batch', 'head', 'query_token', 'key_token'),
+  'space': ('batch', 'time', 'head', 'query_space', 'key_space'),
+  'time': ('batch', 'space', 'head', 'query_time', 'key_time'),
+  'frames': ('batch', 'head', 'query_frame', 'key_frame'),
+}
+
+
+def over_space(layer, x, **kwargs):
+  """Applies ``layer`` (returning ``(tokens, weights)``) within each frame of ``x`` ``[B, T, S, D]``."""
+  batch, time, space, features = x.shape
+  y, weights = layer(x.reshape(batch * time, space, features), **kwargs)
+  if weights is not None:
+    weights = weights.reshape(batch, time, *weights.shape[1:])
+  return y.reshape(x.shape), weights
+
+
+def over_time(layer, x, **kwargs):
+  """Applies ``layer`` along the time axis of ``x`` ``[B, T, S, D]``, each space position on its own."""
+  batch, time, space, features = x.shape
+  by_position = jnp.swapaxes(x, 1, 2).reshape(batch * space, time, features)
+  y, weights = layer(by_position, **kwargs)
+  if weights is not None:
+    weights = weights.reshape(batch, space, *weights.shape[1:])
+  return jnp.swapaxes(y.reshape(batch, space, time, features), 1, 2), weights
+
+
+def pad_prefix(bias: jax.Array, num_prefix: int) -> jax.Array:
+  """Zero bias rows and columns for prefix (class) tokens in front of ``bias`` ``[1, H, Q, K]``."""
+  return jnp.pad(bias, ((0, 0), (0, 0), (num_prefix, 0), (num_prefix, 0)))
+
+
+def _time_biases(num_heads, num_frames, depth, rngs):
+  distance = max(num_frames - 1, 1)
+  return nnx.List([RelativePositionBias(num_heads, distance, rngs=rngs) for _ in range(depth)])
+
+
+def _pool(x: jax.Array, pool: str, axis: int) -> jax.Array:
+  """The class token (index 0 of ``axis``) or the mean of the other tokens."""
+  if pool == 'cls':
+    return jnp.take(x, 0, axis=axis)
+  return jnp.mean(x, axis=axis)
+
+
+class _Layout(nnx.Module):
+  """Options every layout shares; ``blocks_options`` are ``EncoderBlock``'s keyword arguments."""
+
+  def _setup(self, *, depth, num_heads, drop_path, num_frames, time_relative, pool):
+    self.depth, self.num_heads, self.num_frames, self.pool = depth, num_heads, num_frames, pool
+    self.drop_path_rates = [drop_path * i / max(depth - 1, 1) for i in range(depth)]
+    self.time_relative = time_relative
+
+
+class SpaceTime(_Layout):
+  def __init__(
+    self,
+    *,
+    features,
+    depth,
+    num_heads,
+    mlp_features,
+    num_frames,
+    time_relative,
+    pool,
+    drop_path,
+    rngs,
+    **block_options,
+  ):
+    self._setup(
+      depth=depth,
+      num_heads=num_heads,
+      drop_path=drop_path,
+      num_frames=num_frames,
+      time_relative=time_relative,
+      pool=pool,
+    )
+    self.blocks = nnx.List(
+      [
+        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options)
+        for rate in self.drop_path_rates
+      ]
+    )
+    self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
+    if time_relative:
+      self.time_biases = _time_biases(num_heads, num_frames, depth, rngs)
+
+  def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
+    batch, time, space, features = tokens.shape
+    x = tokens.reshape(batch, time * space, features)
+    num_prefix = 0
+    if class_token is not None:
+      x = jnp.concatenate([jnp.broadcast_to(class_token, (batch, 1, features)), x], axis=1)
+      num_prefix = 1
+    weights = []
+    for layer, block in enumerate(self.blocks):
+      bias = None
+      if self.time_relative:
+        frame_bias = self.time_biases[layer](time, time)
+        bias = pad_prefix(jnp.repeat(jnp.repeat(frame_bias, space, axis=2), space, axis=3), num_prefix)
+      x, layer_weights = block(
+        x, bias=bias, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+      )
+      weights.append({'spacetime': layer_weights})
+    return _pool(self.norm(x), self.pool, axis=1), weights
+
+
+class FactorisedEncoder(_Layout):
+  def __init__(
+    self,
+    *,
+    features,
+    depth,
+    temporal_depth,
+    num_heads,
+    mlp_features,
+    num_frames,
+    time_relative,
+    pool,
+    drop_path,
+    rngs,
+    **block_options,
+  ):
+    self._setup(
+      depth=depth,
+      num_heads=num_heads,
+      drop_path=drop_path,
+      num_frames=num_frames,
+      time_relative=time_relative,
+      pool=pool,
+    )
+    self.blocks = nnx.List(
+      [
+        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options)
+        for rate in self.drop_path_rates
+      ]
+    )
+    self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
+    if pool == 'cls':
+      self.temporal_class_token = nnx.Param(jnp.zeros((1, 1, features)))
+    self.temporal_blocks = nnx.List(
+      [
+        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=drop_path, rngs=rngs, **block_options)
+        for _ in range(temporal_depth)
+      ]
+    )
+    self.temporal_norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
+    if time_relative:
+      self.time_biases = _time_biases(num_heads, num_frames, temporal_depth, rngs)
+
+  def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights, time_table=None):
+    batch, time, space, features = tokens.shape
+    x = tokens
+    if class_token is not None:
+      x = jnp.concatenate([jnp.broadcast_to(class_token, (batch, time, 1, features)), x], axis=2)
+    weights = []
+    for block in self.blocks:
+      x, layer_weights = over_space(
+        block, x, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+      )
+      weights.append({'space': layer_weights})
+    frames = _pool(self.norm(x), self.pool, axis=2)  # [batch, time, features]
+    if time_table is not None:
+      frames = frames + time_table[None].astype(frames.dtype)
+    num_prefix = 0
+    if self.pool == 'cls':
+      cls = jnp.broadcast_to(self.temporal_class_token[...].astype(frames.dtype), (batch, 1, features))
+      frames = jnp.concatenate([cls, frames], axis=1)
+      num_prefix = 1
+    for layer, block in enumerate(self.temporal_blocks):
+      bias = pad_prefix(self.time_biases[layer](time, time), num_prefix) if self.time_relative else None
+      frames, layer_weights = block(
+        frames, bias=bias, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+      )
+      weights.append({'frames': layer_weights})
+    return _pool(self.temporal_norm(frames), self.pool, axis=1), weights
+
+
+class TemporalSublayer(nnx.Module):
+  """Pre-norm temporal self-attention whose output projection starts at zero (identity at start)."""
+
+  def __init__(
+    self, features, num_heads, *, dropout_rate, attention_dropout_rate, drop_path_rate, dtype, score, rngs
+  ):
+    self.norm = layer_norm(features, dtype, rngs=rngs)
+    self.attention = MultiHeadAttention(
+      num_heads, features, score=score, dropout_rate=attention_dropout_rate, dtype=dtype, rngs=rngs
+    )
+    self.attention.out.kernel[...] = jnp.zeros_like(self.attention.out.kernel[...])
+    self.dropout = nnx.Dropout(dropout_rate)
+    self.drop_path = DropPath(drop_path_rate)
+
+  def __call__(self, x, *, bias, deterministic, rngs, return_weights):
+    kwargs = dict(deterministic=deterministic, rngs=rngs)
+    y, weights = self.attention(self.norm(x), bias=bias, return_weights=return_weights, **kwargs)
+    return x + self.drop_path(self.dropout(y, **kwargs), **kwargs), weights
+
+
+class Divided(_Layout):
+  def __init__(
+    self,
+    *,
+    features,
+    depth,
+    num_heads,
+    mlp_features,
+    num_frames,
+    time_relative,
+    pool,
+    drop_path,
+    rngs,
+    **block_options,
+  ):
+    self._setup(
+      depth=depth,
+      num_heads=num_heads,
+      drop_path=drop_path,
+      num_frames=num_frames,
+      time_relative=time_relative,
+      pool=pool,
+    )
+    self.temporal = nnx.List(
+      [
+        TemporalSublayer(
+          features,
+          num_heads,
+          dropout_rate=block_options['dropout_rate'],
+          attention_dropout_rate=block_options['attention_dropout_rate'],
+          drop_path_rate=rate,
+          dtype=block_options.get('dtype'),
+          score=block_options['score'],
+          rngs=rngs,
+        )
+        for rate in self.drop_path_rates
+      ]
+    )
+    self.blocks = nnx.List(
+      [
+        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options)
+        for rate in self.drop_path_rates
+      ]
+    )
+    self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
+    if time_relative:
+      self.time_biases = _time_biases(num_heads, num_frames, depth, rngs)
+
+  def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
+    x = _with_class_column(tokens, class_token)
+    kwargs = dict(deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+    weights = []
+    for layer, (temporal, block) in enumerate(zip(self.temporal, self.blocks)):
+      time = x.shape[1]
+      bias = self.time_biases[layer](time, time) if self.time_relative else None
+      x, time_weights = over_time(temporal, x, bias=bias, **kwargs)
+      x, space_weights = over_space(block, x, **kwargs)
+      weights.append({'time': time_weights, 'space': space_weights})
+    return _pool_columns(self.norm(x), self.pool), weights
+
+
+class FactorisedDotProductBlock(nnx.Module):
+  """One attention sublayer whose first half of heads attends over space, the second over time.
+
+  Two ``MultiHeadAttention`` halves with ``features / 2`` query/key/value features each, both
+  projecting to ``features``; the sum of their outputs is the projection of the concatenated
+  heads (ViViT model 4). Then the MLP sublayer, as in ``EncoderBlock``.
+  """
+
+  def __init__(
+    self,
+    features,
+    num_heads,
+    mlp_features,
+    *,
+    dropout_rate,
+    attention_dropout_rate,
+    drop_path_rate,
+    activation='gelu',
+    norm_placement='pre',
+    score,
+    dtype,
+    rngs,
+  ):
+    if num_heads % 2 or features % 2:
+      raise ValueError(
+        f'factorised_dot_product splits the heads in two: num_heads ({num_heads}) and width ({features}) '
+        'must be even.'
+      )
+    del norm_placement  # pre-norm only
+    halves = dict(
+      qkv_features=features // 2,
+      out_features=features,
+      score=score,
+      dropout_rate=attention_dropout_rate,
+      dtype=dtype,
+      rngs=rngs,
+    )
+    self.norm1 = layer_norm(features, dtype, rngs=rngs)
+    self.space_attention = MultiHeadAttention(num_heads // 2, features, **halves)
+    self.time_attention = MultiHeadAttention(num_heads // 2, features, **halves)
+    self.norm2 = layer_norm(features, dtype, rngs=rngs)
+    self.mlp = Mlp(
+      features, mlp_features, dropout_rate=dropout_rate, activation=activation, dtype=dtype, rngs=rngs
+    )
+    self.dropout = nnx.Dropout(dropout_rate)
+    self.drop_path = DropPath(drop_path_rate)
+
+  def __call__(self, x, *, time_bias, deterministic, rngs, return_weights):
+    kwargs = dict(deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+    y = self.norm1(x)
+    space, space_weights = over_space(self.space_attention, y, **kwargs)
+    time, time_weights = over_time(self.time_attention, y, bias=time_bias, **kwargs)
+    del kwargs['return_weights']
+    x = x + self.drop_path(self.dropout(space + time, **kwargs), **kwargs)
+    x = x + self.drop_path(self.mlp(self.norm2(x), **kwargs), **kwargs)
+    return x, {'space': space_weights, 'time': time_weights}
+
+
+class FactorisedDotProduct(_Layout):
+  def __init__(
+    self,
+    *,
+    features,
+    depth,
+    num_heads,
+    mlp_features,
+    num_frames,
+    time_relative,
+    pool,
+    drop_path,
+    rngs,
+    **block_options,
+  ):
+    self._setup(
+      depth=depth,
+      num_heads=num_heads,
+      drop_path=drop_path,
+      num_frames=num_frames,
+      time_relative=time_relative,
+      pool=pool,
+    )
+    self.blocks = nnx.List(
+      [
+        FactorisedDotProductBlock(
+          features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
+        )
+        for rate in self.drop_path_rates
+      ]
+    )
+    self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
+    if time_relative:
+      self.time_biases = _time_biases(num_heads // 2, num_frames, depth, rngs)
+
+  def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
+    x = _with_class_column(tokens, class_token)
+    weights = []
+    for layer, block in enumerate(self.blocks):
+      time = x.shape[1]
+      bias = self.time_biases[layer](time, time) if self.time_relative else None
+      x, layer_weights = block(
+        x, time_bias=bias, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+      )
+      weights.append(layer_weights)
+    return _pool_columns(self.norm(x), self.pool), weights
+
+
+def _with_class_column(tokens, class_token):
+  """Prepends a copy of the class token to every frame: ``[B, T, S, D]`` -> ``[B, T, 1 + S, D]``."""
+  if class_token is None:
+    return tokens
+  batch, time, _, features = tokens.shape
+  return jnp.concatenate([jnp.broadcast_to(class_token, (batch, time, 1, features)), tokens], axis=2)
+
+
+def _pool_columns(x, pool):
+  """The class column averaged over frames, or the mean of all patch tokens."""
+  if pool == 'cls':
+    return jnp.mean(x[:, :, 0], axis=1)
+  return jnp.mean(x, axis=(1, 2))

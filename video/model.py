@@ -1,0 +1,232 @@
+"""The video classifier: tubelet embedding, space-time positions, one of four attention layouts, a head.
+
+A clip ``[batch, T, H, W, C]`` is cut into tubelets of ``t x p x p`` pixels (one matmul, as the
+ViT's patch embedding), giving ``T/t`` time steps of ``(H/p) x (W/p)`` patches. Positions:
+``spatial_posemb`` (an additive 2-D option of ``attention.positional``: ``none``, ``learn1d``,
+``learn2d``, ``sincos1d``, ``sincos2d``; or ``learn3d``, one learned table over every time step
+and patch, which needs ``temporal_posemb='none'``) and ``temporal_posemb`` (``none``, ``learn1d``,
+``sincos1d``, ``relative``: a bias in every temporal attention). Additive tables are added to
+the tubelet tokens (the temporal one, in ``factorised_encoder``, to the frame features before
+the temporal encoder, as in ViViT). Heads: ``cls`` or ``gap`` as in the ViT. The layouts are in
+``video.layouts``; the forward pass returns ``(logits, intermediates)``.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+from flax.nnx.nn.dtypes import promote_dtype
+
+from attention import resolve_dtype
+from attention.positional import AdditiveTable
+from trainer.errors import ConfigError
+from video import layouts
+
+SPATIAL_POSEMBS = ('none', 'learn1d', 'learn2d', 'sincos1d', 'sincos2d', 'learn3d')
+TEMPORAL_POSEMBS = ('none', 'learn1d', 'sincos1d', 'relative')
+POOLS = ('cls', 'gap')
+_LAYOUT_CLASSES = {
+  'spacetime': layouts.SpaceTime,
+  'factorised_encoder': layouts.FactorisedEncoder,
+  'divided': layouts.Divided,
+  'factorised_dot_product': layouts.FactorisedDotProduct,
+}
+
+
+def check_options(*, attention: str, spatial_posemb: str, temporal_posemb: str, pool: str) -> None:
+  """Raises ``ConfigError`` naming the allowed values of a bad option or combination."""
+  for name, value, allowed in (
+    ('attention', attention, layouts.LAYOUTS),
+    ('spatial_posemb', spatial_posemb, SPATIAL_POSEMBS),
+    ('temporal_posemb', temporal_posemb, TEMPORAL_POSEMBS),
+    ('pool', pool, POOLS),
+  ):
+    if value not in allowed:
+      raise ConfigError(f'model.{name}: unknown value {value!r}; allowed values: {", ".join(allowed)}')
+  if spatial_posemb == 'learn3d' and temporal_posemb != 'none':
+    raise ConfigError(
+      f"model.spatial_posemb 'learn3d' already encodes time; temporal_posemb must be 'none', got {temporal_posemb!r}"
+    )
+
+
+def token_grid(clip_shape, tubelet) -> tuple[int, int, int]:
+  """``(time steps, patch rows, patch columns)`` of a ``(T, H, W, C)`` clip; ``ConfigError`` if not divisible."""
+  frames, height, width, _ = clip_shape
+  t, p_h, p_w = tubelet
+  if frames % t or height % p_h or width % p_w:
+    raise ConfigError(
+      f'clip shape (T, H, W) = {(frames, height, width)} is not divisible by the tubelet (t, p, p) = {tuple(tubelet)}'
+    )
+  return frames // t, height // p_h, width // p_w
+
+
+class TubeletEmbedding(nnx.Module):
+  """Cuts clips into non-overlapping ``t x p_h x p_w`` tubelets and projects each to ``width``.
+
+  ``kernel`` ``[t, p_h, p_w, C, width]`` (LeCun-normal) and ``bias`` ``[width]`` are those of a 3-D
+  convolution whose stride is its window, computed as one matmul (see ``vit.model.PatchEmbedding``).
+  """
+
+  def __init__(self, channels: int, width: int, tubelet, *, dtype=None, rngs: nnx.Rngs):
+    self.tubelet = tuple(tubelet)
+    self.dtype = dtype
+    self.kernel = nnx.Param(nnx.initializers.lecun_normal()(rngs.params(), (*self.tubelet, channels, width)))
+    self.bias = nnx.Param(jnp.zeros((width,)))
+
+  def __call__(self, clips: jax.Array) -> jax.Array:
+    """``[batch, T, H, W, C]`` -> ``[batch, T/t, patches, width]``, patches in row-major order."""
+    (t, p_h, p_w), (batch, frames, height, width, channels) = self.tubelet, clips.shape
+    steps, rows, columns = frames // t, height // p_h, width // p_w
+    tubelets = clips.reshape(batch, steps, t, rows, p_h, columns, p_w, channels)
+    tubelets = tubelets.transpose(0, 1, 3, 5, 2, 4, 6, 7).reshape(batch, steps, rows * columns, -1)
+    kernel = self.kernel[...].reshape(-1, self.kernel.shape[-1])  # [t, p_h, p_w, C]: the same order
+    tubelets, kernel, bias = promote_dtype((tubelets, kernel, self.bias[...]), dtype=self.dtype)
+    return jnp.matmul(tubelets, kernel) + bias
+
+
+def inflate_kernel(image_kernel: jax.Array, frames: int, method: str) -> jax.Array:
+  """An image patch kernel ``[p, p, C, D]`` as a tubelet kernel ``[frames, p, p, C, D]`` (ViViT 3.4).
+
+  ``average``: the image kernel / frames at every frame (a static clip embeds as its image);
+  ``central``: the image kernel at frame ``frames // 2``, zeros elsewhere.
+  """
+  if method == 'average':
+    return jnp.repeat(image_kernel[None] / frames, frames, axis=0)
+  if method == 'central':
+    return jnp.zeros((frames, *image_kernel.shape), image_kernel.dtype).at[frames // 2].set(image_kernel)
+  raise ValueError(f'unknown inflation {method!r}; allowed values: average, central')
+
+
+class VideoTransformer(nnx.Module):
+  def __init__(
+    self,
+    *,
+    num_classes: int,
+    clip_shape: tuple[int, int, int, int],
+    tubelet: tuple[int, int, int],
+    width: int,
+    depth: int,
+    num_heads: int,
+    mlp_dim: int,
+    attention: str = 'divided',
+    temporal_depth: int = 2,
+    spatial_posemb: str = 'learn1d',
+    temporal_posemb: str = 'learn1d',
+    pool: str = 'cls',
+    score: str = 'scaled_dot',
+    dropout: float = 0.0,
+    attention_dropout: float = 0.0,
+    drop_path: float = 0.0,
+    head_zero_init: bool = True,
+    dtype: str = 'float32',
+    rngs: nnx.Rngs,
+  ):
+    check_options(
+      attention=attention, spatial_posemb=spatial_posemb, temporal_posemb=temporal_posemb, pool=pool
+    )
+    self.grid = token_grid(clip_shape, tubelet)
+    steps, rows, columns = self.grid
+    compute_dtype = resolve_dtype(dtype)
+    self.attention, self.pool = attention, pool
+    self.spatial_posemb, self.temporal_posemb = spatial_posemb, temporal_posemb
+    self.tubelet_embedding = TubeletEmbedding(clip_shape[-1], width, tubelet, dtype=compute_dtype, rngs=rngs)
+    if pool == 'cls':
+      self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
+    if spatial_posemb == 'learn3d':
+      self.spacetime_table = AdditiveTable(
+        'learn1d', width, length=steps * rows * columns, grid=None, rngs=rngs
+      )
+    elif spatial_posemb != 'none':
+      self.spatial_table = AdditiveTable(
+        spatial_posemb, width, length=rows * columns, grid=(rows, columns), rngs=rngs
+      )
+    if temporal_posemb in ('learn1d', 'sincos1d'):
+      self.temporal_table = AdditiveTable(temporal_posemb, width, length=steps, grid=None, rngs=rngs)
+    self.dropout = nnx.Dropout(dropout)
+    layout_options = dict(
+      features=width,
+      depth=depth,
+      num_heads=num_heads,
+      mlp_features=mlp_dim,
+      num_frames=steps,
+      time_relative=temporal_posemb == 'relative',
+      pool=pool,
+      drop_path=drop_path,
+      score=score,
+      dropout_rate=dropout,
+      attention_dropout_rate=attention_dropout,
+      dtype=compute_dtype,
+      rngs=rngs,
+    )
+    if attention == 'factorised_encoder':
+      layout_options['temporal_depth'] = temporal_depth
+    self.layout = _LAYOUT_CLASSES[attention](**layout_options)
+    head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
+    self.head = nnx.Linear(width, num_classes, kernel_init=head_init, rngs=rngs)
+
+  def embed(self, clips: jax.Array) -> jax.Array:
+    """Tubelet tokens ``[batch, time, space, width]`` with the additive positions added."""
+    tokens = self.tubelet_embedding(clips)
+    if self.spatial_posemb == 'learn3d':
+      tokens = tokens + self.spacetime_table().reshape(tokens.shape[1:]).astype(tokens.dtype)
+    elif self.spatial_posemb != 'none':
+      tokens = tokens + self.spatial_table()[None, None].astype(tokens.dtype)
+    if self.temporal_posemb in ('learn1d', 'sincos1d') and self.attention != 'factorised_encoder':
+      tokens = tokens + self.temporal_table()[None, :, None].astype(tokens.dtype)
+    return tokens
+
+  def __call__(
+    self,
+    clips: jax.Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ) -> tuple[jax.Array, dict]:
+    """``clips`` ``[batch, T, H, W, C]`` -> float32 logits ``[batch, classes]`` and intermediates.
+
+    Intermediates: ``pre_logits``, ``grid`` (time steps, patch rows, patch columns) and, when
+    ``return_weights``, ``attention_weights`` (a dict per layer keyed by the attended axes, see
+    ``video.layouts.AXES`` for their dimensions).
+    """
+    tokens = self.dropout(self.embed(clips), deterministic=deterministic, rngs=rngs)
+    class_token = self.class_token[...].astype(tokens.dtype) if self.pool == 'cls' else None
+    options = dict(deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+    if self.attention == 'factorised_encoder' and self.temporal_posemb in ('learn1d', 'sincos1d'):
+      options['time_table'] = self.temporal_table()
+    features, weights = self.layout(tokens, class_token, **options)
+    intermediates = {'pre_logits': features, 'grid': self.grid}
+    if return_weights:
+      intermediates['attention_weights'] = weights
+    return self.head(features).astype(jnp.float32), intermediates
+
+
+def default_model_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(
+    dict(
+      attention='divided',
+      width=64,
+      depth=4,
+      temporal_depth=2,
+      num_heads=4,
+      mlp_dim=128,
+      tubelet=(1, 8, 8),
+      spatial_posemb='learn1d',
+      temporal_posemb='learn1d',
+      pool='cls',
+      score='scaled_dot',
+      dropout=0.0,
+      attention_dropout=0.0,
+      drop_path=0.0,
+      head_zero_init=True,
+      dtype='float32',
+    )
+  )
+
+
+def make_video_model(
+  model_config: ml_collections.ConfigDict, *, num_classes: int, clip_shape, rngs: nnx.Rngs
+) -> VideoTransformer:
+  """A ``VideoTransformer`` from a ``config.model`` section (fields as in ``default_model_config``)."""
+  options = {name: model_config[name] for name in default_model_config()}
+  return VideoTransformer(num_classes=num_classes, clip_shape=tuple(clip_shape), rngs=rngs, **options)

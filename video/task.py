@@ -1,0 +1,136 @@
+"""Video classification as a trainer task: the video Transformer, its clips, loss and metrics.
+
+Metrics: loss and accuracy; for moving digits also ``digit_accuracy`` and ``direction_accuracy``,
+each part of the predicted class (argmax over all classes) compared with the label's part.
+"""
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+from clu import metrics as clu_metrics
+from flax import nnx
+
+from trainer.errors import ConfigError
+from trainer.task import Task
+from trainer.validation import check_split_name
+from video import ablation_table
+from video.input_pipeline import load_video_data
+from video.model import check_options, make_video_model, token_grid
+from vit.task import cross_entropy
+
+
+@flax.struct.dataclass
+class ClipMetrics(clu_metrics.Collection):
+  loss: clu_metrics.Average.from_output('loss')
+  accuracy: clu_metrics.Accuracy
+
+
+@flax.struct.dataclass
+class MovingDigitMetrics(clu_metrics.Collection):
+  loss: clu_metrics.Average.from_output('loss')
+  accuracy: clu_metrics.Accuracy
+  digit_accuracy: clu_metrics.Average.from_output('digit_correct')
+  direction_accuracy: clu_metrics.Average.from_output('direction_correct')
+
+
+class VideoClassification(Task):
+  """Config: ``data`` (see ``video.input_pipeline``), ``model`` (see ``video.model``), ``label_smoothing``."""
+
+  percent_metrics = ('accuracy', 'digit_accuracy', 'direction_accuracy')
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    super().__init__(config)
+    self.label_smoothing = config.label_smoothing
+    if not 0.0 <= self.label_smoothing < 1.0:
+      raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+    model = config.model
+    check_options(
+      attention=model.attention,
+      spatial_posemb=model.spatial_posemb,
+      temporal_posemb=model.temporal_posemb,
+      pool=model.pool,
+    )
+    self.data = load_video_data(config.data)
+    token_grid(self.data.clip_shape, model.tubelet)
+    self.label_parts = self.data.clip_set.label_parts
+    metrics = MovingDigitMetrics if self.label_parts else ClipMetrics
+    self.train_metrics = self.eval_metrics = metrics
+    try:  # build abstractly, so any other bad model option fails before real work
+      nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
+    except ValueError as error:
+      raise ConfigError(f'model: {error}') from error
+
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return make_video_model(
+      self.config.model, num_classes=self.data.num_classes, clip_shape=self.data.clip_shape, rngs=rngs
+    )
+
+  def num_train_examples(self) -> int:
+    return self.data.num_train
+
+  @classmethod
+  def ablation_table(cls, summary):
+    return ablation_table.table(summary)
+
+  def draw_pictures(self, model, out_dir, name, title):
+    from video import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
+    return pictures.draw(model, self, out_dir, name, title)
+
+  def eval_split_names(self) -> tuple[str, ...]:
+    return self.data.split_names
+
+  def eval_metric_names(self) -> tuple[str, ...]:
+    return tuple(self.eval_metrics.__annotations__)
+
+  def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
+    return self.data.train_batches(
+      batch_size=batch_size,
+      seed=seed,
+      start_step=start_step,
+      process_index=process_index,
+      process_count=process_count,
+    )
+
+  def eval_batches(self, split, *, batch_size, process_index, process_count):
+    check_split_name(split, 'split')
+    return self.data.eval_batches(
+      split, batch_size=batch_size, process_index=process_index, process_count=process_count
+    )
+
+  def _outputs(self, logits, labels, losses) -> dict:
+    outputs = {'loss': losses, 'logits': logits, 'labels': labels}
+    if self.label_parts:
+      (_, _), (_, num_directions) = self.label_parts
+      predicted = jnp.argmax(logits, axis=-1)
+      outputs['digit_correct'] = (predicted // num_directions == labels // num_directions).astype(jnp.float32)
+      outputs['direction_correct'] = (predicted % num_directions == labels % num_directions).astype(
+        jnp.float32
+      )
+    return outputs
+
+  def loss_and_outputs(self, model, batch, *, rngs, deterministic):
+    logits, _ = model(batch['clip'], deterministic=deterministic, rngs=rngs)
+    losses = cross_entropy(logits, batch['label'], self.label_smoothing)
+    return jnp.mean(losses), self._outputs(logits, batch['label'], losses)
+
+  def eval_outputs(self, model, batch):
+    logits, _ = model(batch['clip'])
+    outputs = self._outputs(logits, batch['label'], cross_entropy(logits, batch['label']))
+    return {**outputs, 'mask': batch['mask']}
+
+
+def forward_cost(model: nnx.Module, clip_shape) -> float:
+  """FLOPs of one clip's forward pass, from XLA's cost analysis of the compiled function."""
+  graphdef, state = nnx.split(model)
+
+  def forward(state, clips):
+    return nnx.merge(graphdef, state)(clips)[0]
+
+  clips = jax.ShapeDtypeStruct((1, *clip_shape), jnp.float32)
+  compiled = jax.jit(forward).lower(state, clips).compile()
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, (list, tuple)):
+    analysis = analysis[0]
+  return float(analysis['flops'])
