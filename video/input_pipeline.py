@@ -35,7 +35,7 @@ from collections.abc import Iterator
 import ml_collections
 import numpy as np
 
-from pipelines.steps import step_batches
+from pipelines.steps import example_ids, step_batches
 from trainer.errors import ConfigError
 from trainer.partitioning import process_rows
 from video import clip_sources
@@ -45,7 +45,7 @@ _LOADERS = {
   'folder': clip_sources.load_npy_folder,
   'tfds': clip_sources.load_tfds_videos,
 }
-_SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
+_AUGMENT_STREAM = 1  # the augmentation draws' random stream (pipelines.steps orders examples)
 
 
 def default_data_config() -> ml_collections.ConfigDict:
@@ -111,7 +111,7 @@ class VideoData:
   def make_train_batch(self, step: int, *, batch_size: int, seed: int, rows: slice) -> dict[str, np.ndarray]:
     """This process's rows of the global training batch at ``step`` (see the module docstring)."""
     train = self.clip_set.splits['train']
-    ids = _example_ids(seed, step, batch_size, len(train.labels))[rows]
+    ids = example_ids(seed, step, batch_size, len(train.labels))[rows]
     rng = np.random.default_rng([_AUGMENT_STREAM, seed, step])
     offsets = rng.integers(0, 2 * self.crop_padding + 1, size=(batch_size, 2))[rows]
     flips = (rng.random(batch_size) < 0.5)[rows] if self.flip else np.zeros(len(ids), bool)
@@ -167,19 +167,3 @@ def augment_clips(clips: np.ndarray, offsets: np.ndarray, flips: np.ndarray, pad
   if flips.any():
     clips = np.where(flips[:, None, None, None, None], clips[:, :, :, ::-1], clips)
   return clips
-
-
-@functools.lru_cache(maxsize=8)
-def _epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
-  return np.random.default_rng([_SHUFFLE_STREAM, seed, epoch]).permutation(num_examples)
-
-
-def _example_ids(seed: int, step: int, batch_size: int, num_examples: int) -> np.ndarray:
-  """Indices of the global batch at ``step`` in the endless sequence of epoch permutations."""
-  epochs, positions = np.divmod(step * batch_size + np.arange(batch_size), num_examples)
-  return np.array(
-    [
-      _epoch_permutation(seed, int(epoch), num_examples)[position]
-      for epoch, position in zip(epochs, positions)
-    ]
-  )

@@ -76,7 +76,7 @@ from collections.abc import Iterator
 import ml_collections
 import numpy as np
 
-from pipelines.steps import step_batches
+from pipelines.steps import example_ids, step_batches
 from trainer.errors import ConfigError
 from trainer.partitioning import process_rows
 from vit import image_sources, record_images, tfds_source
@@ -91,8 +91,7 @@ _LOADERS = {
   'idx': image_sources.load_idx_source,
   'records': record_images.load_records_source,
 }
-# Tags keep the shuffling and augmentation random streams apart for equal (seed, number).
-_SHUFFLE_STREAM, _AUGMENT_STREAM = 0, 1
+_AUGMENT_STREAM = 1  # the augmentation draws' random stream (pipelines.steps orders examples)
 
 
 def default_data_config() -> ml_collections.ConfigDict:
@@ -269,7 +268,7 @@ class ImageData:
       raise ConfigError(f'unknown split {split!r}; available: {list(self.split_names)}')
 
   def _train_batch(self, step: int, *, batch_size: int, seed: int, rows: slice) -> dict[str, np.ndarray]:
-    example_ids = _example_ids(seed, step, batch_size, self._source.num_examples('train'))
+    ids = example_ids(seed, step, batch_size, self._source.num_examples('train'))
     draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
     own = np.arange(rows.start, rows.stop)
     partner = None if draw.mix_partner is None else draw.mix_partner[own]
@@ -279,9 +278,9 @@ class ImageData:
     if crop_while_decoding:
       crop = lambda row, height, width: self._augmentation.crop_box(draw, needed[row], height, width)  # noqa: E731
       flips = None if draw.flips is None else draw.flips[needed]
-      examples = self._source.examples('train', example_ids[needed], crop, flips)
+      examples = self._source.examples('train', ids[needed], crop, flips)
     else:
-      examples = self._source.examples('train', example_ids[needed])
+      examples = self._source.examples('train', ids[needed])
     return self._augmented_batch(examples, needed, own, partner, draw, decoded_with_crop=crop_while_decoding)
 
   def _streamed_train_batch(
@@ -349,23 +348,6 @@ class ImageData:
     rows *= scale
     rows += shift
     return rows.reshape(images.shape)
-
-
-@functools.lru_cache(maxsize=8)
-def _epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
-  permutation = np.random.default_rng([_SHUFFLE_STREAM, seed, epoch]).permutation(num_examples)
-  permutation.flags.writeable = False
-  return permutation
-
-
-def _example_ids(seed: int, step: int, batch_size: int, num_examples: int) -> np.ndarray:
-  """Training example indices of the global batch at `step` of the endless epoch sequence."""
-  epochs, offsets = np.divmod(step * batch_size + np.arange(batch_size), num_examples)
-  ids = np.empty(batch_size, np.int64)
-  for epoch in np.unique(epochs):
-    in_epoch = epochs == epoch
-    ids[in_epoch] = _epoch_permutation(seed, int(epoch), num_examples)[offsets[in_epoch]]
-  return ids
 
 
 def _normalisation(
