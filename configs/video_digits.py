@@ -35,15 +35,15 @@ def get_config():
   config = ml_collections.ConfigDict()
   config.task = 'video.task:VideoClassification'
   config.seed = 0
-  config.batch_size = 64
+  config.batch_size = 128
   config.eval_batch_size = 240
   config.grad_accum_steps = 1
-  config.total_steps = 0
-  config.num_epochs = 7.0
+  config.total_steps = 2500  # 56 epochs of the 5,748 train clips
+  config.num_epochs = 0.0
   config.label_smoothing = 0.1
-  config.log_every_steps = 100
-  config.eval_every_steps = 315
-  config.checkpoint_every_steps = 315
+  config.log_every_steps = 250
+  config.eval_every_steps = 500
+  config.checkpoint_every_steps = 500
   config.keep_checkpoints = 3
   config.best_metric = 'accuracy'
   config.best_mode = 'max'
@@ -68,13 +68,13 @@ def get_config():
   config.data.augment.flip = False
 
   config.model = ml_collections.ConfigDict()
-  config.model.attention = 'divided'
+  config.model.attention = 'factorised_encoder'
   config.model.width = 64
   config.model.depth = 4
   config.model.temporal_depth = 2
   config.model.num_heads = 4
   config.model.mlp_dim = 128
-  config.model.tubelet = (1, 4, 4)
+  config.model.tubelet = (2, 4, 4)
   config.model.spatial_posemb = 'learn1d'
   config.model.temporal_posemb = 'sincos1d'
   config.model.pool = 'gap'

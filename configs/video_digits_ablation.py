@@ -5,8 +5,9 @@
   python ablate.py --config configs/video_digits_ablation.py --workdir runs/video_posemb \
       --axis model.temporal_posemb=none,learn1d,sincos1d
 
-This is video_digits with 120 steps instead of 7 epochs (629 steps): the same as
-``--config configs/video_digits.py --config.num_epochs=0 --config.total_steps=120
+This is video_digits with ``divided`` attention over one-frame tubelets (1x4x4), batches of 64
+and 120 steps: the same as ``--config configs/video_digits.py --config.model.attention=divided
+--config.model.tubelet="(1,4,4)" --config.batch_size=64 --config.total_steps=120
 --config.eval_every_steps=120 --config.checkpoint_every_steps=120 --config.log_every_steps=20``.
 It measures what a layout costs (GFLOPs per clip from XLA's cost analysis, training clips/s);
 its accuracies are those of barely started models and rank nothing. For accuracies, sweep
@@ -20,6 +21,11 @@ from configs import video_digits
 
 def get_config():
   config = video_digits.get_config()
+  # The sweeps' base: divided attention over one-frame tubelets, so time reaches the model only
+  # through its temporal positions (two-frame tubelets would show the motion inside each token).
+  config.model.attention = 'divided'
+  config.model.tubelet = (1, 4, 4)
+  config.batch_size = 64
   config.num_epochs = 0.0
   config.total_steps = 120
   config.eval_every_steps = 120
