@@ -13,7 +13,7 @@ It measures what a layout costs (GFLOPs per clip from XLA's cost analysis, train
 its accuracies are those of barely started models and rank nothing. For accuracies, sweep
 ``configs/video_digits.py`` itself (about 10-20 minutes a run on a shared 2-core CPU).
 
-Measured on a 2-core AMD EPYC (AVX-512) CPU shared with other jobs: see docs/readme_video.md.
+Measured on a 2-core AMD EPYC (AVX-512) CPU shared with other jobs: see the README, "The video classifier".
 """
 
 from configs import video_digits

@@ -11,7 +11,7 @@ the exported file has the official layout's class-token position row.
 
 Measured on a 2-core AMD EPYC (AVX-512) CPU shared with other jobs: 94.48% MNIST test accuracy
 after 1,000 steps, 11 min 18 s for the training command; 5-shot linear accuracy on the digits
-75.8% (evaluate.py line above, 5 draws). Numbers of the whole demonstration: docs/readme_pretrained.md.
+75.8% (evaluate.py line above, 5 draws). Numbers of the whole demonstration: the README, "Pretrained ViTs".
 """
 
 import ml_collections
