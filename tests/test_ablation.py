@@ -200,6 +200,31 @@ def test_injection_axis_skips_combinations_that_do_not_exist(tmp_path):
   assert '| none | 90.5 ± 0.7 | N/A |' in table and '| learn1d | 92.5 ± 0.7 | 94.5 ± 0.7 |' in table
 
 
+def test_runs_that_measured_few_shot_accuracy_get_a_second_table_of_the_same_shape(tmp_path):
+  plan = sweep.plan_sweep(
+    tiny_config(), ['model.posemb=none,learn1d', 'model.posemb_injection=stem,every_layer'], 2, tmp_path
+  )
+  records = [
+    dict(
+      overrides=run.overrides,
+      name=run.name,
+      workdir=str(run.workdir),
+      metrics={
+        'accuracy': 0.9 + 0.01 * i,
+        'fewshot_1shot': 0.2,
+        'fewshot_5shot': 0.5 + 0.02 * i,
+        'fewshot_5shot_std': 0.01,
+      },
+    )
+    for i, run in enumerate(plan.runs)
+  ]
+  table = tables.markdown(sweep.summarize(plan, records))
+  accuracy, fewshot = table.split('5-shot linear accuracy (%)')
+  assert '| none | 90.5 ± 0.7 | N/A |' in accuracy and '| learn1d | 92.5 ± 0.7 | 94.5 ± 0.7 |' in accuracy
+  assert '| none | 51.0 ± 1.4 | N/A |' in fewshot and '| learn1d | 55.0 ± 1.4 | 59.0 ± 1.4 |' in fewshot
+  assert '| model.posemb | stem | every_layer |' in fewshot
+
+
 def test_other_axes_get_one_row_per_combination(tmp_path):
   plan = sweep.plan_sweep(
     tiny_config(), ['model.width=16,32', 'optimizer.learning_rate=0.001,0.01'], 1, tmp_path

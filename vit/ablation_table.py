@@ -2,7 +2,9 @@
 
 For a sweep over ``model.posemb`` (and ``model.posemb_injection``): rows are encodings, columns
 injections, cells the accuracy in %, mean ± std over seeds, N/A where the combination does not
-exist. Any other sweep gets the generic table.
+exist. When the runs also measured few-shot linear accuracy (``config.fewshot.shots``), a second
+table of the same shape gives the 5-shot accuracy (or the smallest k measured), the metric of
+the paper's table. Any other sweep gets the generic table.
 """
 
 from typing import Any
@@ -12,13 +14,23 @@ from ablation import tables
 POSEMB, INJECTION = 'model.posemb', 'model.posemb_injection'
 
 
-def table(summary: dict[str, Any]) -> str | None:
-  axes = set(summary['axes'])
-  if POSEMB not in axes or not axes <= {POSEMB, INJECTION}:
+def _fewshot_metric(summary: dict[str, Any]) -> str | None:
+  """``fewshot_5shot`` if the runs measured it, else the smallest k they measured, else ``None``."""
+  shots = {
+    int(name[len('fewshot_') : -len('shot')])
+    for run in summary['runs']
+    for name in run['metrics']
+    if name.startswith('fewshot_') and name.endswith('shot')
+  }
+  if not shots:
     return None
+  return f'fewshot_{5 if 5 in shots else min(shots)}shot'
+
+
+def _one_table(summary: dict[str, Any], metric: str, what: str) -> str:
   groups, num_seeds = tables.group_runs(summary), len(summary['seeds'])
   injections = summary['axes'].get(INJECTION)
-  header = [POSEMB] + (list(injections) if injections else [f'{summary["eval_split"]} accuracy (%)'])
+  header = [POSEMB] + (list(injections) if injections else [f'{summary["eval_split"]} {what} (%)'])
   rows = []
   for posemb in summary['axes'][POSEMB]:
     row = [posemb]
@@ -28,13 +40,23 @@ def table(summary: dict[str, Any]) -> str | None:
       if tables.is_not_applicable(summary, values):
         row.append('N/A')
       else:
-        row.append(
-          tables.cell(tables.metric_values(groups.get(values, []), 'accuracy'), num_seeds, scale=100)
-        )
+        row.append(tables.cell(tables.metric_values(groups.get(values, []), metric), num_seeds, scale=100))
     rows.append(row)
   caption = (
-    f'{summary["task"]}: {summary["eval_split"]} accuracy (%), {tables.over_seeds(summary)}'
+    f'{summary["task"]}: {summary["eval_split"]} {what} (%), {tables.over_seeds(summary)}'
     + (f'; columns: {INJECTION}' if injections else '')
     + '.'
   )
   return caption + '\n\n' + tables.markdown_rows(header, rows)
+
+
+def table(summary: dict[str, Any]) -> str | None:
+  axes = set(summary['axes'])
+  if POSEMB not in axes or not axes <= {POSEMB, INJECTION}:
+    return None
+  parts = [_one_table(summary, 'accuracy', 'accuracy')]
+  fewshot_metric = _fewshot_metric(summary)
+  if fewshot_metric:
+    shots = fewshot_metric[len('fewshot_') : -len('shot')]
+    parts.append(_one_table(summary, fewshot_metric, f'{shots}-shot linear accuracy'))
+  return '\n\n'.join(parts)
