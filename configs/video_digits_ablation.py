@@ -11,7 +11,7 @@ and 120 steps: the same as ``--config configs/video_digits.py --config.model.att
 --config.eval_every_steps=120 --config.checkpoint_every_steps=120 --config.log_every_steps=20``.
 It measures what a layout costs (GFLOPs per clip from XLA's cost analysis, training clips/s);
 its accuracies are those of barely started models and rank nothing. For accuracies, sweep
-``configs/video_digits.py`` itself (about 10-20 minutes a run on a shared 2-core CPU).
+``configs/video_digits.py`` itself (5 min 15 s a run alone on a 2-core CPU, 8-9 minutes shared).
 
 Measured on a 2-core AMD EPYC (AVX-512) CPU shared with other jobs: see the README, "The video classifier".
 """

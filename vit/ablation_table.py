@@ -14,17 +14,17 @@ from ablation import tables
 POSEMB, INJECTION = 'model.posemb', 'model.posemb_injection'
 
 
-def _fewshot_metric(summary: dict[str, Any]) -> str | None:
-  """``fewshot_5shot`` if the runs measured it, else the smallest k they measured, else ``None``."""
+def _fewshot_shots(summary: dict[str, Any]) -> int | None:
+  """5 if the runs measured 5-shot accuracy (``fewshot_5shot``), else the smallest k they measured."""
   shots = {
-    int(name[len('fewshot_') : -len('shot')])
+    int(name.removeprefix('fewshot_').removesuffix('shot'))
     for run in summary['runs']
     for name in run['metrics']
     if name.startswith('fewshot_') and name.endswith('shot')
   }
   if not shots:
     return None
-  return f'fewshot_{5 if 5 in shots else min(shots)}shot'
+  return 5 if 5 in shots else min(shots)
 
 
 def _one_table(summary: dict[str, Any], metric: str, what: str) -> str:
@@ -55,8 +55,7 @@ def table(summary: dict[str, Any]) -> str | None:
   if POSEMB not in axes or not axes <= {POSEMB, INJECTION}:
     return None
   parts = [_one_table(summary, 'accuracy', 'accuracy')]
-  fewshot_metric = _fewshot_metric(summary)
-  if fewshot_metric:
-    shots = fewshot_metric[len('fewshot_') : -len('shot')]
-    parts.append(_one_table(summary, fewshot_metric, f'{shots}-shot linear accuracy'))
+  shots = _fewshot_shots(summary)
+  if shots is not None:
+    parts.append(_one_table(summary, f'fewshot_{shots}shot', f'{shots}-shot linear accuracy'))
   return '\n\n'.join(parts)
