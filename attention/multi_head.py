@@ -4,10 +4,12 @@ Inputs are ``[batch, length, features]``. A mask is boolean, broadcastable to
 ``[batch, heads, q_len, k_len]`` (``True`` = may attend); a bias (relative
 positions) is added to the logits. When the score is (scaled) dot product, the
 weights are not requested and no dropout applies to them, the fused
-``jax.nn.dot_product_attention`` runs on GPU (cuDNN flash attention); otherwise
-the explicit path computes the weights. Both give the same output. Elsewhere the
-fused call is only a reference implementation in the same einsums, and on the CPU
-the explicit path, with heads-major matmuls, trains the benchmark ViT 3-5% faster.
+``jax.nn.dot_product_attention`` runs on GPU: cuDNN's flash attention where cuDNN
+takes the shapes and dtype (bfloat16 or float16, head size a multiple of 8, ...),
+XLA's fused attention otherwise (``fused_attention``); otherwise the explicit path
+computes the weights. Both give the same output. Elsewhere the fused call is only a
+reference implementation in the same einsums, and on the CPU the explicit path, with
+heads-major matmuls, trains the benchmark ViT 3-5% faster.
 """
 
 import jax
@@ -17,6 +19,23 @@ from flax import nnx
 from attention.masks import causal_mask, has_any_key, masked_softmax
 from attention.positional import Rotary
 from attention.scores import AttentionScore
+
+
+def fused_attention(query, key, value, *, bias, mask, scale) -> jax.Array:
+  """``jax.nn.dot_product_attention`` with cuDNN's kernel where it takes the inputs, XLA's elsewhere.
+
+  JAX's default implementation is XLA's, even on a GPU; cuDNN must be asked for by name, and
+  it refuses (while tracing, with ``ValueError`` or ``NotImplementedError``) dtypes, head sizes
+  and masks it has no kernel for, such as float32 inputs. Those fall back to XLA.
+  """
+  if jax.default_backend() == 'gpu':
+    try:
+      return jax.nn.dot_product_attention(
+        query, key, value, bias=bias, mask=mask, scale=scale, implementation='cudnn'
+      )
+    except (ValueError, NotImplementedError):
+      pass
+  return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=scale)
 
 
 class MultiHeadAttention(nnx.Module):
@@ -125,7 +144,7 @@ class MultiHeadAttention(nnx.Module):
         mask = jnp.broadcast_to(mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
       if bias is not None:
         bias = bias.astype(query.dtype)
-      context = jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=fused_scale)
+      context = fused_attention(query, key, value, bias=bias, mask=mask, scale=fused_scale)
       visible = has_any_key(mask)  # the fused kernel averages the values of an all-masked row
       if visible is not None:
         context = context * jnp.transpose(visible, (0, 2, 1, 3)).astype(context.dtype)

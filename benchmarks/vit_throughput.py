@@ -5,6 +5,8 @@
   XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_dot \
     python -m benchmarks.vit_throughput --grad_accum_steps 4   # and XLA's matmuls done by Eigen
   python -m benchmarks.vit_throughput --dtype bfloat16 --batch_size 256
+  python -m benchmarks.vit_throughput --variant B/16 --image_size 224 --num_classes 1000 \
+    --dtype bfloat16 --batch_size 256 --profile_dir /tmp/vit_b16_trace   # an accelerator's numbers
 
 On a 2-core AVX2 EPYC (README; medians of five alternating runs) the first line gave 59.2
 images/s, the second 80.3 and the third 87.8, against 82.9 for timm's step
@@ -23,7 +25,10 @@ rounding:
 Times the compiled train step (forward, backward, AdamW update) on random images
 already on the device, so it measures the model, not the input pipeline; with
 ``--image_folder``, also times the input pipeline alone on that folder. The first
-steps (compilation) are excluded. Like ``train.py``, it re-executes itself once with
+steps (compilation) are excluded. It also prints the step's FLOPs from XLA's cost analysis
+and, on a device whose peak it knows (``benchmarks/step_cost.py``) or with ``--peak_tflops``,
+the model FLOPs utilisation; ``--profile_dir`` writes a ``jax.profiler`` trace of a few more
+steps and prints where their time went. No accelerator numbers have been measured yet. Like ``train.py``, it re-executes itself once with
 glibc's huge-page malloc (``trainer/host_memory.py``).
 """
 
@@ -39,6 +44,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
+from benchmarks.step_cost import compiled_flops, profile_and_summarise, utilisation
 from configs.common import trainer_config
 from trainer.optim import make_optimizer
 from trainer.partitioning import global_batch, make_mesh, replicated
@@ -48,6 +54,11 @@ from vit.model import default_model_config
 from vit.task import ImageClassification
 
 _BATCH = flags.DEFINE_integer('batch_size', 128, 'Global batch size.')
+_VARIANT = flags.DEFINE_string(
+  'variant', 'custom', "A ViT variant such as 'B/16' (vit.model.VARIANTS); 'custom' uses the flags below."
+)
+_IMAGE_SIZE = flags.DEFINE_integer('image_size', 32, 'Height and width of the random square images.')
+_NUM_CLASSES = flags.DEFINE_integer('num_classes', 10, 'Classes of the classifier head.')
 _WIDTH = flags.DEFINE_integer('width', 192, 'Model width.')
 _DEPTH = flags.DEFINE_integer('depth', 6, 'Number of encoder blocks.')
 _HEADS = flags.DEFINE_integer('heads', 3, 'Attention heads.')
@@ -58,6 +69,14 @@ _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps.')
 _GRAD_ACCUM = flags.DEFINE_integer(
   'grad_accum_steps', 1, 'Micro-batches per step (the same update, less memory).'
 )
+_PEAK_TFLOPS = flags.DEFINE_float(
+  'peak_tflops',
+  0.0,
+  "The device's dense peak in TFLOP/s for --dtype, when benchmarks.step_cost does not know it.",
+)
+_PROFILE_DIR = flags.DEFINE_string(
+  'profile_dir', None, 'Write a jax.profiler trace of 5 more steps here and print where their time went.'
+)
 _IMAGE_FOLDER = flags.DEFINE_string(
   'image_folder',
   None,
@@ -65,13 +84,13 @@ _IMAGE_FOLDER = flags.DEFINE_string(
 )
 
 
-class _SyntheticCifarTask(ImageClassification):
-  """The real ViT task with 32x32x3 random images; no data set is read."""
+class _SyntheticImageTask(ImageClassification):
+  """The real ViT task with random square RGB images; no data set is read."""
 
-  def __init__(self, config):
+  def __init__(self, config, image_size: int, num_classes: int):
     self.config = config
     self.label_smoothing = 0.0
-    self.data = type('Shape', (), {'num_classes': 10, 'image_shape': (32, 32, 3)})()
+    self.data = type('Shape', (), {'num_classes': num_classes, 'image_shape': (image_size, image_size, 3)})()
 
 
 def main(argv):
@@ -79,6 +98,7 @@ def main(argv):
   config = trainer_config()
   config.model = default_model_config()
   config.model.update(
+    variant=_VARIANT.value,
     width=_WIDTH.value,
     depth=_DEPTH.value,
     num_heads=_HEADS.value,
@@ -86,7 +106,7 @@ def main(argv):
     patch_size=_PATCH.value,
     dtype=_DTYPE.value,
   )
-  task = _SyntheticCifarTask(config)
+  task = _SyntheticImageTask(config, _IMAGE_SIZE.value, _NUM_CLASSES.value)
   mesh = make_mesh()
   parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
   optimizer = make_optimizer(config.optimizer, 1000)
@@ -98,28 +118,44 @@ def main(argv):
   rng = np.random.default_rng(0)
   batch = global_batch(
     {
-      'image': rng.normal(size=(_BATCH.value, 32, 32, 3)).astype(np.float32),
-      'label': rng.integers(0, 10, _BATCH.value).astype(np.int32),
+      'image': rng.normal(size=(_BATCH.value, _IMAGE_SIZE.value, _IMAGE_SIZE.value, 3)).astype(np.float32),
+      'label': rng.integers(0, _NUM_CLASSES.value, _BATCH.value).astype(np.int32),
     },
     mesh,
   )
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   metrics = jax.device_put(task.train_metrics.empty(), replicated(mesh))
-  for _ in range(3):
-    state, metrics = step(state, metrics, batch)
-  jax.block_until_ready(state)
+  compiled = step.lower(state, metrics, batch).compile()
+  flops = compiled_flops(compiled)
+
+  def run_steps(count):
+    nonlocal state, metrics
+    for _ in range(count):
+      state, metrics = compiled(state, metrics, batch)
+    jax.block_until_ready(state)
+
+  run_steps(3)
   start = time.perf_counter()
-  for _ in range(_STEPS.value):
-    state, metrics = step(state, metrics, batch)
-  jax.block_until_ready(state)
+  run_steps(_STEPS.value)
   seconds = time.perf_counter() - start
   images_per_sec = _STEPS.value * _BATCH.value / seconds
-  print(
-    f'model: width {_WIDTH.value}, depth {_DEPTH.value}, heads {_HEADS.value}, mlp {_MLP.value}, '
-    f'patch {_PATCH.value}, {num_params / 1e6:.2f}M parameters, {_DTYPE.value}, batch {_BATCH.value}'
+  model = config.model
+  shape = (
+    f'variant {model.variant}'
+    if model.variant != 'custom'
+    else f'width {model.width}, depth {model.depth}, heads {model.num_heads}, mlp {model.mlp_dim}, '
+    f'patch {model.patch_size}'
   )
-  print(f'devices: {jax.device_count()} x {jax.devices()[0].device_kind}')
+  print(
+    f'model: {shape}, {_IMAGE_SIZE.value}x{_IMAGE_SIZE.value}x3, {num_params / 1e6:.2f}M parameters, '
+    f'{_DTYPE.value}, batch {_BATCH.value}'
+  )
+  device_kind = jax.devices()[0].device_kind
+  print(f'devices: {jax.device_count()} x {device_kind}')
+  print(f'cost: {utilisation(flops, seconds / _STEPS.value, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
   print(f'train step: {seconds / _STEPS.value * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
+  if _PROFILE_DIR.value:
+    print(profile_and_summarise(run_steps, _PROFILE_DIR.value, steps=5))
 
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()

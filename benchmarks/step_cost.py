@@ -1,0 +1,116 @@
+"""What a compiled train step costs: its FLOPs, the utilisation they imply, and where its time goes.
+
+- ``compiled_flops``: the floating-point operations of one call of a compiled function, from
+  XLA's own cost analysis of the optimised program (every matmul, convolution and elementwise
+  op it will run, the backward pass and the optimizer update included), not from a formula.
+- ``utilisation``: those FLOPs per second against the device's dense peak (model FLOPs
+  utilisation, MFU). The peaks are the vendors' dense (no sparsity) tensor-core numbers for
+  bfloat16; other devices and dtypes need ``--peak_tflops``.
+- ``profile_and_summarise``: a ``jax.profiler`` trace of a few steps (open it in TensorBoard's
+  profile plugin or Perfetto) and a table of the ops that took the most time: device kernels
+  on a GPU, XLA's thunks on a CPU.
+"""
+
+import collections
+import gzip
+import json
+import pathlib
+import re
+from collections.abc import Callable
+
+import jax
+
+# Dense bfloat16 tensor-core peaks in TFLOP/s, from the vendors' data sheets (the SXM parts
+# unless the name says otherwise). Checked in order: the first key found in
+# ``device.device_kind`` wins, so the more specific names come first.
+BFLOAT16_PEAK_TFLOPS = (
+  ('H100 PCIe', 756.0),
+  ('H100', 989.4),
+  ('H200', 989.4),
+  ('A100', 312.0),
+)
+
+# Events that wrap others (the executable, the thunk executor, thread-pool waits): counting
+# them would count their children twice.
+_WRAPPER_EVENTS = re.compile(
+  r'^(\$|ThunkExecutor|SlinkyThreadPool|PjitFunction|CommonPjRt|Handle inputs|ParseArguments|end: )'
+)
+
+
+def compiled_flops(compiled) -> float:
+  """FLOPs of one call of ``compiled`` (a ``jax.stages.Compiled``), from XLA's cost analysis."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, list | tuple):  # older JAX returns one dict per device program
+    analysis = analysis[0]
+  flops = float(analysis.get('flops', 0.0)) if analysis else 0.0
+  if flops <= 0:
+    raise RuntimeError('XLA reported no FLOPs for the compiled step; this backend has no cost analysis.')
+  return flops
+
+
+def peak_tflops(device_kind: str, dtype: str) -> float | None:
+  """The dense peak of ``device_kind`` for ``dtype`` in TFLOP/s, or ``None`` when we do not know it."""
+  if dtype != 'bfloat16':
+    return None
+  for name, tflops in BFLOAT16_PEAK_TFLOPS:
+    if name in device_kind:
+      return tflops
+  return None
+
+
+def utilisation(
+  flops_per_step: float, seconds_per_step: float, device_kind: str, dtype: str, peak_override: float = 0.0
+) -> str:
+  """One line: achieved TFLOP/s, and the MFU when the peak is known (``peak_override`` > 0 sets it)."""
+  achieved = flops_per_step / seconds_per_step / 1e12
+  line = f'{flops_per_step / 1e9:.1f} GFLOPs/step (XLA cost analysis), {achieved:.2f} TFLOP/s'
+  peak = peak_override or peak_tflops(device_kind, dtype)
+  if peak:
+    line += f', model FLOPs utilisation {100 * achieved / peak:.1f}% of {peak:g} TFLOP/s'
+  else:
+    line += f' (no known peak for {device_kind!r} in {dtype}: pass --peak_tflops for the utilisation)'
+  return line
+
+
+def profile_and_summarise(run_steps: Callable[[int], None], trace_dir: str, steps: int, top: int = 15) -> str:
+  """Traces ``run_steps(steps)`` into ``trace_dir`` and returns a table of the costliest ops per step."""
+  jax.profiler.start_trace(trace_dir)
+  try:
+    run_steps(steps)
+  finally:
+    jax.profiler.stop_trace()
+  traces = sorted(pathlib.Path(trace_dir).glob('plugins/profile/*/*.trace.json.gz'))
+  if not traces:
+    return f'no trace was written under {trace_dir}'
+  return summarise_trace(traces[-1], steps, top)
+
+
+def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
+  """The ops that took the most time per step in a Chrome-format trace, grouped by name.
+
+  On a GPU only the device's own events (kernels) count; on a CPU the host threads' events
+  do, less the wrappers. Numbered instances (``fusion.12``) are grouped as ``fusion``.
+  """
+  with gzip.open(trace_file) as f:
+    events = json.load(f)['traceEvents']
+  process_names = {
+    e['pid']: e['args'].get('name', '')
+    for e in events
+    if e.get('ph') == 'M' and e.get('name') == 'process_name'
+  }
+  device_pids = {pid for pid, name in process_names.items() if '/device:' in name}
+  by_name = collections.Counter()
+  for event in events:
+    if event.get('ph') != 'X' or 'dur' not in event:
+      continue
+    if device_pids and event['pid'] not in device_pids:
+      continue
+    if not device_pids and _WRAPPER_EVENTS.match(event['name']):
+      continue
+    by_name[re.sub(r'\.\d+$', '', event['name'])] += event['dur'] / 1e3  # microseconds -> ms
+  total = sum(by_name.values())
+  lines = [f'where the time goes ({"device kernels" if device_pids else "host ops"}, ms per step):']
+  for name, ms in by_name.most_common(top):
+    lines.append(f'  {ms / steps:9.2f} ms  {100 * ms / max(total, 1e-9):5.1f}%  {name[:100]}')
+  lines.append(f'  {total / steps:9.2f} ms  in all')
+  return '\n'.join(lines)

@@ -1,0 +1,130 @@
+"""Training throughput of the translator through the project's own train step, in tokens per second.
+
+  python -m benchmarks.transformer_throughput                      # Transformer-base, float32, 32 x 64 + 64 tokens
+  python -m benchmarks.transformer_throughput --dtype bfloat16 --batch_size 384 \
+    --profile_dir /tmp/transformer_base_trace                      # an accelerator's numbers
+  python -m benchmarks.transformer_throughput --variant tiny --batch_size 8 --length 16 --steps 2
+
+Vaswani et al.'s base model (``seq2seq.model.VARIANTS['base']``: 512 wide, 6 + 6 layers,
+8 heads, MLP 2048) with one shared vocabulary of ``--vocab_size`` pieces (37,000 for their
+WMT14 English-German), trained with the real translation task's loss on random token ids,
+every sentence ``--length`` tokens on both sides (no padding), AdamW, label smoothing 0.1.
+The step is compiled once and timed after 3 warm-up steps; it prints source + target tokens
+per second, the step's FLOPs from XLA's cost analysis and, on a device whose peak
+``benchmarks/step_cost.py`` knows (or with ``--peak_tflops``), the model FLOPs utilisation.
+Vaswani et al. trained on batches of about 25,000 source and 25,000 target tokens.
+No accelerator numbers have been measured yet; decoding speed is ``benchmarks.decode_speed``.
+"""
+
+import time
+
+from trainer import host_memory
+
+if __name__ == '__main__':
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
+
+import jax
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+from benchmarks.step_cost import compiled_flops, profile_and_summarise, utilisation
+from configs.common import trainer_config
+from seq2seq.architectures import make_translator
+from seq2seq.model import default_model_config
+from seq2seq.task import Translation
+from seq2seq.tokenizer import PAD_ID
+from trainer.optim import make_optimizer
+from trainer.partitioning import global_batch, make_mesh, replicated
+from trainer.state import ModelParts, TrainState, make_train_step
+
+_VARIANT = flags.DEFINE_string('variant', 'base', 'Model variant (seq2seq.model.VARIANTS).')
+_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 37000, 'Shared vocabulary size.')
+_BATCH = flags.DEFINE_integer('batch_size', 32, 'Sentence pairs per step (global).')
+_LENGTH = flags.DEFINE_integer('length', 64, 'Tokens per source and per target sentence.')
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
+_STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps.')
+_PEAK_TFLOPS = flags.DEFINE_float(
+  'peak_tflops',
+  0.0,
+  "The device's dense peak in TFLOP/s for --dtype, when benchmarks.step_cost does not know it.",
+)
+_PROFILE_DIR = flags.DEFINE_string(
+  'profile_dir', None, 'Write a jax.profiler trace of 5 more steps here and print where their time went.'
+)
+
+
+class _SyntheticTranslation(Translation):
+  """The real translation task (loss, metrics) over random token ids; no corpus or tokenizer is read."""
+
+  def __init__(self, config, vocab_size: int):
+    self.config = config
+    self.label_smoothing = config.label_smoothing
+    self.vocab_size = vocab_size
+
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return make_translator(
+      self.config.model, source_vocab_size=self.vocab_size, target_vocab_size=self.vocab_size, rngs=rngs
+    )
+
+
+def main(argv):
+  del argv
+  config = trainer_config()
+  config.label_smoothing = 0.1
+  config.model = default_model_config()
+  config.model.update(
+    variant=_VARIANT.value, share_embeddings=True, max_length=max(256, _LENGTH.value), dtype=_DTYPE.value
+  )
+  task = _SyntheticTranslation(config, _VOCAB_SIZE.value)
+  mesh = make_mesh()
+  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
+  optimizer = make_optimizer(config.optimizer, 1000)
+  state = jax.device_put(
+    TrainState(step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params)),
+    replicated(mesh),
+  )
+  step = make_train_step(task, parts, optimizer, mesh, seed=0)
+  rng = np.random.default_rng(0)
+
+  def tokens():  # ids of real pieces: never padding
+    return rng.integers(PAD_ID + 1, _VOCAB_SIZE.value, (_BATCH.value, _LENGTH.value)).astype(np.int32)
+
+  target = tokens()
+  batch = global_batch(
+    {'src': tokens(), 'tgt_in': np.roll(target, 1, axis=1), 'tgt_out': target},
+    mesh,
+  )
+  metrics = jax.device_put(task.train_metrics.empty(), replicated(mesh))
+  compiled = step.lower(state, metrics, batch).compile()
+  flops = compiled_flops(compiled)
+
+  def run_steps(count):
+    nonlocal state, metrics
+    for _ in range(count):
+      state, metrics = compiled(state, metrics, batch)
+    jax.block_until_ready(state)
+
+  run_steps(3)
+  start = time.perf_counter()
+  run_steps(_STEPS.value)
+  seconds = (time.perf_counter() - start) / _STEPS.value
+  num_params = sum(p.size for p in jax.tree.leaves(state.params))
+  tokens_per_step = 2 * _BATCH.value * _LENGTH.value
+  device_kind = jax.devices()[0].device_kind
+  print(
+    f'model: Transformer {_VARIANT.value}, vocabulary {_VOCAB_SIZE.value}, {num_params / 1e6:.1f}M parameters, '
+    f'{_DTYPE.value}, batch {_BATCH.value} x ({_LENGTH.value} + {_LENGTH.value}) tokens'
+  )
+  print(f'devices: {jax.device_count()} x {device_kind}')
+  print(f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
+  print(
+    f'train step: {seconds * 1e3:.1f} ms/step, {tokens_per_step / seconds:,.0f} tokens/s '
+    f'(source + target), {_BATCH.value / seconds:.1f} sentence pairs/s'
+  )
+  if _PROFILE_DIR.value:
+    print(profile_and_summarise(run_steps, _PROFILE_DIR.value, steps=5))
+
+
+if __name__ == '__main__':
+  app.run(main)

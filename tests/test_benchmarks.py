@@ -1,0 +1,94 @@
+"""The benchmark commands run, and their FLOPs, peaks and trace summaries are right."""
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from benchmarks.step_cost import compiled_flops, peak_tflops, summarise_trace, utilisation
+
+
+def test_compiled_flops_of_a_matmul_are_two_multiply_adds_per_product():
+  compiled = jax.jit(lambda a, b: a @ b).lower(jnp.ones((64, 32)), jnp.ones((32, 16))).compile()
+  assert compiled_flops(compiled) == 2 * 64 * 32 * 16
+
+
+@pytest.mark.parametrize(
+  'device_kind, dtype, peak',
+  [
+    ('NVIDIA H100 80GB HBM3', 'bfloat16', 989.4),
+    ('NVIDIA H100 PCIe', 'bfloat16', 756.0),
+    ('NVIDIA H200', 'bfloat16', 989.4),
+    ('NVIDIA H100 80GB HBM3', 'float32', None),
+    ('cpu', 'bfloat16', None),
+  ],
+)
+def test_peaks_are_known_only_for_named_devices_in_bfloat16(device_kind, dtype, peak):
+  assert peak_tflops(device_kind, dtype) == peak
+
+
+def test_utilisation_is_achieved_over_peak():
+  line = utilisation(100e12, 0.5, 'NVIDIA H100 80GB HBM3', 'bfloat16')
+  assert '200.00 TFLOP/s' in line and 'utilisation 20.2% of 989.4' in line
+  assert 'utilisation 50.0% of 400' in utilisation(100e12, 0.5, 'cpu', 'float32', peak_override=400.0)
+  assert 'pass --peak_tflops' in utilisation(100e12, 0.5, 'cpu', 'float32')
+
+
+def test_a_trace_with_a_device_counts_only_the_device_kernels(tmp_path):
+  events = [
+    {'ph': 'M', 'name': 'process_name', 'pid': 1, 'args': {'name': '/host:CPU'}},
+    {'ph': 'M', 'name': 'process_name', 'pid': 2, 'args': {'name': '/device:GPU:0'}},
+    {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'PjitFunction(step)', 'ts': 0, 'dur': 9000},
+    {'ph': 'X', 'pid': 2, 'tid': 1, 'name': 'fusion.1', 'ts': 0, 'dur': 3000},
+    {'ph': 'X', 'pid': 2, 'tid': 1, 'name': 'fusion.2', 'ts': 0, 'dur': 1000},
+    {'ph': 'X', 'pid': 2, 'tid': 1, 'name': 'nvjet_gemm', 'ts': 0, 'dur': 4000},
+  ]
+  trace = tmp_path / 'vm.trace.json.gz'
+  with gzip.open(trace, 'wt') as f:
+    json.dump({'traceEvents': events}, f)
+  summary = summarise_trace(trace, steps=2)
+  assert 'device kernels' in summary and 'PjitFunction' not in summary
+  assert re.search(r'2\.00 ms\s+50\.0%\s+fusion\n', summary)  # fusion.1 + fusion.2, over 2 steps
+  assert re.search(r'2\.00 ms\s+50\.0%\s+nvjet_gemm', summary)
+  assert re.search(r'4\.00 ms\s+in all', summary)
+
+
+def _run(module, *args):
+  result = subprocess.run(
+    [sys.executable, '-m', module, *args], capture_output=True, text=True, timeout=300, check=False
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stdout
+
+
+def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_token(tmp_path):
+  out = _run(
+    'benchmarks.vit_throughput',
+    *('--variant=Ti/8', '--image_size=32', '--batch_size=4', '--steps=1'),
+    f'--profile_dir={tmp_path / "trace"}',
+  )
+  params = float(re.search(r'([\d.]+)M parameters', out).group(1)) * 1e6
+  flops = float(re.search(r'([\d.]+) GFLOPs/step', out).group(1)) * 1e9
+  tokens = 4 * (16 + 1)  # 4 images of 4 x 4 patches and a class token
+  assert 0.8 < flops / (6 * params * tokens) < 1.5, out  # forward 2 and backward 4 FLOPs per weight and token
+  assert re.search(r'[\d.]+ images/s', out)
+  assert 'where the time goes (host ops' in out and 'in all' in out
+
+
+def test_transformer_benchmark_reports_tokens_per_second():
+  out = _run(
+    'benchmarks.transformer_throughput',
+    '--variant=tiny',
+    '--vocab_size=64',
+    '--batch_size=4',
+    '--length=8',
+    '--steps=1',
+  )
+  assert 'batch 4 x (8 + 8) tokens' in out
+  assert re.search(r'[\d,]+ tokens/s \(source \+ target\)', out)
+  assert float(re.search(r'([\d.]+) GFLOPs/step', out).group(1)) > 0
