@@ -19,7 +19,9 @@ def trainer_config() -> ml_collections.ConfigDict:
   ``eval_batch_size``, ``grad_accum_steps``, ``seed``, ``log_every_steps``,
   ``eval_every_steps``, ``checkpoint_every_steps``, ``keep_checkpoints`` (latest N kept,
   plus the best by ``best_metric``/``best_mode``), ``eval_split``, ``optimizer``, ``mesh``
-  (``data`` x ``fsdp`` devices, ``trainer.partitioning``; ``data=-1``: all that are left).
+  (``data`` x ``fsdp`` x ``model`` devices, ``trainer.partitioning``; ``data=-1``: all that
+  are left; ``model`` > 1 splits the attention heads and MLP width of each layer over that
+  many devices, for layers too wide for one device's memory).
   """
   from trainer.optim import default_optimizer_config  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
 
@@ -40,6 +42,6 @@ def trainer_config() -> ml_collections.ConfigDict:
       best_mode='max',
       eval_split='test',
       optimizer=default_optimizer_config(),
-      mesh=ml_collections.ConfigDict(dict(data=-1, fsdp=1)),
+      mesh=ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1)),
     )
   )

@@ -97,6 +97,7 @@ def get_config():
   config.optimizer.grad_clip_norm = 1.0
 
   config.mesh = ml_collections.ConfigDict()
-  config.mesh.data = -1  # devices on the data axis; -1: all that fsdp leaves
+  config.mesh.data = -1  # devices on the data axis; -1: all that fsdp and model leave
   config.mesh.fsdp = 1  # devices that shard parameters and optimizer state (trainer/partitioning.py)
+  config.mesh.model = 1  # devices that split attention heads and MLP width (tensor parallelism)
   return config

@@ -67,7 +67,9 @@ CASES = {
   'eval_split is a path': (SCAN, ['--config.eval_split=../../../outside'], 'config.eval_split is'),
   'train_split is a path': (SCAN, ['--config.data.train_split=/etc/passwd'], 'config.data.train_split is'),
   'language is a path': (SCAN, ['--config.data.src_lang=../../outside'], 'config.data.src_lang is'),
-  # These two build the task (it finds the data), so they take a few seconds.
+  'mesh.model 0': (VIT, ['--config.mesh.model=0'], 'config.mesh.model is 0'),
+  # These build the task (it finds the data), so they take a few seconds.
+  'mesh.model not dividing the devices': (VIT, ['--config.mesh.model=3'], 'config.mesh.model is 3'),
   'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
   'best_metric unknown': (VIT, ['--config.best_metric=nosuch'], 'config.best_metric is'),
 }

@@ -26,8 +26,12 @@ def _losses(workdir):
   return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
 
 
-@pytest.mark.parametrize('fsdp', [1, 2], ids=['replicated', 'fsdp_across_processes'])
-def test_two_processes_train_like_one(tmp_path, fsdp):
+@pytest.mark.parametrize(
+  'fsdp, model',
+  [(1, 1), (2, 1), (2, 2)],
+  ids=['replicated', 'fsdp_across_processes', 'fsdp_across_and_model_within_processes'],
+)
+def test_two_processes_train_like_one(tmp_path, fsdp, model):
   port = _free_port()
   script = textwrap.dedent(f"""
       import sys
@@ -35,16 +39,18 @@ def test_two_processes_train_like_one(tmp_path, fsdp):
       jax.config.update('jax_cpu_collectives_implementation', 'gloo')
       jax.distributed.initialize(coordinator_address='127.0.0.1:{port}', num_processes=2,
                                  process_id=int(sys.argv[1]))
-      assert jax.process_count() == 2 and jax.device_count() == 2
+      assert jax.process_count() == 2 and jax.device_count() == {2 * model}
       from tests.vit_test_configs import tiny_vit_config
       from trainer.loop import train_and_evaluate
       config = tiny_vit_config(total_steps=4, eval_every_steps=4)
-      config.mesh.fsdp = {fsdp}
+      config.mesh.fsdp, config.mesh.model = {fsdp}, {model}
       result = train_and_evaluate(config, {str(tmp_path / 'two')!r})
       print('accuracy', result.eval_metrics['accuracy'])
   """)
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('XLA_FLAGS', None)
+  if model > 1:  # the model axis stays within a process: each gets that many devices
+    env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={model}'
   workers = [
     subprocess.Popen(
       [sys.executable, '-c', script, str(i)],

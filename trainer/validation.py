@@ -153,6 +153,8 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
     raise ConfigError('config.total_steps and config.num_epochs are both 0; set one of them > 0.')
   if _has(config, 'mesh'):  # absent from configs saved before it existed: data=-1, fsdp=1
     _check_integer(config, 'mesh.fsdp', 1)
+    if _has(config, 'mesh.model'):  # likewise: model=1
+      _check_integer(config, 'mesh.model', 1)
     _check_integer(config, 'mesh.data', -1)
     if config.mesh.data == 0:
       _fail('mesh.data', 0, 'it must be -1 (all devices left) or >= 1')
