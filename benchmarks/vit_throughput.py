@@ -8,19 +8,21 @@
   python -m benchmarks.vit_throughput --variant B/16 --image_size 224 --num_classes 1000 \
     --dtype bfloat16 --batch_size 256 --profile_dir /tmp/vit_b16_trace   # an accelerator's numbers
 
-On a 2-core AVX2 EPYC (README; medians of five alternating runs) the first line gave 59.2
-images/s, the second 80.3 and the third 87.8, against 82.9 for timm's step
-(``benchmarks/timm_vit_throughput.py``). Both settings compute the same update, up to float
-rounding:
+On a 2-core AVX2 EPYC (README; medians of three alternating rounds, nothing else running)
+the first line gave 67.1 images/s, the second 74.1 and the third 91.0, against 86.7 for timm's
+step (``benchmarks/timm_vit_throughput.py``); the Eigen flag alone at batch 128 gave 75.9. Both
+settings compute the same update, up to float rounding:
 - Micro-batches shrink the scratch memory that XLA:CPU allocates afresh each step and that the
-  kernel zero-fills every time: 1.16 GB at batch 128, a fifth of all CPU time on an AVX2 EPYC.
-  The accumulation is the trainer's own (``--config.grad_accum_steps=4`` for ``train.py``).
+  kernel clears every time: 1.17 GB at batch 128, 0.29 GB as 4 micro-batches (the benchmark
+  prints it). The accumulation is the trainer's own (``--config.grad_accum_steps=4`` for
+  ``train.py``).
 - The flag gives all matmuls to Eigen. YNNPACK, XLA's default, takes a matmul only when its
   operands are in YNNPACK's layout, so XLA first copies the operands of the weight-gradient
   and attention-backward matmuls into a transposed layout; Eigen takes them as they are. It is
-  not a default of ours: it did not speed up the small models (``configs/vit_digits.py``: 2 min
-  1-5 s a run either way; ``configs/transformer_scan.py``: 6.2 vs 6.9 steps/s without it, two
-  runs each), and the flag is experimental in XLA.
+  not a default of ours: it changes the float rounding of every CPU run, it did not speed up
+  the small models (``configs/vit_digits.py``: 2 min 1-5 s a run either way;
+  ``configs/transformer_scan.py``: 6.2 vs 6.9 steps/s without it, two runs each), and the flag
+  is experimental in XLA.
 
 Times the compiled train step (forward, backward, AdamW update) on random images
 already on the device, so it measures the model, not the input pipeline; with
@@ -153,6 +155,7 @@ def main(argv):
   device_kind = jax.devices()[0].device_kind
   print(f'devices: {jax.device_count()} x {device_kind}')
   print(f'cost: {utilisation(flops, seconds / _STEPS.value, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
+  print(f'scratch memory of the step: {compiled.memory_analysis().temp_size_in_bytes / 1e9:.2f} GB')
   print(f'train step: {seconds / _STEPS.value * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
   if _PROFILE_DIR.value:
     print(profile_and_summarise(run_steps, _PROFILE_DIR.value, steps=5))

@@ -8,9 +8,12 @@ faults and 0.55 s of system time per 1.4 s step on a 2-core machine.
 
 glibc 2.35 and newer can back such blocks with 2 MiB transparent huge pages
 (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``): 512 times fewer faults, and freed memory still
-goes back to the system. On a 2-core AVX-512 machine the step got 20-25% faster; on a 2-core
-AVX2 machine it did not, because there zero-filling the memory, not faulting it, is the cost
-(smaller micro-batches help there: see ``benchmarks/vit_throughput.py``). Measured again on a
+goes back to the system. On a 2-core AVX-512 machine the step got 20-25% faster. On a 2-core
+AVX2 EPYC, an early measurement saw no gain; measured again there with nothing else running
+(``python -m benchmarks.vit_throughput``, with and without ``GLIBC_TUNABLES=glibc.malloc.hugetlb=0``,
+alternating, three rounds) the median went from 56.5 to 67.1 images/s (1.19, 0.99 and 1.40
+times in the three rounds). The kernel still clears the pages, huge or not (smaller
+micro-batches shrink what it clears: see ``benchmarks/vit_throughput.py``). Measured again on a
 2-core AVX-512 EPYC shared with other jobs (``python -m benchmarks.vit_throughput --steps 15``,
 alternating, four runs each): 1.04, 1.87, 2.23, 1.21 s per step with it and 1.35, 1.43, 2.29,
 1.37 s without; faster in three of the four pairs, but the load of the other jobs moved the
