@@ -16,6 +16,7 @@ import gzip
 import json
 import pathlib
 import re
+import time
 from collections.abc import Callable
 
 import jax
@@ -35,6 +36,25 @@ BFLOAT16_PEAK_TFLOPS = (
 _WRAPPER_EVENTS = re.compile(
   r'^(\$|ThunkExecutor|SlinkyThreadPool|PjitFunction|CommonPjRt|Handle inputs|ParseArguments|end: )'
 )
+
+
+class CompiledSteps:
+  """A compiled train step and the state it advances: run it, time it, profile it."""
+
+  def __init__(self, compiled, state, metrics, batch):
+    self.compiled, self.state, self.metrics, self.batch = compiled, state, metrics, batch
+
+  def run(self, count: int) -> None:
+    for _ in range(count):
+      self.state, self.metrics = self.compiled(self.state, self.metrics, self.batch)
+    jax.block_until_ready(self.state)
+
+  def seconds_per_step(self, steps: int, warmup: int = 3) -> float:
+    """Mean seconds of ``steps`` steps, after ``warmup`` untimed ones."""
+    self.run(warmup)
+    start = time.perf_counter()
+    self.run(steps)
+    return (time.perf_counter() - start) / steps
 
 
 def compiled_flops(compiled) -> float:

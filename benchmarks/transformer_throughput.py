@@ -16,8 +16,6 @@ Vaswani et al. trained on batches of about 25,000 source and 25,000 target token
 No accelerator numbers have been measured yet; decoding speed is ``benchmarks.decode_speed``.
 """
 
-import time
-
 from trainer import host_memory
 
 if __name__ == '__main__':
@@ -28,7 +26,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from benchmarks.step_cost import compiled_flops, profile_and_summarise, utilisation
+from benchmarks.step_cost import CompiledSteps, compiled_flops, profile_and_summarise, utilisation
 from configs.common import trainer_config
 from seq2seq.architectures import make_translator
 from seq2seq.model import default_model_config
@@ -99,17 +97,9 @@ def main(argv):
   compiled = step.lower(state, metrics, batch).compile()
   flops = compiled_flops(compiled)
 
-  def run_steps(count):
-    nonlocal state, metrics
-    for _ in range(count):
-      state, metrics = compiled(state, metrics, batch)
-    jax.block_until_ready(state)
-
-  run_steps(3)
-  start = time.perf_counter()
-  run_steps(_STEPS.value)
-  seconds = (time.perf_counter() - start) / _STEPS.value
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
+  steps = CompiledSteps(compiled, state, metrics, batch)
+  seconds = steps.seconds_per_step(_STEPS.value)
   tokens_per_step = 2 * _BATCH.value * _LENGTH.value
   device_kind = jax.devices()[0].device_kind
   print(
@@ -123,7 +113,7 @@ def main(argv):
     f'(source + target), {_BATCH.value / seconds:.1f} sentence pairs/s'
   )
   if _PROFILE_DIR.value:
-    print(profile_and_summarise(run_steps, _PROFILE_DIR.value, steps=5))
+    print(profile_and_summarise(steps.run, _PROFILE_DIR.value, steps=5))
 
 
 if __name__ == '__main__':

@@ -46,7 +46,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from benchmarks.step_cost import compiled_flops, profile_and_summarise, utilisation
+from benchmarks.step_cost import CompiledSteps, compiled_flops, profile_and_summarise, utilisation
 from configs.common import trainer_config
 from trainer.optim import make_optimizer
 from trainer.partitioning import global_batch, make_mesh, replicated
@@ -130,17 +130,9 @@ def main(argv):
   compiled = step.lower(state, metrics, batch).compile()
   flops = compiled_flops(compiled)
 
-  def run_steps(count):
-    nonlocal state, metrics
-    for _ in range(count):
-      state, metrics = compiled(state, metrics, batch)
-    jax.block_until_ready(state)
-
-  run_steps(3)
-  start = time.perf_counter()
-  run_steps(_STEPS.value)
-  seconds = time.perf_counter() - start
-  images_per_sec = _STEPS.value * _BATCH.value / seconds
+  steps = CompiledSteps(compiled, state, metrics, batch)
+  seconds = steps.seconds_per_step(_STEPS.value)
+  images_per_sec = _BATCH.value / seconds
   model = config.model
   shape = (
     f'variant {model.variant}'
@@ -154,11 +146,11 @@ def main(argv):
   )
   device_kind = jax.devices()[0].device_kind
   print(f'devices: {jax.device_count()} x {device_kind}')
-  print(f'cost: {utilisation(flops, seconds / _STEPS.value, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
+  print(f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
   print(f'scratch memory of the step: {compiled.memory_analysis().temp_size_in_bytes / 1e9:.2f} GB')
-  print(f'train step: {seconds / _STEPS.value * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
+  print(f'train step: {seconds * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
   if _PROFILE_DIR.value:
-    print(profile_and_summarise(run_steps, _PROFILE_DIR.value, steps=5))
+    print(profile_and_summarise(steps.run, _PROFILE_DIR.value, steps=5))
 
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()
