@@ -48,6 +48,7 @@ from seq2seq.text_metrics import corpus_scores
 from seq2seq.workdir_tokenizers import check_tokenizer_config, default_tokenizer_config, prepare_tokenizers
 from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError
+from trainer.losses import token_losses
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 
@@ -99,26 +100,6 @@ def default_data_config() -> ml_collections.ConfigDict:
 
 def default_decode_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(beam_size=4, alpha=0.6, max_extra_length=50, num_samples=5))
-
-
-def token_losses(
-  logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0
-) -> tuple[jax.Array, jax.Array]:
-  """Per-token ``(smoothed cross-entropy, NLL)``, each ``[batch, length]``.
-
-  Label smoothing is optax's (``optax.smooth_labels``), as for the ViT: the target is
-  ``(1 - label_smoothing) * one_hot + label_smoothing / K`` over the ``K`` classes, the label
-  included. The loss is the cross-entropy against that target, with no offset (so its
-  minimum is the target's entropy, not 0, and it equals ``vit.task.cross_entropy``);
-  ``label_smoothing=0`` gives the NLL. Computed without building the ``[..., K]`` target.
-  """
-  log_probs = jax.nn.log_softmax(logits)
-  nll = -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
-  if not label_smoothing:
-    return nll, nll
-  # -sum_c target_c * log p_c = (1 - a) * nll + a * mean_c(-log p_c).
-  uniform = -jnp.mean(log_probs, axis=-1)
-  return (1.0 - label_smoothing) * nll + label_smoothing * uniform, nll
 
 
 def _sample_text(sources, hypotheses, references, count: int) -> str:

@@ -5,8 +5,7 @@ import numpy as np
 import optax
 import pytest
 
-from seq2seq.task import token_losses
-from vit.task import cross_entropy
+from trainer.losses import cross_entropy, token_losses
 
 CLASSES = 7
 

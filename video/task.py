@@ -12,12 +12,12 @@ from clu import metrics as clu_metrics
 from flax import nnx
 
 from trainer.errors import ConfigError
+from trainer.losses import cross_entropy
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
 from video.input_pipeline import load_video_data
 from video.model import check_options, make_video_model, token_grid
-from vit.task import cross_entropy
 
 
 @flax.struct.dataclass

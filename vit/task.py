@@ -1,15 +1,14 @@
 """Image classification as a trainer task: the ViT, its data, its loss and its metrics."""
 
 import flax
-import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 from clu import metrics as clu_metrics
 from flax import nnx
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer.errors import ConfigError
+from trainer.losses import cross_entropy
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
@@ -21,17 +20,6 @@ from vit.model import make_vit
 class ClassificationMetrics(clu_metrics.Collection):
   loss: clu_metrics.Average.from_output('loss')
   accuracy: clu_metrics.Accuracy
-
-
-def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0) -> jax.Array:
-  """Per-example softmax cross-entropy against integer labels, optionally smoothed.
-
-  Smoothing is optax's: the target is ``(1 - label_smoothing) * one_hot + label_smoothing / K``
-  over the ``K`` classes (the label included), with no offset, as in ``seq2seq.task.token_losses``.
-  """
-  num_classes = logits.shape[-1]
-  targets = optax.smooth_labels(jax.nn.one_hot(labels, num_classes), label_smoothing)
-  return optax.softmax_cross_entropy(logits, targets)
 
 
 def default_fewshot_config() -> ml_collections.ConfigDict:
