@@ -32,9 +32,10 @@ BFLOAT16_PEAK_TFLOPS = (
 )
 
 # Events that wrap others (the executable, the thunk executor, thread-pool waits): counting
-# them would count their children twice.
+# them would count their children twice. (``end: NAME`` events close asynchronous ops; see
+# ``summarise_trace``.)
 _WRAPPER_EVENTS = re.compile(
-  r'^(\$|ThunkExecutor|SlinkyThreadPool|PjitFunction|CommonPjRt|Handle inputs|ParseArguments|end: )'
+  r'^(\$|ThunkExecutor|SlinkyThreadPool|PjitFunction|CommonPjRt|Handle inputs|ParseArguments)'
 )
 
 
@@ -96,13 +97,15 @@ def profile_and_summarise(run_steps: Callable[[int], None], trace_dir: str, step
   """Traces ``run_steps(steps)`` into ``trace_dir`` and returns a table of the costliest ops per step."""
   jax.profiler.start_trace(trace_dir)
   try:
+    start = time.perf_counter()
     run_steps(steps)
+    traced_ms = (time.perf_counter() - start) / steps * 1e3
   finally:
     jax.profiler.stop_trace()
   traces = sorted(pathlib.Path(trace_dir).glob('plugins/profile/*/*.trace.json.gz'))
   if not traces:
     return f'no trace was written under {trace_dir}'
-  return summarise_trace(traces[-1], steps, top)
+  return summarise_trace(traces[-1], steps, top) + f'\n  {traced_ms:9.2f} ms  per traced step, end to end'
 
 
 def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
@@ -110,6 +113,12 @@ def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
 
   On a GPU only the device's own events (kernels) count; on a CPU the host threads' events
   do, less the wrappers. Numbered instances (``fusion.12``) are grouped as ``fusion``.
+
+  XLA:CPU runs some ops asynchronously (Eigen's matmuls, ``dot``): their event covers only the
+  launch, and a later ``end: NAME`` event marks when the work finished. An op is counted from
+  its start to its ``end:`` event where it has one, so an asynchronous matmul gets its real
+  span rather than the launch's microseconds. Ops that run at the same time share the cores
+  and are each counted in full, so on a CPU the spans can add up to more than the step took.
   """
   with gzip.open(trace_file) as f:
     events = json.load(f)['traceEvents']
@@ -119,18 +128,37 @@ def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
     if e.get('ph') == 'M' and e.get('name') == 'process_name'
   }
   device_pids = {pid for pid, name in process_names.items() if '/device:' in name}
-  by_name = collections.Counter()
-  for event in events:
+
+  def counted(event):
     if event.get('ph') != 'X' or 'dur' not in event:
-      continue
-    if device_pids and event['pid'] not in device_pids:
-      continue
-    if not device_pids and _WRAPPER_EVENTS.match(event['name']):
-      continue
-    by_name[re.sub(r'\.\d+$', '', event['name'])] += event['dur'] / 1e3  # microseconds -> ms
+      return False
+    if device_pids:
+      return event['pid'] in device_pids
+    return not _WRAPPER_EVENTS.match(event['name'])
+
+  ops = sorted(filter(counted, events), key=lambda e: e['ts'])
+  by_name = collections.Counter()
+  for name, microseconds in _op_spans(ops):
+    by_name[re.sub(r'\.\d+$', '', name)] += microseconds / 1e3
   total = sum(by_name.values())
   lines = [f'where the time goes ({"device kernels" if device_pids else "host ops"}, ms per step):']
   for name, ms in by_name.most_common(top):
     lines.append(f'  {ms / steps:9.2f} ms  {100 * ms / max(total, 1e-9):5.1f}%  {name[:100]}')
-  lines.append(f'  {total / steps:9.2f} ms  in all')
+  lines.append(f'  {total / steps:9.2f} ms  in all (ops in flight at the same time each count in full)')
   return '\n'.join(lines)
+
+
+def _op_spans(ops):
+  """``(name, microseconds)`` per op event (sorted by start), ending at its ``end: NAME`` event if any."""
+  started = collections.defaultdict(collections.deque)  # (pid, name) -> events not yet ended
+  spans = {}
+  for event in ops:
+    name = event['name']
+    if name.startswith('end: '):
+      waiting = started[event['pid'], name[len('end: ') :]]
+      if waiting:
+        begun = waiting.popleft()
+        spans[id(begun)] = max(begun['dur'], event['ts'] + event['dur'] - begun['ts'])
+      continue
+    started[event['pid'], name].append(event)
+  return [(e['name'], spans.get(id(e), e['dur'])) for e in ops if not e['name'].startswith('end: ')]

@@ -58,6 +58,28 @@ def test_a_trace_with_a_device_counts_only_the_device_kernels(tmp_path):
   assert re.search(r'4\.00 ms\s+in all', summary)
 
 
+def test_on_a_cpu_an_asynchronous_op_counts_until_its_end_event(tmp_path):
+  events = [
+    {'ph': 'M', 'name': 'process_name', 'pid': 1, 'args': {'name': '/host:CPU'}},
+    {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'ThunkExecutor::Execute', 'ts': 0, 'dur': 9000},
+    # Eigen's matmul: a 10 us launch, finished 6 ms later (its end event, on another thread).
+    {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'dot.3', 'ts': 0, 'dur': 10},
+    {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'ynn_fusion.1', 'ts': 10, 'dur': 2000},
+    {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'end: ynn_fusion.1', 'ts': 2010, 'dur': 1},
+    {'ph': 'X', 'pid': 1, 'tid': 2, 'name': 'end: dot.3', 'ts': 5999, 'dur': 1},
+    {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'copy_fusion', 'ts': 6000, 'dur': 2000},
+  ]
+  trace = tmp_path / 'vm.trace.json.gz'
+  with gzip.open(trace, 'wt') as f:
+    json.dump({'traceEvents': events}, f)
+  summary = summarise_trace(trace, steps=1)
+  assert 'host ops' in summary and 'ThunkExecutor' not in summary and 'end:' not in summary
+  assert re.search(r'6\.00 ms\s+60\.0%\s+dot\n', summary)
+  assert re.search(r'2\.00 ms\s+20\.0%\s+ynn_fusion\n', summary)
+  assert re.search(r'2\.00 ms\s+20\.0%\s+copy_fusion\n', summary)
+  assert re.search(r'10\.00 ms\s+in all', summary)
+
+
 def _run(module, *args):
   result = subprocess.run(
     [sys.executable, '-m', module, *args], capture_output=True, text=True, timeout=300, check=False
