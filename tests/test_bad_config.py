@@ -3,6 +3,7 @@
 The command-line cases run ``train.py`` itself; the rest call the checks directly.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -185,6 +186,23 @@ def test_resume_ignores_where_the_data_lies_and_how_fast_it_is_read(tmp_path):
   workdir_lib.check_same_identity(tmp_path, moved)
   with pytest.raises(WorkdirError, match='data.augment.crop_padding'):
     workdir_lib.check_same_identity(tmp_path, tiny_vit_config(**{'data.augment.crop_padding': 0}))
+
+
+def test_a_field_newer_than_the_workdir_is_named_with_the_way_to_resume(tmp_path):
+  from tests.vit_test_configs import tiny_vit_config
+
+  config = tiny_vit_config()
+  workdir_lib.save_config(tmp_path, config)
+  saved = json.loads((tmp_path / 'config.json').read_text())
+  del saved['model']['activation']  # as if written before the field existed
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  with pytest.raises(
+    WorkdirError, match=r"has no model.activation .*'gelu' now\. If that is what the run used"
+  ):
+    workdir_lib.check_same_identity(tmp_path, config)
+  saved['model']['activation'] = 'gelu'
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  workdir_lib.check_same_identity(tmp_path, config)
 
 
 def test_only_user_errors_are_one_line(capsys):

@@ -87,6 +87,14 @@ def check_same_identity(workdir: pathlib.Path, config: ml_collections.ConfigDict
   saved = identity(_read_saved(workdir))
   current = identity(json.loads(config.to_json_best_effort()))
   for field in sorted(set(saved) | set(current)):
+    if field not in saved:
+      # A field added to the code after the workdir was written: only the user knows whether
+      # its default is what that run did, so say how to resume rather than guess.
+      raise WorkdirError(
+        f'{workdir / CONFIG_FILE} has no {field} (the field is newer than the workdir); it is '
+        f'{current[field]!r} now. If that is what the run used, add it there to resume; '
+        'otherwise use a new --workdir.'
+      )
     if saved.get(field) != current.get(field):
       raise WorkdirError(
         f'{workdir} was written by a different config: {field} is {saved.get(field)!r} there and '
