@@ -39,6 +39,14 @@ def test_utilisation_is_achieved_over_peak():
   assert 'pass --peak_tflops' in utilisation(100e12, 0.5, 'cpu', 'float32')
 
 
+def _write_trace(directory, events):
+  """A Chrome-format trace file as ``jax.profiler`` writes it, holding ``events``."""
+  trace = directory / 'vm.trace.json.gz'
+  with gzip.open(trace, 'wt') as f:
+    json.dump({'traceEvents': events}, f)
+  return trace
+
+
 def test_a_trace_with_a_device_counts_only_the_device_kernels(tmp_path):
   events = [
     {'ph': 'M', 'name': 'process_name', 'pid': 1, 'args': {'name': '/host:CPU'}},
@@ -48,10 +56,7 @@ def test_a_trace_with_a_device_counts_only_the_device_kernels(tmp_path):
     {'ph': 'X', 'pid': 2, 'tid': 1, 'name': 'fusion.2', 'ts': 0, 'dur': 1000},
     {'ph': 'X', 'pid': 2, 'tid': 1, 'name': 'nvjet_gemm', 'ts': 0, 'dur': 4000},
   ]
-  trace = tmp_path / 'vm.trace.json.gz'
-  with gzip.open(trace, 'wt') as f:
-    json.dump({'traceEvents': events}, f)
-  summary = summarise_trace(trace, steps=2)
+  summary = summarise_trace(_write_trace(tmp_path, events), steps=2)
   assert 'device kernels' in summary and 'PjitFunction' not in summary
   assert re.search(r'2\.00 ms\s+50\.0%\s+fusion\n', summary)  # fusion.1 + fusion.2, over 2 steps
   assert re.search(r'2\.00 ms\s+50\.0%\s+nvjet_gemm', summary)
@@ -69,10 +74,7 @@ def test_on_a_cpu_an_asynchronous_op_counts_until_its_end_event(tmp_path):
     {'ph': 'X', 'pid': 1, 'tid': 2, 'name': 'end: dot.3', 'ts': 5999, 'dur': 1},
     {'ph': 'X', 'pid': 1, 'tid': 1, 'name': 'copy_fusion', 'ts': 6000, 'dur': 2000},
   ]
-  trace = tmp_path / 'vm.trace.json.gz'
-  with gzip.open(trace, 'wt') as f:
-    json.dump({'traceEvents': events}, f)
-  summary = summarise_trace(trace, steps=1)
+  summary = summarise_trace(_write_trace(tmp_path, events), steps=1)
   assert 'host ops' in summary and 'ThunkExecutor' not in summary and 'end:' not in summary
   assert re.search(r'6\.00 ms\s+60\.0%\s+dot\n', summary)
   assert re.search(r'2\.00 ms\s+20\.0%\s+ynn_fusion\n', summary)
