@@ -3,8 +3,9 @@
   python ablate.py --config configs/transformer_scan_ablation.py --workdir runs/ablation_scan \
       --axis model.posemb=none,learn1d,sincos1d,relative,rope --axis data.split=simple,length
 
-This is transformer_scan with 1,200 steps instead of 2,400 (the same as ``--config
-configs/transformer_scan.py --config.total_steps=1200``), evaluated with greedy decoding on
+This is transformer_scan with 1,200 steps instead of 2,400 (it trains what ``--config
+configs/transformer_scan.py --config.total_steps=1200`` trains; evaluation and checkpoints
+come every 1,200 and 600 steps instead of 2,400 and 800), evaluated with greedy decoding on
 each split's test set. The length split trains on action sequences of at most 22 actions and
 tests on longer ones (24 to 48).
 

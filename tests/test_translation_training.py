@@ -58,6 +58,8 @@ def test_evaluate_reproduces_the_logged_metrics(scan_run):
     assert result[name] == pytest.approx(logged[4][name], abs=1e-6)
   for name in ('loss', 'perplexity'):
     assert result[name] == pytest.approx(logged[4][name], rel=1e-5)
+  assert result['bleu_signature'].startswith('nrefs:1|case:mixed|') and 'samples' not in result
+  assert 'case:lc' in result['bleu_lowercase_signature'] and result['chrf_signature']
 
 
 def test_few_steps_on_mock_wmt14(tmp_path):

@@ -72,8 +72,14 @@ def evaluate_workdir(
   metrics = evaluate_params(
     task, parts, params, split, mesh, batch_size or config.eval_batch_size, output_dir=workdir
   )
-  scalars = {name: value for name, value in metrics.items() if not isinstance(value, str)}
-  result = dict(scalars, step=int(step), split=split, checkpoint=str(checkpoint))
+  # Numbers, and the signatures that say how a score was computed (sacreBLEU's); not the
+  # sample translations, which are Markdown for TensorBoard.
+  kept = {
+    name: value
+    for name, value in metrics.items()
+    if not isinstance(value, str) or name.endswith('_signature')
+  }
+  result = dict(kept, step=int(step), split=split, checkpoint=str(checkpoint))
   name = f'eval_{split}_step{step}' + (f'_avg{average_last}' if average_last > 1 else '')
   if average_last > 1:
     result['averaged_checkpoints'] = average_last
