@@ -3,7 +3,8 @@
 The train step's jaxpr (forward and backward) is searched for the primitives of a softmax
 (``reduce_max``, ``exp``), of LayerNorm's statistics (``rsqrt``) and of the loss (``log``):
 every one must take float32 inputs, while most matmuls take bfloat16 ones. Both families, the
-fused attention path and the explicit one (a cosine score, or weights requested).
+fused attention path (``jax.nn.dot_product_attention``, forced on the CPU, where it would not
+run by default) and the explicit one (a cosine or additive score).
 """
 
 import collections
@@ -14,6 +15,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+from attention import multi_head
+from attention.multi_head import MultiHeadAttention
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.state import ModelParts
@@ -36,10 +39,16 @@ def _primitive_dtypes(jaxpr, counts):
   return counts
 
 
-def _train_step_primitives(config, tmp_path):
+def _train_step_primitives(config, tmp_path, fused_kernel):
   task = load_task(config)
   task.prepare(pathlib.Path(tmp_path))
-  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
+  model = task.make_model(nnx.Rngs(params=0))
+  attention_layers = [m for _, m in nnx.iter_graph(model) if isinstance(m, MultiHeadAttention)]
+  assert attention_layers
+  for layer in attention_layers:
+    # On a CPU the fused path (jax.nn.dot_product_attention) runs only when forced.
+    layer.fused_kernel = fused_kernel
+  parts = ModelParts(model)
   batch = next(task.train_batches(batch_size=8, seed=0, start_step=0, process_index=0, process_count=1))
 
   def loss(params):
@@ -63,8 +72,18 @@ CASES = {
 
 
 @pytest.mark.parametrize('case', sorted(CASES))
-def test_softmax_norm_statistics_and_loss_are_float32_while_matmuls_are_bfloat16(case, tmp_path):
-  counts, loss_value, outputs, grads = _train_step_primitives(CASES[case](), tmp_path)
+def test_softmax_norm_statistics_and_loss_are_float32_while_matmuls_are_bfloat16(case, tmp_path, monkeypatch):
+  fused_calls, fused_attention = [], multi_head.fused_attention
+
+  def recorded_fused_attention(*args, **kwargs):
+    fused_calls.append(args[0].dtype)
+    return fused_attention(*args, **kwargs)
+
+  monkeypatch.setattr(multi_head, 'fused_attention', recorded_fused_attention)
+  fused = case.endswith('_fused')
+  counts, loss_value, outputs, grads = _train_step_primitives(CASES[case](), tmp_path, fused_kernel=fused)
+  # The fused cases go through jax.nn.dot_product_attention (bfloat16 queries), the others never.
+  assert (set(fused_calls) == {jnp.dtype(jnp.bfloat16)}) if fused else not fused_calls, fused_calls
   delicate = {key: count for key, count in counts.items() if key[0] in FLOAT32_ONLY}
   assert {'reduce_max', 'exp', 'log', 'rsqrt'} <= {name for name, _ in delicate}, delicate
   assert all(set(dtypes) == {'float32'} for _, dtypes in delicate), delicate
