@@ -9,6 +9,7 @@ import textwrap
 
 import jax
 import numpy as np
+import optax
 import pytest
 import tensorflow_datasets as tfds
 from absl import flags
@@ -19,6 +20,9 @@ from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir, restore_checkpoint
 from trainer.loop import train_and_evaluate
 from trainer.metrics_io import read_metrics
+from trainer.partitioning import global_batch, make_mesh
+from trainer.state import ModelParts, TrainState, make_train_step
+from trainer.task import load_task
 from vit.input_pipeline import ImageData
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -109,6 +113,33 @@ def test_gradient_accumulation_trains(tmp_path):
     tiny_vit_config(grad_accum_steps=4, total_steps=2, eval_every_steps=2), tmp_path
   )
   assert result.step == 2 and np.isfinite(result.eval_metrics['loss'])
+
+
+def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
+  """Plain SGD (no Adam normalisation to hide a wrong gradient scale), no dropout."""
+  config = tiny_vit_config(**{'model.dropout': 0.0})
+  task = load_task(config)
+  task.prepare(tmp_path)
+  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
+  batch = next(task.train_batches(batch_size=32, seed=0, start_step=0, process_index=0, process_count=1))
+  mesh = make_mesh()
+  optimizer = optax.sgd(1.0)
+  host_params = jax.tree.map(np.array, parts.params)
+  results = {}
+  for micro_batches in (1, 4):
+    state = TrainState(
+      step=np.int32(0), params=jax.tree.map(np.copy, host_params), opt_state=optimizer.init(host_params)
+    )
+    step = make_train_step(task, parts, optimizer, mesh, seed=0, grad_accum_steps=micro_batches)
+    state, metrics = step(state, task.train_metrics.empty(), global_batch(batch, mesh))
+    results[micro_batches] = jax.tree.map(np.asarray, state.params), metrics.compute()
+  (whole, whole_metrics), (accumulated, accumulated_metrics) = results[1], results[4]
+  moved = [np.max(np.abs(a - b)) for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(host_params))]
+  assert max(moved) > 1e-3  # the step did something
+  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(accumulated)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  for name in ('loss', 'accuracy'):
+    np.testing.assert_allclose(whole_metrics[name], accumulated_metrics[name], rtol=1e-5)
 
 
 def test_few_steps_on_mock_cifar10(tmp_path):
