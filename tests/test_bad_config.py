@@ -211,7 +211,7 @@ def test_only_user_errors_are_one_line(capsys):
 
   with pytest.raises(ValueError, match='shape bug'):
     cli.run_reporting_user_errors(bug)
-  with pytest.raises(KeyError):
+  with pytest.raises(KeyError, match='missing'):
     cli.run_reporting_user_errors({}.__getitem__, 'missing')
 
   def mistake():

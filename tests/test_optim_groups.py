@@ -83,4 +83,15 @@ def test_bad_group_options_fail_with_the_field_named():
 
 
 def test_plain_optimizer_is_unchanged_without_groups():
-  assert isinstance(make_optimizer(_config(), 10), optax.GradientTransformation)
+  updates = _one_step(_config(), _params())
+  assert all(np.all(u == np.float32(-0.1)) for u in updates.values())  # every parameter, -lr * 1
+  config = _config(name='adamw', learning_rate=0.01)
+  params = _params()
+  ours, reference = make_optimizer(config, total_steps=10), optax.adamw(0.01, weight_decay=0.0)
+  our_state, reference_state = ours.init(params), reference.init(params)
+  for seed in range(3):
+    grads = jax.tree.map(lambda p, seed=seed: jax.random.normal(jax.random.key(seed), p.shape), params)
+    our_updates, our_state = ours.update(grads, our_state, params)
+    reference_updates, reference_state = reference.update(grads, reference_state, params)
+    for a, b in zip(jax.tree.leaves(our_updates), jax.tree.leaves(reference_updates)):
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
