@@ -6,6 +6,7 @@ import pytest
 from flax import nnx
 
 from attention import Decoder, DecoderBlock, Encoder, EncoderBlock, causal_mask, sincos_1d_table
+from attention.blocks import DropPath
 
 FEATURES, HEADS, LENGTH = 8, 2, 5
 
@@ -175,3 +176,16 @@ def test_stem_dropout_drops_the_positional_encoding_too(kind):
   np.testing.assert_allclose(np.where(dropped, 0.0, stem), np.where(dropped, 0.0, 2.0 * table), atol=1e-6)
   stack(*args)  # and in evaluation the sum is untouched
   np.testing.assert_allclose(_seen['x'], np.broadcast_to(table, zeros.shape), atol=1e-6)
+
+
+def test_drop_path_keeps_or_drops_each_example_whole_and_rescales_the_kept():
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(400, 3, 4)).astype(np.float32))
+  drop_path = DropPath(0.25)
+  np.testing.assert_array_equal(drop_path(x), x)  # deterministic: the identity
+  y = np.asarray(drop_path(x, deterministic=False, rngs=nnx.Rngs(dropout=0)))
+  kept = np.all(np.isclose(y, np.asarray(x) / 0.75, rtol=1e-6), axis=(1, 2))
+  dropped = np.all(y == 0.0, axis=(1, 2))
+  assert np.all(kept ^ dropped)  # each example is either all kept or all dropped
+  assert 0.65 < kept.mean() < 0.85  # about 1 - rate of them kept (400 draws: 0.75 +- 0.022)
+  with pytest.raises(ValueError, match='rate must be in'):
+    DropPath(1.0)
