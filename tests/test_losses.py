@@ -1,10 +1,14 @@
-"""Both families' losses: one label smoothing (optax's), checked against NumPy and each other."""
+"""Both families' losses: one label smoothing (optax's), checked against NumPy and each other;
+the translation task's loss and metrics over padded targets."""
+
+import types
 
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
+from seq2seq.task import Translation, TranslationEvalMetrics
 from trainer.losses import cross_entropy, token_losses
 
 CLASSES = 7
@@ -55,3 +59,37 @@ def test_smoothed_loss_is_smallest_at_the_smoothed_target_with_its_entropy_as_va
   np.testing.assert_allclose(loss, [-(target * np.log(target)).sum()], rtol=1e-5)
   for other in (jnp.zeros((1, CLASSES)), best_logits.at[0, 2].add(1.0), best_logits.at[0, 2].add(-1.0)):
     assert float(token_losses(other, jnp.asarray([2]), alpha)[0][0]) > float(loss[0])
+
+
+def _translation_outputs(label_smoothing):
+  """The translation task's loss and eval outputs for fixed logits, with padding and a padded row."""
+  logits, _ = _logits_and_labels(2)
+  labels = np.array([[4, 5, 6, 0], [2, 0, 0, 0], [3, 6, 1, 0]])  # 0 is PAD; row 2 is a padding row
+  batch = {
+    'src': jnp.zeros((3, 2), jnp.int32),
+    'tgt_in': jnp.zeros((3, 4), jnp.int32),
+    'tgt_out': jnp.asarray(labels),
+    'mask': jnp.asarray([1, 1, 0]),
+  }
+  task = types.SimpleNamespace(label_smoothing=label_smoothing)
+
+  def model(src, tgt_in, **kwargs):
+    return jnp.asarray(logits), None
+
+  loss, _ = Translation.loss_and_outputs(task, model, batch, rngs=None, deterministic=True)
+  metrics = TranslationEvalMetrics.single_from_model_output(**Translation.eval_outputs(task, model, batch))
+  return logits, labels, loss, metrics.compute()
+
+
+@pytest.mark.parametrize('alpha', [0.0, 0.1])
+def test_translation_loss_and_metrics_count_only_real_target_tokens(alpha):
+  logits, labels, loss, metrics = _translation_outputs(alpha)
+  smoothed, nll = _numpy_smoothed_cross_entropy(logits, labels, alpha)
+  train_tokens = labels != 0
+  np.testing.assert_allclose(loss, smoothed[train_tokens].mean(), rtol=1e-5)
+  eval_tokens = train_tokens & (np.array([1, 1, 0])[:, None] > 0)  # the padding row never counts
+  assert eval_tokens.sum() == 4
+  np.testing.assert_allclose(metrics['loss'], smoothed[eval_tokens].mean(), rtol=1e-5)
+  np.testing.assert_allclose(metrics['perplexity'], np.exp(nll[eval_tokens].mean()), rtol=1e-5)
+  correct = logits.argmax(-1) == labels
+  np.testing.assert_allclose(metrics['accuracy'], correct[eval_tokens].mean(), rtol=1e-6)
