@@ -206,6 +206,23 @@ def test_keep_latest_and_best(tmp_path):
   checkpoints.close()
 
 
+def test_best_by_a_metric_to_minimise_and_ties_go_to_the_later_step(tmp_path):
+  checkpoints = Checkpoints(tmp_path / 'min', keep=2, best_metric='loss', best_mode='min')
+  for step, loss in [(1, 0.5), (2, 0.1), (3, 0.6), (4, 0.7)]:
+    checkpoints.save(step, _state(step), metrics={'loss': loss})
+  checkpoints.close()
+  checkpoints = Checkpoints(tmp_path / 'min', keep=2, best_metric='loss', best_mode='min', read_only=True)
+  assert checkpoints.all_steps() == [2, 3, 4] and checkpoints.resolve('best') == 2
+  checkpoints.close()
+  checkpoints = Checkpoints(tmp_path / 'tie', keep=4, best_metric='accuracy')
+  for step, accuracy in [(1, 0.5), (2, 0.9), (3, 0.9), (4, 0.6)]:
+    checkpoints.save(step, _state(step), metrics={'accuracy': accuracy})
+  checkpoints.close()
+  checkpoints = Checkpoints(tmp_path / 'tie', keep=4, best_metric='accuracy', read_only=True)
+  assert checkpoints.resolve('best') == 3
+  checkpoints.close()
+
+
 def _no_space(*args, **kwargs):
   del args, kwargs
   raise OSError(errno.ENOSPC, 'No space left on device')
