@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -155,10 +156,12 @@ def test_few_steps_on_mock_cifar10(tmp_path):
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   config = tiny_vit_config(checkpoint_every_steps=1, eval_every_steps=100, total_steps=20)
   config.optimizer.update(learning_rate=1e30, grad_clip_norm=0.0, warmup_steps=3, schedule='constant')
-  with pytest.raises(FloatingPointError, match='last good checkpoint'):
+  with pytest.raises(FloatingPointError, match='last good checkpoint') as error:
     train_and_evaluate(config, tmp_path)
+  diverged_at = int(re.search(r'by step (\d+)', str(error.value)).group(1))
+  kept = int(re.search(r'checkpoint \(step (\d+)\)', str(error.value)).group(1))
   step, params = _params(tmp_path)
-  assert 0 < step < 20
+  assert 0 < step < 20 and step == kept == diverged_at - 1, str(error.value)  # a checkpoint every step
   assert all(np.all(np.isfinite(p)) for p in jax.tree.leaves(params))
 
 
