@@ -149,16 +149,17 @@ def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
 
 
 def _op_spans(ops):
-  """``(name, microseconds)`` per op event (sorted by start), ending at its ``end: NAME`` event if any."""
-  started = collections.defaultdict(collections.deque)  # (pid, name) -> events not yet ended
-  spans = {}
+  """``[name, microseconds]`` per op event (sorted by start), ending at its ``end: NAME`` event if any."""
+  spans = []
+  not_ended = collections.defaultdict(collections.deque)  # (pid, name) -> (index in spans, start)
   for event in ops:
     name = event['name']
     if name.startswith('end: '):
-      waiting = started[event['pid'], name[len('end: ') :]]
+      waiting = not_ended[event['pid'], name.removeprefix('end: ')]
       if waiting:
-        begun = waiting.popleft()
-        spans[id(begun)] = max(begun['dur'], event['ts'] + event['dur'] - begun['ts'])
-      continue
-    started[event['pid'], name].append(event)
-  return [(e['name'], spans.get(id(e), e['dur'])) for e in ops if not e['name'].startswith('end: ')]
+        index, start = waiting.popleft()
+        spans[index][1] = max(spans[index][1], event['ts'] + event['dur'] - start)
+    else:
+      not_ended[event['pid'], name].append((len(spans), event['ts']))
+      spans.append([name, event['dur']])
+  return spans
