@@ -31,7 +31,14 @@ from trainer.devices import Devices
 from trainer.errors import DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
 from trainer.optim import make_optimizer
-from trainer.partitioning import check_batch_size, global_batch, make_mesh, replicated, state_shardings
+from trainer.partitioning import (
+  check_batch_size,
+  check_micro_batches,
+  global_batch,
+  make_mesh,
+  replicated,
+  state_shardings,
+)
 from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
@@ -307,6 +314,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   workdir_lib.check_same_identity(workdir, config)
   mesh = make_mesh(**config.get('mesh', {}))
   check_batch_size(config.batch_size, mesh)
+  check_micro_batches(config.batch_size, config.grad_accum_steps, mesh)
   check_batch_size(config.eval_batch_size, mesh, 'eval_batch_size')
   num_steps = total_steps(config, task)
   optimizer = make_optimizer(config.optimizer, num_steps)
