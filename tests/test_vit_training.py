@@ -99,8 +99,7 @@ def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path):
   script = textwrap.dedent(f"""
       import jax
       assert jax.device_count() == 8, jax.devices()
-      from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
-from tests.vit_test_configs import tiny_vit_config
+      from tests.vit_test_configs import tiny_vit_config
       from trainer.loop import train_and_evaluate
       train_and_evaluate(tiny_vit_config(), {str(tmp_path)!r})
   """)
