@@ -19,8 +19,11 @@ Config sections: ``data`` (below), ``data.tokenizer`` (``seq2seq.workdir_tokeniz
 ``num_samples`` (sample translations shown in TensorBoard).
 
 Training minimises token-level cross-entropy with teacher forcing and label smoothing,
-averaged over real (non-padding) target tokens; ``accuracy`` is the token accuracy.
-Evaluation adds ``perplexity`` (exp of the unsmoothed token NLL) and, by decoding the
+averaged over the real (non-padding) target tokens of the whole batch (``loss_and_outputs``
+returns the sum and the token count; the trainer adds them over micro-batches and devices);
+``accuracy`` is the token accuracy. The training ``loss`` metric is that smoothed loss; the
+evaluation ``loss`` is the unsmoothed negative log-likelihood per target token, as in every
+family. Evaluation adds ``perplexity`` (exp of that evaluation loss) and, by decoding the
 split, sacreBLEU's ``bleu``, ``bleu_lowercase`` and ``chrf`` on detokenised text
 (``seq2seq.text_metrics``), ``exact_match`` (whole sentences), the signatures, sample
 translations, and every hypothesis in ``<output_dir>/hypotheses_<split>.txt`` (in the split's
@@ -261,14 +264,14 @@ class Translation(Task):
     logits, _ = model(batch['src'], batch['tgt_in'], deterministic=deterministic, rngs=rngs)
     losses, _ = token_losses(logits, batch['tgt_out'], self.label_smoothing)
     weights = batch['tgt_out'] != PAD_ID
-    loss = jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1)
-    return loss, {'loss': losses, 'logits': logits, 'labels': batch['tgt_out'], 'mask': weights}
+    outputs = {'loss': losses, 'logits': logits, 'labels': batch['tgt_out'], 'mask': weights}
+    return jnp.sum(jnp.where(weights, losses, 0.0)), jnp.sum(weights), outputs
 
   def eval_outputs(self, model, batch):
     logits, _ = model(batch['src'], batch['tgt_in'])
-    losses, nll = token_losses(logits, batch['tgt_out'], self.label_smoothing)
+    _, nll = token_losses(logits, batch['tgt_out'])
     weights = (batch['tgt_out'] != PAD_ID) & (batch['mask'][:, None] > 0)
-    return {'loss': losses, 'nll': nll, 'logits': logits, 'labels': batch['tgt_out'], 'mask': weights}
+    return {'loss': nll, 'nll': nll, 'logits': logits, 'labels': batch['tgt_out'], 'mask': weights}
 
   # Decoding -----------------------------------------------------------------------
 

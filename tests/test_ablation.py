@@ -394,10 +394,10 @@ class ToyTask(Task):
   def loss_and_outputs(self, model, batch, *, rngs, deterministic):
     logits = model(batch['x'])
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch['label'])
-    return losses.mean(), {'loss': losses, 'logits': logits, 'labels': batch['label']}
+    return losses.sum(), losses.shape[0], {'loss': losses, 'logits': logits, 'labels': batch['label']}
 
   def eval_outputs(self, model, batch):
-    return dict(self.loss_and_outputs(model, batch, rngs=None, deterministic=True)[1], mask=batch['mask'])
+    return dict(self.loss_and_outputs(model, batch, rngs=None, deterministic=True)[2], mask=batch['mask'])
 
   @classmethod
   def ablation_table(cls, summary):

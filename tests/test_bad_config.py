@@ -109,6 +109,23 @@ def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, config, over
   assert not workdir.exists()
 
 
+@pytest.mark.slow
+def test_micro_batches_must_divide_each_devices_rows(tmp_path):
+  """8 rows over 4 devices is 2 a device: 4 micro-batches would take rows from two devices."""
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4', JAX_PLATFORMS='cpu')
+  workdir = tmp_path / 'run'
+  overrides = ['--config.batch_size=8', '--config.grad_accum_steps=4', '--config.eval_batch_size=8']
+  command = [sys.executable, 'train.py', f'--config={VIT}', *overrides, f'--workdir={workdir}']
+  result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2, result.stderr
+  lines = _error_lines(result.stderr)
+  assert lines == [
+    'error: config.grad_accum_steps (4) must divide the rows each device gets: '
+    'batch_size (8) / data x fsdp (4) = 2.'
+  ], result.stderr
+  assert not workdir.exists()
+
+
 def test_workdir_that_is_a_file(tmp_path):
   workdir = tmp_path / 'run'
   workdir.write_text('not a folder')

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from seq2seq.task import Translation, TranslationEvalMetrics
+from seq2seq.task import Translation, TranslationEvalMetrics, TranslationMetrics
 from trainer.losses import cross_entropy, token_losses
 
 CLASSES = 7
@@ -62,7 +62,8 @@ def test_smoothed_loss_is_smallest_at_the_smoothed_target_with_its_entropy_as_va
 
 
 def _translation_outputs(label_smoothing):
-  """The translation task's loss and eval outputs for fixed logits, with padding and a padded row."""
+  """The translation task's training loss sum, its weight and training metrics, and its evaluation
+  metrics, for fixed logits, with padding and a padded row."""
   logits, _ = _logits_and_labels(2)
   labels = np.array([[4, 5, 6, 0], [2, 0, 0, 0], [3, 6, 1, 0]])  # 0 is PAD; row 2 is a padding row
   batch = {
@@ -76,20 +77,33 @@ def _translation_outputs(label_smoothing):
   def model(src, tgt_in, **kwargs):
     return jnp.asarray(logits), None
 
-  loss, _ = Translation.loss_and_outputs(task, model, batch, rngs=None, deterministic=True)
+  loss_sum, weight, outputs = Translation.loss_and_outputs(task, model, batch, rngs=None, deterministic=True)
+  train_metrics = TranslationMetrics.single_from_model_output(**outputs).compute()
   metrics = TranslationEvalMetrics.single_from_model_output(**Translation.eval_outputs(task, model, batch))
-  return logits, labels, loss, metrics.compute()
+  return logits, labels, (loss_sum, weight, train_metrics), metrics.compute()
 
 
 @pytest.mark.parametrize('alpha', [0.0, 0.1])
 def test_translation_loss_and_metrics_count_only_real_target_tokens(alpha):
-  logits, labels, loss, metrics = _translation_outputs(alpha)
+  logits, labels, (loss_sum, weight, train_metrics), metrics = _translation_outputs(alpha)
   smoothed, nll = _numpy_smoothed_cross_entropy(logits, labels, alpha)
   train_tokens = labels != 0
-  np.testing.assert_allclose(loss, smoothed[train_tokens].mean(), rtol=1e-5)
+  assert int(weight) == train_tokens.sum() == 7
+  np.testing.assert_allclose(loss_sum, smoothed[train_tokens].sum(), rtol=1e-5)
+  np.testing.assert_allclose(train_metrics['loss'], smoothed[train_tokens].mean(), rtol=1e-5)
   eval_tokens = train_tokens & (np.array([1, 1, 0])[:, None] > 0)  # the padding row never counts
   assert eval_tokens.sum() == 4
-  np.testing.assert_allclose(metrics['loss'], smoothed[eval_tokens].mean(), rtol=1e-5)
+  np.testing.assert_allclose(metrics['loss'], nll[eval_tokens].mean(), rtol=1e-5)
   np.testing.assert_allclose(metrics['perplexity'], np.exp(nll[eval_tokens].mean()), rtol=1e-5)
   correct = logits.argmax(-1) == labels
   np.testing.assert_allclose(metrics['accuracy'], correct[eval_tokens].mean(), rtol=1e-6)
+
+
+def test_translation_evaluation_loss_is_the_unsmoothed_likelihood_while_training_smooths():
+  """One meaning of evaluation loss in every family: the NLL per target, whatever was trained."""
+  logits, labels, (_, _, train_metrics), metrics = _translation_outputs(0.3)
+  smoothed, nll = _numpy_smoothed_cross_entropy(logits, labels, 0.3)
+  eval_tokens = (labels != 0) & (np.array([1, 1, 0])[:, None] > 0)
+  np.testing.assert_allclose(metrics['loss'], nll[eval_tokens].mean(), rtol=1e-5)
+  assert abs(smoothed[eval_tokens].mean() - nll[eval_tokens].mean()) > 0.1  # the two differ here
+  np.testing.assert_allclose(train_metrics['loss'], smoothed[labels != 0].mean(), rtol=1e-5)

@@ -53,8 +53,8 @@ def _train_step_primitives(config, tmp_path, fused_kernel):
 
   def loss(params):
     model = parts.merge(params)
-    value, outputs = task.loss_and_outputs(model, batch, rngs=nnx.Rngs(dropout=0), deterministic=False)
-    return value, outputs
+    loss_sum, _, outputs = task.loss_and_outputs(model, batch, rngs=nnx.Rngs(dropout=0), deterministic=False)
+    return loss_sum, outputs
 
   closed = jax.make_jaxpr(jax.value_and_grad(loss, has_aux=True))(parts.params)
   (loss_value, outputs), grads = jax.eval_shape(jax.value_and_grad(loss, has_aux=True), parts.params)

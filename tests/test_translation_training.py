@@ -4,16 +4,20 @@ import gzip
 import json
 import random
 
+import numpy as np
 import pytest
 import sacrebleu
 import tensorflow_datasets as tfds
 
+from seq2seq.model import PAD_ID
 from seq2seq.text_metrics import corpus_scores
 from seq2seq.tokenizer import SentencePieceTokenizer
+from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from tests.translation_test_configs import tiny_parallel_config, tiny_translation_config
 from trainer.evaluation import evaluate_workdir
 from trainer.loop import train_and_evaluate
 from trainer.metrics_io import read_metrics
+from trainer.task import load_task
 
 FINAL_METRICS = {'bleu', 'chrf', 'exact_match', 'perplexity', 'loss', 'accuracy'}
 GERMAN = {'der Hund': 'the dog', 'die Katze': 'the cat', 'ein Mann': 'a man', 'eine Frau': 'a woman'}
@@ -60,6 +64,21 @@ def test_evaluate_reproduces_the_logged_metrics(scan_run):
     assert result[name] == pytest.approx(logged[4][name], rel=1e-5)
   assert result['bleu_signature'].startswith('nrefs:1|case:mixed|') and 'samples' not in result
   assert 'case:lc' in result['bleu_lowercase_signature'] and result['chrf_signature']
+
+
+def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
+  """Micro-batches with very different token counts: each target token weighs the same, as in the
+  whole batch (a mean of the micro-batches' token means would weigh the short ones' tokens more)."""
+  task = load_task(tiny_translation_config(**{'model.dropout': 0.0}))
+  task.prepare(tmp_path)
+  batch = next(task.train_batches(batch_size=32, seed=0, start_step=0, process_index=0, process_count=1))
+  short = np.arange(32) % 4 != 0  # micro-batches 1-3 (every 4th row is micro-batch 0's): one token each
+  for name in ('tgt_in', 'tgt_out'):
+    batch[name] = batch[name].copy()
+    batch[name][short, 1:] = PAD_ID
+  tokens = [int(np.sum(batch['tgt_out'][index::4] != PAD_ID)) for index in range(4)]
+  assert tokens[0] > 3 * max(tokens[1:]), tokens
+  assert_micro_batches_give_the_whole_batch(task, batch, 4, ('loss', 'accuracy'))
 
 
 def test_few_steps_on_mock_wmt14(tmp_path):

@@ -7,6 +7,7 @@ from flax import nnx
 
 from configs import video_digits
 from tests.config_overrides import override
+from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
@@ -115,6 +116,15 @@ def test_unprepared_tfds_set_fails_at_once_with_the_command(tmp_path):
 def test_bad_options_fail_with_one_line(field, value, message):
   with pytest.raises(ConfigError, match=message):
     load_task(tiny_video_config(**{field: value}))
+
+
+def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
+  config = tiny_video_config(**{'model.drop_path': 0.0, 'model.head_zero_init': False})
+  task = load_task(config)
+  task.prepare(tmp_path)
+  batch = next(task.train_batches(batch_size=16, seed=0, start_step=0, process_index=0, process_count=1))
+  metrics = ('loss', 'accuracy', 'digit_accuracy', 'direction_accuracy')
+  assert_micro_batches_give_the_whole_batch(task, batch, 4, metrics)
 
 
 def test_training_evaluation_table_and_pictures(tmp_path):

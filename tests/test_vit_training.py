@@ -17,6 +17,7 @@ from absl import flags
 from flax import nnx
 from ml_collections import config_flags
 
+from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir, restore_checkpoint
 from trainer.loop import train_and_evaluate
@@ -117,30 +118,31 @@ def test_gradient_accumulation_trains(tmp_path):
 
 
 def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
-  """Plain SGD (no Adam normalisation to hide a wrong gradient scale), no dropout."""
-  config = tiny_vit_config(**{'model.dropout': 0.0})
-  task = load_task(config)
+  task = load_task(tiny_vit_config(**{'model.dropout': 0.0}))
   task.prepare(tmp_path)
-  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
   batch = next(task.train_batches(batch_size=32, seed=0, start_step=0, process_index=0, process_count=1))
-  mesh = make_mesh()
-  optimizer = optax.sgd(1.0)
-  host_params = jax.tree.map(np.array, parts.params)
-  results = {}
-  for micro_batches in (1, 4):
-    state = TrainState(
-      step=np.int32(0), params=jax.tree.map(np.copy, host_params), opt_state=optimizer.init(host_params)
-    )
-    step = make_train_step(task, parts, optimizer, mesh, seed=0, grad_accum_steps=micro_batches)
-    state, metrics = step(state, task.train_metrics.empty(), global_batch(batch, mesh))
-    results[micro_batches] = jax.tree.map(np.asarray, state.params), metrics.compute()
-  (whole, whole_metrics), (accumulated, accumulated_metrics) = results[1], results[4]
-  moved = [np.max(np.abs(a - b)) for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(host_params))]
-  assert max(moved) > 1e-3  # the step did something
-  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(accumulated)):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  for name in ('loss', 'accuracy'):
-    np.testing.assert_allclose(whole_metrics[name], accumulated_metrics[name], rtol=1e-5)
+  assert_micro_batches_give_the_whole_batch(task, batch, 4, ('loss', 'accuracy'))
+
+
+def test_micro_batches_are_traced_once_inside_the_scan(tmp_path, monkeypatch):
+  """The scan starts from zero gradients and empty metrics: no micro-batch is traced outside it."""
+  task = load_task(tiny_vit_config(**{'model.dropout': 0.0}))
+  task.prepare(tmp_path)
+  batch = next(task.train_batches(batch_size=32, seed=0, start_step=0, process_index=0, process_count=1))
+  traced = []
+  original = type(task).loss_and_outputs
+
+  def counted(self, model, batch, **kwargs):
+    traced.append(batch['image'].shape[0])
+    return original(self, model, batch, **kwargs)
+
+  monkeypatch.setattr(type(task), 'loss_and_outputs', counted)
+  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
+  optimizer, mesh = optax.sgd(1.0), make_mesh()
+  state = TrainState(step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params))
+  step = make_train_step(task, parts, optimizer, mesh, seed=0, grad_accum_steps=4)
+  step.lower(state, task.train_metrics.empty(), global_batch(batch, mesh))
+  assert traced == [8]
 
 
 def test_few_steps_on_mock_cifar10(tmp_path):

@@ -11,6 +11,7 @@ twice for one step. ``_Training`` holds the run; its methods report progress,
 evaluate and save, each in one place.
 """
 
+import contextlib
 import dataclasses
 import math
 import pathlib
@@ -31,7 +32,14 @@ from trainer.devices import Devices
 from trainer.errors import DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
 from trainer.optim import make_optimizer
-from trainer.partitioning import check_batch_size, global_batch, make_mesh, replicated, state_shardings
+from trainer.partitioning import (
+  check_batch_size,
+  check_micro_batches,
+  global_batch,
+  make_mesh,
+  replicated,
+  state_shardings,
+)
 from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
@@ -108,31 +116,59 @@ def _lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
 class _Progress:
   """The progress line: step, training metrics, steps/s, examples/s and ETA.
 
+  The rate counts training steps only, on training time only: the clock starts once the run's
+  first step has compiled and run; the time of evaluations and checkpoint saves is left out, and
+  so is every later step that compiles (the first of each new batch shape, such as a
+  translator's new batch width), so throughput columns mean what they say. Work queued by
+  counted steps is waited for before leaving time out, so it stays counted. The data
+  pipeline's time is training time.
+
   Not clu's ``ReportProgress``: it puts its line in the work unit's notes (only
   logged at INFO locally, which the command lines quiet), never fires on its first
-  call, has no examples/s, and writes ``steps_per_sec`` and ``uptime`` as records of
-  their own in ``metrics.jsonl`` rather than beside the loss.
+  call, has no examples/s, counts evaluations in its rate, and writes ``steps_per_sec``
+  and ``uptime`` as records of their own in ``metrics.jsonl`` rather than beside the loss.
   """
 
-  def __init__(self, step: int, num_steps: int, batch_size: int):
+  def __init__(self, num_steps: int, batch_size: int):
     self.num_steps, self.batch_size = num_steps, batch_size
-    self._since = (time.perf_counter(), step)
+    self.restart()
 
-  def steps_per_sec(self, step: int) -> float:
-    now = time.perf_counter()
-    rate = (step - self._since[1]) / max(now - self._since[0], 1e-9)
-    self._since = (now, step)
+  def restart(self) -> None:
+    """Starts the clock again with no step counted."""
+    self._started, self._steps, self._left_out_seconds = time.perf_counter(), 0, 0.0
+
+  def count_step(self) -> None:
+    self._steps += 1
+
+  @contextlib.contextmanager
+  def left_out(self, pending):
+    """Time spent inside is not training time; ``pending`` (what the counted steps compute) is
+    waited for first."""
+    jax.block_until_ready(pending)
+    started = time.perf_counter()
+    try:
+      yield
+    finally:
+      self._left_out_seconds += time.perf_counter() - started
+
+  def steps_per_sec(self) -> float | None:
+    """Counted steps per second of training time since the last call; ``None`` if none counted."""
+    seconds = time.perf_counter() - self._started - self._left_out_seconds
+    rate = self._steps / max(seconds, 1e-9) if self._steps else None
+    self.restart()
     return rate
 
   def line(self, step: int, values: dict[str, float]) -> str:
-    rate = values['steps_per_sec']
-    eta = (self.num_steps - step) / max(rate, 1e-9)
     shown = ' '.join(
       f'{name} {value:.4g}' for name, value in sorted(values.items()) if name != 'steps_per_sec'
     )
+    rate = values.get('steps_per_sec')
+    if rate is None:
+      return f'step {step}/{self.num_steps} | {shown} | steps/s: none yet (a compiling step is not counted)'
+    eta = (self.num_steps - step) / max(rate, 1e-9)
     return (
       f'step {step}/{self.num_steps} | {shown} | {rate:.2f} steps/s, '
-      f'{rate * self.batch_size:.0f} examples/s | ETA {eta:.0f}s'
+      f'{rate * self.batch_size:.0f} examples/s (training only) | ETA {eta:.0f}s'
     )
 
 
@@ -187,14 +223,25 @@ class _Training:
     self.last_eval: dict[str, float] = {}
     self.evaluated_step = None
     self.saved_step = self.start_step or None
-    self.progress = _Progress(self.step, num_steps, config.batch_size)
+    self.progress = _Progress(num_steps, config.batch_size)
+    self.compiled_shapes = set()
 
   def train_one_step(self) -> None:
+    """One step; a step whose batch shapes are new compiles, and its time is left out of the rate."""
     if self.pending_metrics is None:
       self.pending_metrics = jax.device_put(self.task.train_metrics.empty(), replicated(self.mesh))
-    self.state, self.pending_metrics = self.train_step(
-      self.state, self.pending_metrics, global_batch(next(self.batches), self.mesh)
-    )
+    batch = global_batch(next(self.batches), self.mesh)
+    shapes = tuple(sorted((name, value.shape, str(value.dtype)) for name, value in batch.items()))
+    if shapes in self.compiled_shapes:
+      self.state, self.pending_metrics = self.train_step(self.state, self.pending_metrics, batch)
+      self.progress.count_step()
+    else:
+      with self.progress.left_out(self.state):
+        self.state, self.pending_metrics = self.train_step(self.state, self.pending_metrics, batch)
+        jax.block_until_ready(self.state)
+      if not self.compiled_shapes:  # the run's first step: start-up ends here
+        self.progress.restart()
+      self.compiled_shapes.add(shapes)
     self.step += 1
 
   def report_progress(self) -> None:
@@ -204,7 +251,9 @@ class _Training:
     values = {name: float(value) for name, value in self.pending_metrics.compute().items()}
     self.pending_metrics = None
     self._check_finite(values.get('loss'))
-    values['steps_per_sec'] = self.progress.steps_per_sec(self.step)
+    rate = self.progress.steps_per_sec()
+    if rate is not None:
+      values['steps_per_sec'] = rate
     self.writers['train'].write_scalars(self.step, values)
     if self.is_main:
       print(self.progress.line(self.step, values), flush=True)
@@ -226,6 +275,10 @@ class _Training:
   def evaluate(self) -> None:
     """Metrics of the current parameters on ``config.eval_split``, written and printed."""
     self.report_progress()
+    with self.progress.left_out(self.state):
+      self._evaluate()
+
+  def _evaluate(self) -> None:
     results = evaluate_params(
       self.task,
       self.parts,
@@ -252,7 +305,8 @@ class _Training:
     self.report_progress()
     metrics = self.last_eval if self.evaluated_step == self.step else None
     logging.info('Saving checkpoint %d (%s).', self.step, reason)
-    self.checkpoints.save(self.step, self.state, metrics=metrics)
+    with self.progress.left_out(self.state):
+      self.checkpoints.save(self.step, self.state, metrics=metrics)
     self.saved_step = self.step
 
   def run(self, stop: StopRequest) -> TrainResult:
@@ -307,6 +361,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   workdir_lib.check_same_identity(workdir, config)
   mesh = make_mesh(**config.get('mesh', {}))
   check_batch_size(config.batch_size, mesh)
+  check_micro_batches(config.batch_size, config.grad_accum_steps, mesh)
   check_batch_size(config.eval_batch_size, mesh, 'eval_batch_size')
   num_steps = total_steps(config, task)
   optimizer = make_optimizer(config.optimizer, num_steps)

@@ -152,6 +152,18 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, what: str = 'batch_size
     )
 
 
+def check_micro_batches(global_batch_size: int, grad_accum_steps: int, mesh: Mesh) -> None:
+  """Each device splits its own rows into ``grad_accum_steps`` micro-batches, so the count must
+  divide them (otherwise a micro-batch would take rows from two devices)."""
+  shards = mesh.shape['data'] * mesh.shape['fsdp']
+  per_device = global_batch_size // shards
+  if per_device % grad_accum_steps:
+    raise ConfigError(
+      f'config.grad_accum_steps ({grad_accum_steps}) must divide the rows each device gets: '
+      f'batch_size ({global_batch_size}) / data x fsdp ({shards}) = {per_device}.'
+    )
+
+
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """This process's rows -> one global array per key, split over ``data`` and ``fsdp``."""
   sharding = batch_sharding(mesh)

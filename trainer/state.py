@@ -14,7 +14,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh
 
-from trainer.partitioning import batch_sharding, replicated
+from trainer.partitioning import batch_sharding, check_micro_batches, replicated
 from trainer.task import Task
 
 
@@ -36,7 +36,8 @@ class ModelParts:
 
 
 def _split_micro_batches(batch, num_micro_batches: int):
-  """``[B, ...]`` -> ``[k, B/k, ...]`` taking every k-th row, so each device keeps its own rows."""
+  """``[B, ...]`` -> ``[k, B/k, ...]`` taking every k-th row, so each device keeps its own rows
+  (``check_micro_batches`` makes sure ``k`` divides every device's rows)."""
 
   def split(x):
     x = x.reshape(x.shape[0] // num_micro_batches, num_micro_batches, *x.shape[1:])
@@ -57,40 +58,53 @@ def make_train_step(
 ):
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
 
-  ``metrics`` accumulates the train metrics since the last report inside the
-  compiled step (start from ``task.train_metrics.empty()``), which saves a few
-  small dispatches per step. ``state_sharding`` (a tree like the state, from
+  The gradient is that of the whole batch's mean loss: the gradients of the task's loss sums
+  (``Task.loss_and_outputs``) are added over the ``grad_accum_steps`` micro-batches (a
+  ``lax.scan`` from zero) and divided once by the summed weight; the batch's devices and
+  processes are summed by XLA, as one global batch. ``metrics`` accumulates the train metrics
+  since the last report inside the compiled step (start from ``task.train_metrics.empty()``),
+  which saves a few small dispatches per step. ``state_sharding`` (a tree like the state, from
   ``trainer.partitioning.state_shardings``) defaults to replicated.
   """
   dropout_key = jax.random.key(seed + 1)
 
-  def loss_fn(params, batch, key):
+  def loss_sum_fn(params, batch, key):
     rngs = nnx.Rngs(dropout=key)  # made inside the traced function: NNX forbids mutating outer Rngs
-    loss, outputs = task.loss_and_outputs(parts.merge(params), batch, rngs=rngs, deterministic=False)
-    return loss, outputs
+    loss_sum, weight, outputs = task.loss_and_outputs(
+      parts.merge(params), batch, rngs=rngs, deterministic=False
+    )
+    return loss_sum, (jnp.asarray(weight, jnp.float32), outputs)
+
+  grad_fn = jax.grad(loss_sum_fn, has_aux=True)
+
+  def summed_gradient(params, batch, key):
+    """The gradient of the loss sum, the weight it sums over and the batch's train metrics."""
+    grads, (weight, outputs) = grad_fn(params, batch, key)
+    return grads, weight, task.train_metrics.single_from_model_output(**outputs)
+
+  def whole_batch_gradient(params, batch, step_key):
+    if grad_accum_steps == 1:
+      grads, weight, metrics = summed_gradient(params, batch, step_key)
+    else:
+      check_micro_batches(jax.tree.leaves(batch)[0].shape[0], grad_accum_steps, mesh)
+
+      def accumulate(carry, indexed_micro_batch):
+        grads_sum, weight_sum, metrics = carry
+        index, micro_batch = indexed_micro_batch
+        micro_key = jax.random.fold_in(step_key, index)
+        grads, weight, micro_metrics = summed_gradient(params, micro_batch, micro_key)
+        grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
+        return (grads_sum, weight_sum + weight, metrics.merge(micro_metrics)), None
+
+      start = (jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32), task.train_metrics.empty())
+      micro_batches = (jnp.arange(grad_accum_steps), _split_micro_batches(batch, grad_accum_steps))
+      (grads, weight, metrics), _ = jax.lax.scan(accumulate, start, micro_batches)
+    weight = jnp.where(weight > 0, weight, 1.0)  # a batch with nothing to learn from gives no update
+    return jax.tree.map(lambda g: g / weight.astype(g.dtype), grads), metrics
 
   def step(state: TrainState, metrics_so_far, batch):
     step_key = jax.random.fold_in(dropout_key, state.step)
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    if grad_accum_steps == 1:
-      (_, outputs), grads = grad_fn(state.params, batch, step_key)
-      metrics = task.train_metrics.single_from_model_output(**outputs)
-    else:
-
-      def micro_step(index, micro_batch):
-        (_, outputs), grads = grad_fn(state.params, micro_batch, jax.random.fold_in(step_key, index))
-        return grads, task.train_metrics.single_from_model_output(**outputs)
-
-      def accumulate(carry, indexed_micro_batch):
-        grads_sum, metrics = carry
-        grads, micro_metrics = micro_step(*indexed_micro_batch)
-        return (jax.tree.map(jnp.add, grads_sum, grads), metrics.merge(micro_metrics)), None
-
-      micro_batches = _split_micro_batches(batch, grad_accum_steps)
-      grads, metrics = micro_step(0, jax.tree.map(lambda x: x[0], micro_batches))
-      remaining = (jnp.arange(1, grad_accum_steps), jax.tree.map(lambda x: x[1:], micro_batches))
-      (grads, metrics), _ = jax.lax.scan(accumulate, (grads, metrics), remaining)
-      grads = jax.tree.map(lambda g: g / grad_accum_steps, grads)
+    grads, metrics = whole_batch_gradient(state.params, batch, step_key)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)

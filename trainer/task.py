@@ -61,12 +61,26 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def loss_and_outputs(
     self, model: nnx.Module, batch: Batch, *, rngs: nnx.Rngs | None, deterministic: bool
-  ) -> tuple[jax.Array, dict[str, Any]]:
-    """The scalar training loss and the keyword outputs for the metric collections."""
+  ) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
+    """``(loss_sum, weight, outputs)``: the training loss *summed* over the batch, what it is a sum
+    over (the number of examples, or of real target tokens), and the keyword outputs for
+    ``train_metrics``.
+
+    The trainer sums both over micro-batches, devices and processes and divides once, so the
+    update is that of the whole batch's mean loss however the batch is split (the Flax WMT
+    example's ``(loss_sum, weight_sum)``). The loss is the one trained (label-smoothed where the
+    config asks).
+    """
 
   def eval_outputs(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
-    """Outputs for ``eval_metrics`` on one evaluation batch (padding rows masked)."""
-    _, outputs = self.loss_and_outputs(model, batch, rngs=None, deterministic=True)
+    """Outputs for ``eval_metrics`` on one evaluation batch (padding rows masked).
+
+    Every family's evaluation ``loss`` is the unsmoothed negative log-likelihood per target (per
+    example for a classifier, per target token for a translator), whatever the training loss
+    is. This default reuses ``loss_and_outputs``'s outputs, which is right only for a task that
+    trains on that likelihood.
+    """
+    _, _, outputs = self.loss_and_outputs(model, batch, rngs=None, deterministic=True)
     return outputs
 
   def load_initial(self, model: nnx.Module) -> None:

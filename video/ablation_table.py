@@ -4,8 +4,10 @@ For a sweep over ``model.attention`` or ``model.temporal_posemb`` (or both): one
 combination with the accuracy (and, for moving digits, the digit and direction parts) in %,
 mean ± std over seeds, GFLOPs of one clip's forward pass from XLA's cost analysis of the
 compiled model (``jax.jit(f).lower(...).compile().cost_analysis()``) and the training
-throughput in clips/s (the median of the logged steps/s after the first, times the batch size,
-of the first seed's run). Any other sweep gets the generic table.
+throughput in clips/s ("train clips/s": the median of the logged steps/s times the batch size, of
+the first seed's run). The logged rates count training steps only: compilation, evaluations and
+checkpoint saves are left out (``trainer/loop.py``, ``_Progress``). Any other sweep gets the
+generic table.
 """
 
 import pathlib
@@ -57,11 +59,12 @@ def clip_gflops(workdir: pathlib.Path) -> float:
 
 
 def train_throughput(workdir: pathlib.Path) -> float:
-  """Clips per second in training: the median logged steps/s after the first report, times the batch."""
+  """Clips per second in training: the median logged steps/s (training steps on training time only,
+  without compilation, evaluations or saves), times the batch."""
   from trainer.metrics_io import read_metrics  # pylint: disable=g-import-not-at-top
   from trainer.workdir import load_config
 
   rates = [record['steps_per_sec'] for record in read_metrics(workdir) if 'steps_per_sec' in record]
   if not rates:
     return float('nan')
-  return float(np.median(rates[1:] or rates)) * load_config(workdir).batch_size
+  return float(np.median(rates)) * load_config(workdir).batch_size

@@ -2,6 +2,10 @@
 
 Metrics: loss and accuracy; for moving digits also ``digit_accuracy`` and ``direction_accuracy``,
 each part of the predicted class (argmax over all classes) compared with the label's part.
+The training loss is the cross-entropy per clip, label-smoothed as configured, summed with the
+clip count as its weight (the trainer takes the whole batch's mean); the training ``loss`` metric
+is that loss. The evaluation ``loss`` is the unsmoothed negative log-likelihood per clip, as in
+every family.
 """
 
 import flax
@@ -113,7 +117,7 @@ class VideoClassification(Task):
   def loss_and_outputs(self, model, batch, *, rngs, deterministic):
     logits, _ = model(batch['clip'], deterministic=deterministic, rngs=rngs)
     losses = cross_entropy(logits, batch['label'], self.label_smoothing)
-    return jnp.mean(losses), self._outputs(logits, batch['label'], losses)
+    return jnp.sum(losses), losses.shape[0], self._outputs(logits, batch['label'], losses)
 
   def eval_outputs(self, model, batch):
     logits, _ = model(batch['clip'])

@@ -32,7 +32,13 @@ def default_fewshot_config() -> ml_collections.ConfigDict:
 class ImageClassification(Task):
   """Config: ``data`` (see ``vit.input_pipeline``), ``model`` (see ``vit.model``), ``label_smoothing``;
   optional sections ``init_from`` (see ``vit.pretrained``) and ``fewshot`` (few-shot linear
-  accuracy at every evaluation, see ``default_fewshot_config``)."""
+  accuracy at every evaluation, see ``default_fewshot_config``).
+
+  The training loss is the cross-entropy per image, label-smoothed and mixed as configured,
+  summed with the image count as its weight (the trainer takes the whole batch's mean); the
+  training ``loss`` metric is that loss. The evaluation ``loss`` is the unsmoothed negative
+  log-likelihood per image, as in every family.
+  """
 
   train_metrics = ClassificationMetrics
   eval_metrics = ClassificationMetrics
@@ -125,7 +131,8 @@ class ImageClassification(Task):
     if 'mix_label' in batch:
       mixed = cross_entropy(logits, batch['mix_label'], self.label_smoothing)
       losses = batch['mix_weight'] * losses + (1.0 - batch['mix_weight']) * mixed
-    return jnp.mean(losses), {'loss': losses, 'logits': logits, 'labels': batch['label']}
+    outputs = {'loss': losses, 'logits': logits, 'labels': batch['label']}
+    return jnp.sum(losses), losses.shape[0], outputs
 
   def eval_outputs(self, model, batch):
     logits, _ = model(batch['image'])
