@@ -8,7 +8,13 @@ import pytest
 from flax import nnx
 
 from trainer.errors import ConfigError
-from trainer.optim import default_optimizer_config, make_optimizer, parameter_groups
+from trainer.optim import (
+  default_optimizer_config,
+  describe_weight_decay,
+  make_optimizer,
+  parameter_groups,
+  parameter_path,
+)
 from vit.model import VisionTransformer
 
 
@@ -95,3 +101,78 @@ def test_plain_optimizer_is_unchanged_without_groups():
     reference_updates, reference_state = reference.update(grads, reference_state, params)
     for a, b in zip(jax.tree.leaves(our_updates), jax.tree.leaves(reference_updates)):
       np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+
+
+def _updates_with_backbone_gradients(scale):
+  """One clipped linear-probe step: head gradients 0.01, backbone gradients ``scale``."""
+  config = _config(frozen=r'^(?!head\.)', grad_clip_norm=1.0)
+  params = _params()
+  optimizer = make_optimizer(config, total_steps=10)
+  grads = jax.tree_util.tree_map_with_path(
+    lambda key, p: jnp.full_like(p, 0.01 if parameter_path(key).startswith('head.') else scale), params
+  )
+  updates, _ = optimizer.update(grads, optimizer.init(params), params)
+  flat = jax.tree_util.tree_flatten_with_path(updates)[0]
+  return {parameter_path(key): np.asarray(u) for key, u in flat}
+
+
+def test_clipping_sees_only_the_trained_gradients():
+  """A frozen backbone's gradient norm does not scale a probe's head update."""
+  small, large = _updates_with_backbone_gradients(1e-3), _updates_with_backbone_gradients(1e3)
+  for path in ('head.kernel', 'head.bias'):
+    np.testing.assert_allclose(large[path], small[path], rtol=1e-6)
+    np.testing.assert_allclose(large[path], -0.1 * 0.01, rtol=1e-6)  # head norm < 1: not clipped
+  assert all(np.all(u == 0) for path, u in large.items() if not path.startswith('head.'))
+
+
+def _decay_updates(params, **fields):
+  """Whether SGD moves each parameter (all ones) for zero gradients: only weight decay can."""
+  params = jax.tree.map(jnp.ones_like, params)
+  optimizer = make_optimizer(_config(weight_decay=0.5, **fields), total_steps=10)
+  updates, _ = optimizer.update(jax.tree.map(jnp.zeros_like, params), optimizer.init(params), params)
+  flat = jax.tree_util.tree_flatten_with_path(updates)[0]
+  return {parameter_path(key): bool(np.any(np.asarray(u) != 0)) for key, u in flat}
+
+
+def test_weight_decay_applies_to_kernels_only_by_default():
+  decayed = _decay_updates(_params())
+  assert decayed['encoder.positional.tables.0.table'] is False
+  assert decayed['class_token'] is False
+  assert decayed['patch_embedding.bias'] is False and decayed['encoder.norm.scale'] is False
+  assert decayed['patch_embedding.kernel'] and decayed['head.kernel']
+  assert decayed['encoder.blocks.0.attention.query.kernel'] and decayed['encoder.blocks.2.mlp.fc2.kernel']
+  embeddings = {
+    'source_embedding': {'embedding': jnp.ones((5, 4))},
+    'output_projection': {'kernel': jnp.ones((4, 5))},
+  }
+  assert _decay_updates(embeddings) == {'source_embedding.embedding': False, 'output_projection.kernel': True}
+
+
+def test_weight_decay_regex_selects_what_it_names():
+  decayed = _decay_updates(_params(), weight_decay_regex=r'^head\.|table$')
+  assert {path for path, d in decayed.items() if d} == {
+    'head.kernel',
+    'head.bias',
+    'encoder.positional.tables.0.table',
+  }
+  assert not any(_decay_updates(_params(), weight_decay_regex='').values())
+
+
+def test_a_bad_weight_decay_regex_is_a_config_error():
+  with pytest.raises(
+    ConfigError, match=r"config.optimizer.weight_decay_regex '\(' is not a regular expression"
+  ):
+    make_optimizer(_config(weight_decay=0.1, weight_decay_regex='('), 10)
+
+
+def test_the_weight_decay_line_counts_arrays_and_values():
+  params = _params()
+  line = describe_weight_decay(_config(weight_decay=0.5), params)
+  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+  kernels = [leaf.size for key, leaf in leaves if parameter_path(key).endswith('kernel')]
+  total = sum(leaf.size for _, leaf in leaves)
+  assert line == (
+    f'weight decay 0.5: {len(kernels)} of {len(leaves)} parameter arrays '
+    f"({sum(kernels):,} of {total:,} values) match 'kernel$'"
+  )
+  assert describe_weight_decay(_config(weight_decay=0.0), params).startswith('weight decay: off')

@@ -25,14 +25,15 @@ from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
+from trainer import random_streams
 from trainer import workdir as workdir_lib
-from trainer.checkpoints import Checkpoints, abstract_like
+from trainer.checkpoints import Checkpoints, abstract_like, count_non_finite
 from trainer.devices import Devices
 from trainer.errors import DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
-from trainer.optim import make_optimizer
+from trainer.optim import describe_weight_decay, frozen_paths, make_optimizer
 from trainer.partitioning import check_batch_size, global_batch, make_mesh, replicated, state_shardings
-from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step
+from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step, train_metrics
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
 from trainer.workdir_lock import WorkdirLock
@@ -146,7 +147,7 @@ class _Training:
       workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
     )
     self.start_step = self.checkpoints.latest_step() or 0
-    model = task.make_model(nnx.Rngs(params=config.seed))
+    model = task.make_model(nnx.Rngs(params=random_streams.key(config.seed, random_streams.PARAMS)))
     if not self.start_step:
       task.load_initial(model)
     self.parts = ModelParts(model)
@@ -163,6 +164,7 @@ class _Training:
     if self.is_main:
       workdir_lib.save_config(workdir, config)
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
+      print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
     self.writers = make_writers(workdir, self.is_main)
 
     self.train_step = make_train_step(
@@ -173,6 +175,7 @@ class _Training:
       seed=config.seed,
       grad_accum_steps=config.grad_accum_steps,
       state_sharding=self.state_sharding,
+      frozen=frozen_paths(config.optimizer, self.state.params),
     )
     self.eval_step = make_eval_step(task, self.parts, mesh, self.state_sharding.params)
     self.batches = task.train_batches(
@@ -191,27 +194,28 @@ class _Training:
 
   def train_one_step(self) -> None:
     if self.pending_metrics is None:
-      self.pending_metrics = jax.device_put(self.task.train_metrics.empty(), replicated(self.mesh))
+      self.pending_metrics = jax.device_put(train_metrics(self.task).empty(), replicated(self.mesh))
     self.state, self.pending_metrics = self.train_step(
       self.state, self.pending_metrics, global_batch(next(self.batches), self.mesh)
     )
     self.step += 1
 
   def report_progress(self) -> None:
-    """Writes and prints the training metrics since the last report; stops on a NaN loss."""
+    """Writes and prints the training metrics since the last report; stops on a non-finite loss or
+    gradient norm."""
     if self.pending_metrics is None:
       return
     values = {name: float(value) for name, value in self.pending_metrics.compute().items()}
     self.pending_metrics = None
-    self._check_finite(values.get('loss'))
+    for name, what in (('loss', 'Training loss'), ('grad_norm', 'The gradient norm')):
+      if name in values and not np.isfinite(values[name]):
+        self._stop_diverged(f'{what} became {values[name]} by step {self.step}')
     values['steps_per_sec'] = self.progress.steps_per_sec(self.step)
     self.writers['train'].write_scalars(self.step, values)
     if self.is_main:
       print(self.progress.line(self.step, values), flush=True)
 
-  def _check_finite(self, loss: float | None) -> None:
-    if loss is None or np.isfinite(loss):
-      return
+  def _stop_diverged(self, what: str) -> None:
     self.checkpoints.wait()
     last = self.checkpoints.latest_step()
     if last is None:
@@ -221,7 +225,7 @@ class _Training:
       )
     else:
       kept = f'The last good checkpoint (step {last}) is kept in {self.checkpoints.directory}.'
-    raise TrainingDiverged(f'Training loss became {loss} by step {self.step}; stopped. {kept}')
+    raise TrainingDiverged(f'{what}; stopped. {kept}')
 
   def evaluate(self) -> None:
     """Metrics of the current parameters on ``config.eval_split``, written and printed."""
@@ -250,6 +254,8 @@ class _Training:
     if self.saved_step == self.step:
       return
     self.report_progress()
+    if count_non_finite(self.state):
+      self._stop_diverged(f'The parameters or optimizer state became non-finite by step {self.step}')
     metrics = self.last_eval if self.evaluated_step == self.step else None
     logging.info('Saving checkpoint %d (%s).', self.step, reason)
     self.checkpoints.save(self.step, self.state, metrics=metrics)
