@@ -7,14 +7,20 @@ import optax
 import pytest
 from flax import nnx
 
+from benchmarks.step_cost import compiled_flops
+from tests.vit_test_configs import tiny_vit_config
 from trainer.errors import ConfigError
 from trainer.optim import (
   default_optimizer_config,
   describe_weight_decay,
+  frozen_paths,
   make_optimizer,
   parameter_groups,
   parameter_path,
 )
+from trainer.partitioning import global_batch, make_mesh
+from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
+from trainer.task import load_task
 from vit.model import VisionTransformer
 
 
@@ -176,3 +182,27 @@ def test_the_weight_decay_line_counts_arrays_and_values():
     f"({sum(kernels):,} of {total:,} values) match 'kernel$'"
   )
   assert describe_weight_decay(_config(weight_decay=0.0), params).startswith('weight decay: off')
+
+
+def test_a_probe_step_computes_no_frozen_gradients(tmp_path):
+  """The same update with and without the frozen set, with much less work with it."""
+  config = tiny_vit_config(**{'model.dropout': 0.0})
+  config.optimizer.frozen = r'^(?!head\.)'
+  task = load_task(config)
+  task.prepare(tmp_path)
+  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
+  host_params = jax.tree.map(lambda p: np.asarray(p) + 0.01, parts.params)  # a head that is not zero
+  mesh, optimizer = make_mesh(), make_optimizer(config.optimizer, total_steps=10)
+  batch = global_batch(
+    next(task.train_batches(batch_size=32, seed=0, start_step=1, process_index=0, process_count=1)), mesh
+  )
+  flops, params = {}, {}
+  for name, frozen in (('all', frozenset()), ('probe', frozen_paths(config.optimizer, host_params))):
+    state = TrainState(step=np.int32(1), params=host_params, opt_state=optimizer.init(host_params))
+    step = make_train_step(task, parts, optimizer, mesh, seed=0, frozen=frozen)
+    metrics = train_metrics(task).empty()
+    flops[name] = compiled_flops(step.lower(state, metrics, batch).compile())
+    params[name] = jax.tree.map(np.asarray, step(state, metrics, batch)[0].params)
+  assert flops['probe'] < 0.6 * flops['all'], flops
+  for a, b in zip(jax.tree.leaves(params['all']), jax.tree.leaves(params['probe'])):
+    np.testing.assert_array_equal(a, b)
