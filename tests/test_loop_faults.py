@@ -20,6 +20,7 @@ from trainer.loop import train_and_evaluate
 from trainer.metrics_io import read_metrics
 from trainer.workdir_lock import LOCK_FILE
 from vit.input_pipeline import ImageData
+from vit.task import ImageClassification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -141,3 +142,20 @@ def test_an_update_that_overflows_with_a_finite_loss_is_never_saved(tmp_path):
   assert 'The last good checkpoint (step 1) is kept' in str(raised.value)
   _, _, params, step = restore_checkpoint(tmp_path, 'latest')
   assert step == 1 and all(np.all(np.isfinite(p)) for p in jax.tree.leaves(params))
+
+
+def test_a_gradient_whose_norm_overflows_stops_the_run_though_the_loss_is_finite(tmp_path, monkeypatch):
+  """A head kernel of 1e25: finite logits and loss, a gradient norm beyond float32."""
+
+  def huge_head(self, model):
+    kernel = model.head.kernel.value
+    model.head.kernel.value = 1e25 * jax.random.normal(jax.random.key(0), kernel.shape, kernel.dtype)
+
+  monkeypatch.setattr(ImageClassification, 'load_initial', huge_head)
+  config = tiny_vit_config(checkpoint_every_steps=1, eval_every_steps=100, log_every_steps=1, total_steps=3)
+  with pytest.raises(
+    TrainingDiverged, match='The gradient norm became inf by step 1; stopped. No checkpoint'
+  ):
+    train_and_evaluate(config, tmp_path)
+  losses = [r['loss'] for r in read_metrics(tmp_path) if r['split'] == 'train']
+  assert losses == []  # stopped before writing the step's metrics
