@@ -7,7 +7,8 @@ latest checkpoint if there is one, then train. Evaluation runs every
 ``eval_every_steps`` and at the end; a checkpoint is written every
 ``checkpoint_every_steps``, after each evaluation (with its metrics, for
 keep-best), at the end, and on SIGTERM or Ctrl-C (``trainer/stop.py``), never
-twice for one step. ``_Training`` holds the run; its methods report progress,
+twice for one step, and never with a non-finite value: a non-finite loss, gradient
+norm or state stops the run, naming the last good checkpoint. ``_Training`` holds the run; its methods report progress,
 evaluate and save, each in one place.
 """
 
