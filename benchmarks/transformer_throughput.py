@@ -34,7 +34,7 @@ from seq2seq.task import Translation
 from seq2seq.tokenizer import PAD_ID
 from trainer.optim import make_optimizer
 from trainer.partitioning import global_batch, make_mesh, replicated
-from trainer.state import ModelParts, TrainState, make_train_step
+from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
 
 _VARIANT = flags.DEFINE_string('variant', 'base', 'Model variant (seq2seq.model.VARIANTS).')
 _VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 37000, 'Shared vocabulary size.')
@@ -93,7 +93,7 @@ def main(argv):
     {'src': tokens(), 'tgt_in': np.roll(target, 1, axis=1), 'tgt_out': target},
     mesh,
   )
-  metrics = jax.device_put(task.train_metrics.empty(), replicated(mesh))
+  metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   compiled = step.lower(state, metrics, batch).compile()
   flops = compiled_flops(compiled)
 

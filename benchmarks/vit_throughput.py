@@ -53,7 +53,7 @@ from benchmarks.step_cost import CompiledSteps, compiled_flops, profile_and_summ
 from configs.common import trainer_config
 from trainer.optim import make_optimizer
 from trainer.partitioning import global_batch, make_mesh, replicated
-from trainer.state import ModelParts, TrainState, make_train_step
+from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
 from vit.input_pipeline import default_data_config, load_image_data
 from vit.model import default_model_config
 from vit.task import ImageClassification
@@ -129,7 +129,7 @@ def main(argv):
     mesh,
   )
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
-  metrics = jax.device_put(task.train_metrics.empty(), replicated(mesh))
+  metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   compiled = step.lower(state, metrics, batch).compile()
   flops = compiled_flops(compiled)
 

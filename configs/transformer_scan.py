@@ -92,6 +92,7 @@ def get_config():
   config.optimizer.warmup_steps = 100
   config.optimizer.end_learning_rate = 0.0
   config.optimizer.weight_decay = 0.0
+  config.optimizer.weight_decay_regex = 'kernel$'  # the parameters decayed, by path (trainer/optim.py)
   config.optimizer.b1 = 0.9
   config.optimizer.b2 = 0.98
   config.optimizer.eps = 1e-8

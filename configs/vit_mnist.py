@@ -89,6 +89,7 @@ def get_config():
   config.optimizer.warmup_steps = 200
   config.optimizer.end_learning_rate = 0.0
   config.optimizer.weight_decay = 0.05
+  config.optimizer.weight_decay_regex = 'kernel$'  # the parameters decayed, by path (trainer/optim.py)
   config.optimizer.b1 = 0.9
   config.optimizer.b2 = 0.999
   config.optimizer.eps = 1e-8

@@ -185,6 +185,20 @@ def test_training_past_damaged_steps_moves_them_aside(tmp_path, caplog):
   checkpoints.close()
 
 
+def test_a_checkpoint_with_non_finite_parameters_is_not_restored(tmp_path):
+  state = _state(3)
+  state = state.replace(params={**state.params, 'b': state.params['b'].at[0].set(jnp.inf)})
+  checkpoints = Checkpoints(tmp_path)
+  checkpoints.save(3, state)
+  checkpoints.wait()
+  refused = r'Checkpoint 3 in .* has non-finite values in 1 of its 2 parameter arrays'
+  with pytest.raises(CheckpointError, match=refused):
+    checkpoints.restore(3, _abstract(state))
+  with pytest.raises(CheckpointError, match=refused):
+    checkpoints.restore_params(3, _abstract(state.params))
+  checkpoints.close()
+
+
 def test_items_are_saved_apart_and_the_parameters_restore_alone(tmp_path):
   _save(tmp_path, [3], asynchronous=False)
   step_dir = tmp_path / 'checkpoints' / '3'

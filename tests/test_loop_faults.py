@@ -20,6 +20,7 @@ from trainer.loop import train_and_evaluate
 from trainer.metrics_io import read_metrics
 from trainer.workdir_lock import LOCK_FILE
 from vit.input_pipeline import ImageData
+from vit.task import ImageClassification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -127,3 +128,34 @@ def test_nan_before_the_first_checkpoint_says_there_is_none(tmp_path):
   with pytest.raises(TrainingDiverged, match='No checkpoint has been saved yet') as raised:
     train_and_evaluate(config, tmp_path)
   assert 'None' not in str(raised.value)
+
+
+def test_an_update_that_overflows_with_a_finite_loss_is_never_saved(tmp_path):
+  """Weight decay 1e38 at learning rate 1e3: step 2's update is infinite, its loss and gradient finite."""
+  config = tiny_vit_config(checkpoint_every_steps=1, eval_every_steps=100, log_every_steps=100, total_steps=6)
+  config.optimizer.update(
+    name='sgd', learning_rate=1e3, weight_decay=1e38, momentum=0.0, grad_clip_norm=0.0, warmup_steps=1
+  )
+  config.optimizer.schedule = 'constant'  # warmup: learning rate 0 at the first step, 1e3 after
+  with pytest.raises(TrainingDiverged, match='became non-finite by step 2; stopped') as raised:
+    train_and_evaluate(config, tmp_path)
+  assert 'The last good checkpoint (step 1) is kept' in str(raised.value)
+  _, _, params, step = restore_checkpoint(tmp_path, 'latest')
+  assert step == 1 and all(np.all(np.isfinite(p)) for p in jax.tree.leaves(params))
+
+
+def test_a_gradient_whose_norm_overflows_stops_the_run_though_the_loss_is_finite(tmp_path, monkeypatch):
+  """A head kernel of 1e25: finite logits and loss, a gradient norm beyond float32."""
+
+  def huge_head(self, model):
+    kernel = model.head.kernel.value
+    model.head.kernel.value = 1e25 * jax.random.normal(jax.random.key(0), kernel.shape, kernel.dtype)
+
+  monkeypatch.setattr(ImageClassification, 'load_initial', huge_head)
+  config = tiny_vit_config(checkpoint_every_steps=1, eval_every_steps=100, log_every_steps=1, total_steps=3)
+  with pytest.raises(
+    TrainingDiverged, match='The gradient norm became inf by step 1; stopped. No checkpoint'
+  ):
+    train_and_evaluate(config, tmp_path)
+  losses = [r['loss'] for r in read_metrics(tmp_path) if r['split'] == 'train']
+  assert losses == []  # stopped before writing the step's metrics

@@ -7,8 +7,20 @@ import optax
 import pytest
 from flax import nnx
 
+from benchmarks.step_cost import compiled_flops
+from tests.vit_test_configs import tiny_vit_config
 from trainer.errors import ConfigError
-from trainer.optim import default_optimizer_config, make_optimizer, parameter_groups
+from trainer.optim import (
+  default_optimizer_config,
+  describe_weight_decay,
+  frozen_paths,
+  make_optimizer,
+  parameter_groups,
+  parameter_path,
+)
+from trainer.partitioning import global_batch, make_mesh
+from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
+from trainer.task import load_task
 from vit.model import VisionTransformer
 
 
@@ -95,3 +107,102 @@ def test_plain_optimizer_is_unchanged_without_groups():
     reference_updates, reference_state = reference.update(grads, reference_state, params)
     for a, b in zip(jax.tree.leaves(our_updates), jax.tree.leaves(reference_updates)):
       np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9)
+
+
+def _updates_with_backbone_gradients(scale):
+  """One clipped linear-probe step: head gradients 0.01, backbone gradients ``scale``."""
+  config = _config(frozen=r'^(?!head\.)', grad_clip_norm=1.0)
+  params = _params()
+  optimizer = make_optimizer(config, total_steps=10)
+  grads = jax.tree_util.tree_map_with_path(
+    lambda key, p: jnp.full_like(p, 0.01 if parameter_path(key).startswith('head.') else scale), params
+  )
+  updates, _ = optimizer.update(grads, optimizer.init(params), params)
+  flat = jax.tree_util.tree_flatten_with_path(updates)[0]
+  return {parameter_path(key): np.asarray(u) for key, u in flat}
+
+
+def test_clipping_sees_only_the_trained_gradients():
+  """A frozen backbone's gradient norm does not scale a probe's head update."""
+  small, large = _updates_with_backbone_gradients(1e-3), _updates_with_backbone_gradients(1e3)
+  for path in ('head.kernel', 'head.bias'):
+    np.testing.assert_allclose(large[path], small[path], rtol=1e-6)
+    np.testing.assert_allclose(large[path], -0.1 * 0.01, rtol=1e-6)  # head norm < 1: not clipped
+  assert all(np.all(u == 0) for path, u in large.items() if not path.startswith('head.'))
+
+
+def _decay_updates(params, **fields):
+  """Whether SGD moves each parameter (all ones) for zero gradients: only weight decay can."""
+  params = jax.tree.map(jnp.ones_like, params)
+  optimizer = make_optimizer(_config(weight_decay=0.5, **fields), total_steps=10)
+  updates, _ = optimizer.update(jax.tree.map(jnp.zeros_like, params), optimizer.init(params), params)
+  flat = jax.tree_util.tree_flatten_with_path(updates)[0]
+  return {parameter_path(key): bool(np.any(np.asarray(u) != 0)) for key, u in flat}
+
+
+def test_weight_decay_applies_to_kernels_only_by_default():
+  decayed = _decay_updates(_params())
+  assert decayed['encoder.positional.tables.0.table'] is False
+  assert decayed['class_token'] is False
+  assert decayed['patch_embedding.bias'] is False and decayed['encoder.norm.scale'] is False
+  assert decayed['patch_embedding.kernel'] and decayed['head.kernel']
+  assert decayed['encoder.blocks.0.attention.query.kernel'] and decayed['encoder.blocks.2.mlp.fc2.kernel']
+  embeddings = {
+    'source_embedding': {'embedding': jnp.ones((5, 4))},
+    'output_projection': {'kernel': jnp.ones((4, 5))},
+  }
+  assert _decay_updates(embeddings) == {'source_embedding.embedding': False, 'output_projection.kernel': True}
+
+
+def test_weight_decay_regex_selects_what_it_names():
+  decayed = _decay_updates(_params(), weight_decay_regex=r'^head\.|table$')
+  assert {path for path, d in decayed.items() if d} == {
+    'head.kernel',
+    'head.bias',
+    'encoder.positional.tables.0.table',
+  }
+  assert not any(_decay_updates(_params(), weight_decay_regex='').values())
+
+
+def test_a_bad_weight_decay_regex_is_a_config_error():
+  with pytest.raises(
+    ConfigError, match=r"config.optimizer.weight_decay_regex '\(' is not a regular expression"
+  ):
+    make_optimizer(_config(weight_decay=0.1, weight_decay_regex='('), 10)
+
+
+def test_the_weight_decay_line_counts_arrays_and_values():
+  params = _params()
+  line = describe_weight_decay(_config(weight_decay=0.5), params)
+  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+  kernels = [leaf.size for key, leaf in leaves if parameter_path(key).endswith('kernel')]
+  total = sum(leaf.size for _, leaf in leaves)
+  assert line == (
+    f'weight decay 0.5: {len(kernels)} of {len(leaves)} parameter arrays '
+    f"({sum(kernels):,} of {total:,} values) match 'kernel$'"
+  )
+  assert describe_weight_decay(_config(weight_decay=0.0), params).startswith('weight decay: off')
+
+
+def test_a_probe_step_computes_no_frozen_gradients(tmp_path):
+  """The same update with and without the frozen set, with much less work with it."""
+  config = tiny_vit_config(**{'model.dropout': 0.0})
+  config.optimizer.frozen = r'^(?!head\.)'
+  task = load_task(config)
+  task.prepare(tmp_path)
+  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
+  host_params = jax.tree.map(lambda p: np.asarray(p) + 0.01, parts.params)  # a head that is not zero
+  mesh, optimizer = make_mesh(), make_optimizer(config.optimizer, total_steps=10)
+  batch = global_batch(
+    next(task.train_batches(batch_size=32, seed=0, start_step=1, process_index=0, process_count=1)), mesh
+  )
+  flops, params = {}, {}
+  for name, frozen in (('all', frozenset()), ('probe', frozen_paths(config.optimizer, host_params))):
+    state = TrainState(step=np.int32(1), params=host_params, opt_state=optimizer.init(host_params))
+    step = make_train_step(task, parts, optimizer, mesh, seed=0, frozen=frozen)
+    metrics = train_metrics(task).empty()
+    flops[name] = compiled_flops(step.lower(state, metrics, batch).compile())
+    params[name] = jax.tree.map(np.asarray, step(state, metrics, batch)[0].params)
+  assert flops['probe'] < 0.6 * flops['all'], flops
+  for a, b in zip(jax.tree.leaves(params['all']), jax.tree.leaves(params['probe'])):
+    np.testing.assert_array_equal(a, b)

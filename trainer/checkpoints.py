@@ -11,6 +11,9 @@ its check is skipped with one warning line naming it, and the previous intact on
 is used; asked for by step number, it is a ``CheckpointError``. ``latest_step()``
 is the latest *intact* step, so resuming never starts from a damaged one; a
 damaged step that training reaches again is moved to ``<workdir>/damaged_checkpoints``.
+The loop never saves a state with a non-finite value (``count_non_finite``), and a
+checkpoint whose parameters are not all finite (written by older code) is refused when
+restored, with a ``CheckpointError`` naming it.
 A full disk while saving is a ``CheckpointError`` naming the step and the last
 intact one.
 """
@@ -24,6 +27,7 @@ import warnings
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
@@ -330,6 +334,7 @@ class Checkpoints:
         opt_state=ocp.args.StandardRestore(abstract_state.opt_state),
       ),
     )
+    self._require_finite(step, restored.params)
     like = abstract_state.step
     value = np.asarray(step, like.dtype)
     step_array = jax.make_array_from_callback(like.shape, like.sharding, lambda index: value[index])
@@ -338,9 +343,30 @@ class Checkpoints:
   def restore_params(self, step: int, abstract_params: Any) -> Any:
     """Only the parameters of checkpoint ``step``, checked intact (no optimizer state is read)."""
     self._require_intact(step, ('params',))
-    return self.manager.restore(
+    params = self.manager.restore(
       step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract_params))
     ).params
+    self._require_finite(step, params)
+    return params
+
+  def _require_finite(self, step: int, params: Any) -> None:
+    if bad := count_non_finite(params):
+      raise CheckpointError(
+        f'Checkpoint {step} in {self.directory} has non-finite values in {bad} of its '
+        f'{len(jax.tree.leaves(params))} parameter arrays (saved after training diverged); '
+        'restore an earlier step.'
+      )
+
+
+@jax.jit
+def _non_finite_leaves(tree: Any) -> jax.Array:
+  floats = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return sum((~jnp.all(jnp.isfinite(x))).astype(jnp.int32) for x in floats) + jnp.int32(0)
+
+
+def count_non_finite(tree: Any) -> int:
+  """How many floating-point arrays of ``tree`` hold a NaN or an infinity."""
+  return int(_non_finite_leaves(tree))
 
 
 def abstract_like(state: Any, sharding) -> Any:

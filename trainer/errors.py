@@ -28,7 +28,7 @@ class CheckpointError(UserError, ValueError):
 
 
 class TrainingDiverged(UserError, FloatingPointError):
-  """The training loss became NaN or infinite."""
+  """The training loss, the gradient norm or the parameters became NaN or infinite."""
 
 
 class MissingFileError(DataError, FileNotFoundError):

@@ -10,6 +10,7 @@ import pathlib
 import jax
 from flax import nnx
 
+from trainer import random_streams
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like
 from trainer.errors import CheckpointError
@@ -46,7 +47,9 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
       )
     task = load_task(config)
     task.prepare(workdir)
-    parts = ModelParts(task.make_model(nnx.Rngs(params=config.seed)))
+    parts = ModelParts(
+      task.make_model(nnx.Rngs(params=random_streams.key(config.seed, random_streams.PARAMS)))
+    )
     abstract = abstract_like(parts.params, state_shardings(parts.params, mesh))
     parts.params = None
     restored = [checkpoints.restore_params(s, abstract) for s in steps]

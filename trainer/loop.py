@@ -7,7 +7,8 @@ latest checkpoint if there is one, then train. Evaluation runs every
 ``eval_every_steps`` and at the end; a checkpoint is written every
 ``checkpoint_every_steps``, after each evaluation (with its metrics, for
 keep-best), at the end, and on SIGTERM or Ctrl-C (``trainer/stop.py``), never
-twice for one step. ``_Training`` holds the run; its methods report progress,
+twice for one step, and never with a non-finite value: a non-finite loss, gradient
+norm or state stops the run, naming the last good checkpoint. ``_Training`` holds the run; its methods report progress,
 evaluate and save, each in one place.
 """
 
@@ -26,12 +27,13 @@ from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
+from trainer import random_streams
 from trainer import workdir as workdir_lib
-from trainer.checkpoints import Checkpoints, abstract_like
+from trainer.checkpoints import Checkpoints, abstract_like, count_non_finite
 from trainer.devices import Devices
 from trainer.errors import DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
-from trainer.optim import make_optimizer
+from trainer.optim import describe_weight_decay, frozen_paths, make_optimizer
 from trainer.partitioning import (
   check_batch_size,
   check_micro_batches,
@@ -40,7 +42,7 @@ from trainer.partitioning import (
   replicated,
   state_shardings,
 )
-from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step
+from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step, train_metrics
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
 from trainer.workdir_lock import WorkdirLock
@@ -182,7 +184,7 @@ class _Training:
       workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
     )
     self.start_step = self.checkpoints.latest_step() or 0
-    model = task.make_model(nnx.Rngs(params=config.seed))
+    model = task.make_model(nnx.Rngs(params=random_streams.key(config.seed, random_streams.PARAMS)))
     if not self.start_step:
       task.load_initial(model)
     self.parts = ModelParts(model)
@@ -199,6 +201,7 @@ class _Training:
     if self.is_main:
       workdir_lib.save_config(workdir, config)
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
+      print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
     self.writers = make_writers(workdir, self.is_main)
 
     self.train_step = make_train_step(
@@ -209,6 +212,7 @@ class _Training:
       seed=config.seed,
       grad_accum_steps=config.grad_accum_steps,
       state_sharding=self.state_sharding,
+      frozen=frozen_paths(config.optimizer, self.state.params),
     )
     self.eval_step = make_eval_step(task, self.parts, mesh, self.state_sharding.params)
     self.batches = task.train_batches(
@@ -229,7 +233,7 @@ class _Training:
   def train_one_step(self) -> None:
     """One step; a step whose batch shapes are new compiles, and its time is left out of the rate."""
     if self.pending_metrics is None:
-      self.pending_metrics = jax.device_put(self.task.train_metrics.empty(), replicated(self.mesh))
+      self.pending_metrics = jax.device_put(train_metrics(self.task).empty(), replicated(self.mesh))
     batch = global_batch(next(self.batches), self.mesh)
     shapes = tuple(sorted((name, value.shape, str(value.dtype)) for name, value in batch.items()))
     if shapes in self.compiled_shapes:
@@ -245,12 +249,15 @@ class _Training:
     self.step += 1
 
   def report_progress(self) -> None:
-    """Writes and prints the training metrics since the last report; stops on a NaN loss."""
+    """Writes and prints the training metrics since the last report; stops on a non-finite loss or
+    gradient norm."""
     if self.pending_metrics is None:
       return
     values = {name: float(value) for name, value in self.pending_metrics.compute().items()}
     self.pending_metrics = None
-    self._check_finite(values.get('loss'))
+    for name, what in (('loss', 'Training loss'), ('grad_norm', 'The gradient norm')):
+      if name in values and not np.isfinite(values[name]):
+        self._stop_diverged(f'{what} became {values[name]} by step {self.step}')
     rate = self.progress.steps_per_sec()
     if rate is not None:
       values['steps_per_sec'] = rate
@@ -258,9 +265,7 @@ class _Training:
     if self.is_main:
       print(self.progress.line(self.step, values), flush=True)
 
-  def _check_finite(self, loss: float | None) -> None:
-    if loss is None or np.isfinite(loss):
-      return
+  def _stop_diverged(self, what: str) -> None:
     self.checkpoints.wait()
     last = self.checkpoints.latest_step()
     if last is None:
@@ -270,7 +275,7 @@ class _Training:
       )
     else:
       kept = f'The last good checkpoint (step {last}) is kept in {self.checkpoints.directory}.'
-    raise TrainingDiverged(f'Training loss became {loss} by step {self.step}; stopped. {kept}')
+    raise TrainingDiverged(f'{what}; stopped. {kept}')
 
   def evaluate(self) -> None:
     """Metrics of the current parameters on ``config.eval_split``, written and printed."""
@@ -303,6 +308,8 @@ class _Training:
     if self.saved_step == self.step:
       return
     self.report_progress()
+    if count_non_finite(self.state):
+      self._stop_diverged(f'The parameters or optimizer state became non-finite by step {self.step}')
     metrics = self.last_eval if self.evaluated_step == self.step else None
     logging.info('Saving checkpoint %d (%s).', self.step, reason)
     with self.progress.left_out(self.state):

@@ -2,19 +2,25 @@
 
 Fields: ``name`` ('adamw' | 'sgd'), ``learning_rate``, ``schedule`` ('constant' |
 'cosine' | 'linear' | 'rsqrt'), ``warmup_steps``, ``end_learning_rate``,
-``weight_decay`` (decoupled; never applied to biases, norms, or positional and
-relative-bias tables with fewer than 2 dimensions), ``b1``, ``b2``, ``eps`` (AdamW),
-``momentum``, ``nesterov`` (SGD), ``grad_clip_norm`` (global norm; 0 = off).
+``weight_decay`` (decoupled, on the parameters ``weight_decay_regex`` selects), ``b1``, ``b2``,
+``eps`` (AdamW), ``momentum``, ``nesterov`` (SGD), ``grad_clip_norm`` (the global norm of the
+trained parameters' gradients; 0 = off).
 
-Optional fields that select parameters by their path (``'encoder.blocks.3.mlp.fc1.kernel'``),
-so linear probes and partial fine-tuning are configs:
+Optional fields that select parameters by their path (``'encoder.blocks.3.mlp.fc1.kernel'``,
+matched with ``re.search``), so linear probes and partial fine-tuning are configs:
+``weight_decay_regex``: the parameters weight decay applies to (default ``'kernel$'``: the
+weight matrices of dense, convolution and recurrent layers, as big_vision; biases, norms,
+position tables, class tokens and token embeddings are not decayed). ``describe_weight_decay``
+says how many arrays and values match; the trainer prints it at start-up.
 ``frozen``: a regular expression; matching parameters are never updated ('' = none;
 ``'^(?!head\\.)'`` trains the head alone, a linear probe).
 ``layer_decay``: layer-wise learning-rate decay (1.0 = off): the parameters of layer ``i``
 (the number ``layer_regex`` captures, default ``'blocks\\.(\\d+)\\.'``) of ``L`` learn at
 ``layer_decay ** (L - i)`` times the rate, those matching ``layer_decay_stem`` (the embeddings)
 at ``layer_decay ** (L + 1)``, all others (head, final norm) at the full rate. Each group gets
-its own optimizer through ``optax.multi_transform``; gradient clipping sees all of them.
+its own optimizer through ``optax.multi_transform``. Gradient clipping sees the trained
+parameters' gradients only: a frozen backbone's gradient norm does not scale a probe's head
+update (and the train step does not compute frozen gradients, ``trainer/state.py``).
 """
 
 import re
@@ -52,20 +58,32 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) 
   return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), decay], [warmup])
 
 
-def _decay_mask(params):
-  return jax.tree.map(lambda p: p.ndim >= 2, params)
+DEFAULT_WEIGHT_DECAY_REGEX = 'kernel$'
+
+
+def _decay_mask(config: ml_collections.ConfigDict):
+  """``params -> tree of bools``: whether weight decay applies to each parameter."""
+  decayed = _compile(config, 'weight_decay_regex', DEFAULT_WEIGHT_DECAY_REGEX)
+
+  def mask(params):
+    return jax.tree_util.tree_map_with_path(
+      lambda key, _: bool(decayed and decayed.search(parameter_path(key))), params
+    )
+
+  return mask
 
 
 def _base_optimizer(
   config: ml_collections.ConfigDict, schedule: optax.Schedule
 ) -> optax.GradientTransformation:
+  decay_mask = _decay_mask(config)
   if config.name == 'adamw':
     optimizer = optax.adamw(
-      schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay, mask=_decay_mask
+      schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay, mask=decay_mask
     )
   elif config.name == 'sgd':
     optimizer = optax.chain(
-      optax.add_decayed_weights(config.weight_decay, mask=_decay_mask),
+      optax.add_decayed_weights(config.weight_decay, mask=decay_mask),
       optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov),
     )
   else:
@@ -134,11 +152,42 @@ def _scale_by_group(config: ml_collections.ConfigDict) -> optax.GradientTransfor
   return optax.stateless(scale)
 
 
+def frozen_paths(config: ml_collections.ConfigDict, params) -> frozenset[str]:
+  """The paths of the parameters ``config.frozen`` freezes (empty when nothing is frozen)."""
+  if not config.get('frozen', ''):
+    return frozenset()
+  return frozenset(path for path, scale in parameter_groups(config, params).items() if scale is None)
+
+
+def describe_weight_decay(config: ml_collections.ConfigDict, params) -> str:
+  """One line: how many parameter arrays and values weight decay applies to, and the regex."""
+  pattern = config.get('weight_decay_regex', DEFAULT_WEIGHT_DECAY_REGEX)
+  if not config.weight_decay:
+    return 'weight decay: off (optimizer.weight_decay is 0)'
+  mask = _decay_mask(config)(params)
+  frozen = frozen_paths(config, params)
+  sizes = {
+    parameter_path(key): (int(leaf.size), decayed)
+    for (key, leaf), decayed in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(mask))
+  }
+  trained = {path: entry for path, entry in sizes.items() if path not in frozen}
+  chosen = [size for size, decayed in trained.values() if decayed]
+  values = sum(size for size, _ in trained.values())
+  what = 'trained parameter arrays' if frozen else 'parameter arrays'
+  return (
+    f'weight decay {config.weight_decay:g}: {len(chosen)} of {len(trained)} {what} '
+    f'({sum(chosen):,} of {values:,} values) match {pattern!r}'
+  )
+
+
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
   _group_options(config)  # bad group options fail here, before any parameter exists
+  _decay_mask(config)  # and a bad weight_decay_regex
   optimizer = _base_optimizer(config, learning_rate_schedule(config, total_steps))
   if config.get('layer_decay', 1.0) != 1.0:
     optimizer = optax.chain(optimizer, _scale_by_group(config))
+  if config.grad_clip_norm:  # inside the frozen/trained split: only trained gradients count
+    optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), optimizer)
   if config.get('frozen', ''):
 
     def label(params):
@@ -148,8 +197,6 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
       )
 
     optimizer = optax.multi_transform({'trained': optimizer, 'frozen': optax.set_to_zero()}, label)
-  if config.grad_clip_norm:
-    optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), optimizer)
   return optimizer
 
 
@@ -168,5 +215,6 @@ def default_optimizer_config() -> ml_collections.ConfigDict:
       momentum=0.9,
       nesterov=False,
       grad_clip_norm=1.0,
+      weight_decay_regex=DEFAULT_WEIGHT_DECAY_REGEX,
     )
   )

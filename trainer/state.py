@@ -5,15 +5,21 @@ other (constant) variables; the steps are pure functions of arrays, compiled
 with ``jax.jit`` with explicit shardings and the old state's buffers donated.
 """
 
+import dataclasses
+import functools
+from collections.abc import Collection
 from typing import Any
 
 import flax
 import jax
 import jax.numpy as jnp
 import optax
+from clu import metrics as clu_metrics
 from flax import nnx
 from jax.sharding import Mesh
 
+from trainer import random_streams
+from trainer.optim import parameter_path
 from trainer.partitioning import batch_sharding, check_micro_batches, replicated
 from trainer.task import Task
 
@@ -33,6 +39,25 @@ class ModelParts:
 
   def merge(self, params) -> nnx.Module:
     return nnx.merge(self.graphdef, params, self.rest)
+
+
+@functools.cache
+def _with_grad_norm(task_metrics: type[clu_metrics.Collection]) -> type[clu_metrics.Collection]:
+  return clu_metrics.Collection.create(
+    **task_metrics.__annotations__, grad_norm=clu_metrics.Average.from_output('grad_norm')
+  )
+
+
+def train_metrics(task: Task) -> type[clu_metrics.Collection]:
+  """The metrics the train step accumulates: the task's, and ``grad_norm``, the global norm of
+  each step's gradient before clipping (frozen parameters' gradients are zero), whose mean is
+  finite only if every step's gradient was: the loop stops on it as on a non-finite loss."""
+  return _with_grad_norm(task.train_metrics)
+
+
+def _add_grad_norm(metrics: clu_metrics.Collection, grad_norm: clu_metrics.Average) -> clu_metrics.Collection:
+  fields = {field.name: getattr(metrics, field.name) for field in dataclasses.fields(metrics)}
+  return _with_grad_norm(type(metrics))(**fields, grad_norm=grad_norm)
 
 
 def _split_micro_batches(batch, num_micro_batches: int):
@@ -55,6 +80,7 @@ def make_train_step(
   seed: int,
   grad_accum_steps: int = 1,
   state_sharding=None,
+  frozen: Collection[str] = frozenset(),
 ):
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
 
@@ -62,13 +88,21 @@ def make_train_step(
   (``Task.loss_and_outputs``) are added over the ``grad_accum_steps`` micro-batches (a
   ``lax.scan`` from zero) and divided once by the summed weight; the batch's devices and
   processes are summed by XLA, as one global batch. ``metrics`` accumulates the train metrics
-  since the last report inside the compiled step (start from ``task.train_metrics.empty()``),
+  since the last report inside the compiled step (start from ``train_metrics(task).empty()``),
   which saves a few small dispatches per step. ``state_sharding`` (a tree like the state, from
-  ``trainer.partitioning.state_shardings``) defaults to replicated.
+  ``trainer.partitioning.state_shardings``) defaults to replicated. The parameters whose paths
+  are in ``frozen`` (``trainer.optim.frozen_paths``) are constants to the differentiation: their
+  gradients are zero and never computed.
   """
-  dropout_key = jax.random.key(seed + 1)
+  dropout_key = random_streams.key(seed, random_streams.DROPOUT)
+
+  def without_frozen_gradients(params):
+    return jax.tree_util.tree_map_with_path(
+      lambda key, p: jax.lax.stop_gradient(p) if parameter_path(key) in frozen else p, params
+    )
 
   def loss_sum_fn(params, batch, key):
+    params = without_frozen_gradients(params)
     rngs = nnx.Rngs(dropout=key)  # made inside the traced function: NNX forbids mutating outer Rngs
     loss_sum, weight, outputs = task.loss_and_outputs(
       parts.merge(params), batch, rngs=rngs, deterministic=False
@@ -103,8 +137,11 @@ def make_train_step(
     return jax.tree.map(lambda g: g / weight.astype(g.dtype), grads), metrics
 
   def step(state: TrainState, metrics_so_far, batch):
+    if not hasattr(metrics_so_far, 'grad_norm'):  # started from task.train_metrics.empty()
+      metrics_so_far = _add_grad_norm(metrics_so_far, clu_metrics.Average.empty())
     step_key = jax.random.fold_in(dropout_key, state.step)
     grads, metrics = whole_batch_gradient(state.params, batch, step_key)
+    metrics = _add_grad_norm(metrics, clu_metrics.Average.from_model_output(optax.global_norm(grads)))
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
