@@ -280,7 +280,7 @@ def test_new_head_is_zero_and_pre_logits_can_be_dropped():
   assert np.all(np.asarray(same_classes.head.kernel[...]) == 0)
 
 
-@pytest.mark.parametrize('method', ['bilinear', 'bicubic'])
+@pytest.mark.parametrize('method', ['bilinear', 'bicubic', 'scipy_zoom'])
 def test_position_table_is_resampled_to_a_new_grid_with_the_class_row_apart(method):
   from attention.resample import resample_grid_table
 

@@ -4,7 +4,9 @@ Fields: ``path`` (an ``.npz`` in the official or big_vision layout, see ``vit.ch
 or a workdir written by ``train.py``; '' trains from scratch), ``checkpoint`` (for a workdir:
 'latest', 'best' or a step), ``strict`` (False lists missing, left-over and wrong-shape keys
 instead of failing), ``init_head`` (False: a zero head even when the class count matches),
-``resample`` ('bilinear' | 'bicubic', for a learned position table of another grid).
+``resample`` (for a learned position table of another grid: 'bilinear', the default, or 'bicubic',
+both ``jax.image.resize``, which antialiases when shrinking; or 'scipy_zoom', the original ViT
+code's and big_vision's ``scipy.ndimage.zoom(order=1)``; see ``attention.resample``).
 A workdir's model is read through the same official layout that ``vit.export_npz`` writes.
 """
 
