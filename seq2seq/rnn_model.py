@@ -17,6 +17,8 @@ step ``t`` (one ``jax.lax.scan`` over the target):
 ``general``), ``scaled_dot``, ``cosine``; or ``none``: the plain encoder-decoder, whose context
 is the same vector at every step (the last forward and the first backward encoder state).
 Dropout acts on both embeddings and on ``a_t`` before the output layer.
+The softmax is ``attention.masks.masked_softmax``, the Transformer's: padding gets zero weight,
+and a source of padding only gets zero weights everywhere (a zero context), never uniform ones.
 
 The interface is the Transformer's (``seq2seq.model``): ``__call__`` returns ``(logits,
 intermediates)`` (``cross_attention_weights``: one layer ``[batch, 1, target, source]``);
@@ -29,6 +31,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
+from attention.masks import masked_softmax
 from attention.scores import SCORES, AttentionScore
 from seq2seq.tokenizer import PAD_ID
 
@@ -140,9 +143,9 @@ class RNNTranslator(nnx.Module):
     if self.attention_score == 'none':
       return memory['fixed_context'], jnp.zeros(memory['mask'].shape, jnp.float32)
     logits = self.score.logits_for_prepared(hidden[:, None, None, :], memory['keys'])[:, 0, 0]
-    logits = jnp.where(memory['mask'], logits, jnp.finfo(logits.dtype).min)
-    weights = jax.nn.softmax(logits, axis=-1)
-    return jnp.einsum('bs,bsm->bm', weights, memory['values']), weights
+    weights = masked_softmax(logits, memory['mask'])
+    context = jnp.einsum('bs,bsm->bm', weights.astype(memory['values'].dtype), memory['values'])
+    return context, weights
 
   def _run_decoder(self, state: dict, embedded: jax.Array, memory: dict):
     """Scans the decoder over ``embedded`` ``[batch, steps, features]`` from ``state``: the new

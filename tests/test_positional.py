@@ -207,7 +207,7 @@ def test_bad_options_raise_value_error(call, message):
     call()
 
 
-@pytest.mark.parametrize('method', ['bilinear', 'bicubic'])
+@pytest.mark.parametrize('method', ['bilinear', 'bicubic', 'scipy_zoom'])
 @pytest.mark.parametrize('prefix', [0, 1])
 def test_resampling(method, prefix):
   rng = np.random.default_rng(0)
@@ -223,6 +223,26 @@ def test_resampling(method, prefix):
   axis = jnp.asarray(rng.normal(size=(5, 4)).astype(np.float32))
   np.testing.assert_array_equal(resample_axis_table(axis, 5, method), axis)
   np.testing.assert_allclose(resample_axis_table(jnp.full((5, 4), -0.3), 9, method), -0.3, atol=1e-5)
+
+
+def test_scipy_zoom_is_the_original_vit_resize_and_the_default_antialiases_when_shrinking():
+  import scipy.ndimage  # pylint: disable=g-import-not-at-top
+
+  table = np.random.default_rng(1).normal(size=(1 + 5 * 7, 4)).astype(np.float32)
+  grid = table[1:].reshape(5, 7, 4)
+  zoomed = scipy.ndimage.zoom(grid, (3 / 5, 4 / 7, 1), order=1).reshape(3 * 4, 4)
+  ours = np.asarray(resample_grid_table(jnp.asarray(table), (5, 7), (3, 4), 1, 'scipy_zoom'))
+  np.testing.assert_allclose(ours[1:], zoomed, rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(ours[0], table[0])
+  default = np.asarray(resample_grid_table(jnp.asarray(table), (5, 7), (3, 4), 1))
+  plain = np.asarray(jax.image.resize(jnp.asarray(grid), (3, 4, 4), 'bilinear', antialias=False)).reshape(
+    12, 4
+  )
+  antialiased = np.asarray(jax.image.resize(jnp.asarray(grid), (3, 4, 4), 'bilinear')).reshape(12, 4)
+  np.testing.assert_allclose(default[1:], antialiased, rtol=1e-6, atol=1e-6)
+  assert np.abs(default[1:] - zoomed).max() > 0.05 and np.abs(default[1:] - plain).max() > 0.05
+  axis = np.asarray(resample_axis_table(jnp.asarray(grid[:, 0]), 3, 'scipy_zoom'))
+  np.testing.assert_allclose(axis, scipy.ndimage.zoom(grid[:, 0], (3 / 5, 1), order=1), rtol=1e-6, atol=1e-6)
 
 
 def test_resampling_checks_the_table_size():

@@ -149,6 +149,32 @@ def test_padding_does_not_change_the_encoder_states_of_real_tokens(encoder_cell)
   assert np.all(padded[:, 4:] == 0)
 
 
+def test_an_all_padding_source_gets_the_transformers_zero_weights():
+  from seq2seq.model import Transformer  # pylint: disable=g-import-not-at-top
+
+  src = np.array(sources())
+  src[2] = 0  # padding only
+  tgt_in = targets()
+  _, intermediates = tiny_rnn('scaled_dot')(jnp.asarray(src), tgt_in, return_weights=True)
+  (weights,) = intermediates['cross_attention_weights']
+  transformer = Transformer(
+    source_vocab_size=VOCAB,
+    target_vocab_size=VOCAB + 2,
+    features=8,
+    encoder_layers=1,
+    decoder_layers=1,
+    num_heads=1,
+    mlp_features=16,
+    max_length=40,
+    rngs=nnx.Rngs(0),
+  )
+  _, theirs = transformer(jnp.asarray(src), tgt_in, return_weights=True)
+  np.testing.assert_array_equal(np.asarray(theirs['cross_attention_weights'][0][2]), 0.0)
+  np.testing.assert_array_equal(np.asarray(weights[2]), 0.0)
+  np.testing.assert_allclose(np.asarray(weights[:2]).sum(-1), 1.0, atol=1e-6)
+  assert float(jnp.abs(weights[1, ..., 4:]).max()) == 0.0
+
+
 @pytest.mark.parametrize('kind', ['additive', 'none'])
 def test_decoding_with_the_state_equals_rerunning_the_decoder(kind):
   model = tiny_rnn(kind, encoder_cell='lstm' if kind == 'none' else 'gru')

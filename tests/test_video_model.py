@@ -271,3 +271,23 @@ def test_learn3d_excludes_a_temporal_posemb():
     tiny_video(spatial_posemb='learn3d')
   model = randomise(tiny_video(spatial_posemb='learn3d', temporal_posemb='none'))
   assert model(clips())[0].shape == (2, 5)
+
+
+def test_factorised_dot_product_refuses_a_norm_placement_it_cannot_honour():
+  from video.layouts import FactorisedDotProductBlock  # pylint: disable=g-import-not-at-top
+
+  options = dict(
+    dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=0.0, score='scaled_dot', dtype=None
+  )
+  FactorisedDotProductBlock(16, 4, 32, norm_placement='pre', rngs=nnx.Rngs(0), **options)
+  with pytest.raises(ValueError, match="norm_placement must be 'pre', got 'post'"):
+    FactorisedDotProductBlock(16, 4, 32, norm_placement='post', rngs=nnx.Rngs(0), **options)
+  with pytest.raises(ValueError, match="Unknown norm_placement 'sandwich'"):
+    FactorisedDotProductBlock(16, 4, 32, norm_placement='sandwich', rngs=nnx.Rngs(0), **options)
+
+
+def test_both_encoders_of_the_factorised_encoder_ramp_their_drop_path():
+  model = tiny_video(attention='factorised_encoder', depth=3, temporal_depth=3, drop_path=0.2)
+  rates = lambda blocks: [block.drop_path.rate for block in blocks]  # noqa: E731
+  np.testing.assert_allclose(rates(model.layout.blocks), [0.0, 0.1, 0.2])
+  np.testing.assert_allclose(rates(model.layout.temporal_blocks), [0.0, 0.1, 0.2])

@@ -1,5 +1,12 @@
 """Fine-tuning from a checkpoint: init_from an exported .npz or a workdir, a new grid, few-shot evaluation."""
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -115,3 +122,73 @@ def test_fewshot_runs_as_the_periodic_extra_evaluation_and_from_a_workdir(pretra
   workdir, _ = pretrained_run
   from_workdir = fewshot.evaluate_workdir_fewshot(str(workdir), 'latest', 'digits', None, (2,), seeds=2)
   assert 0.0 <= from_workdir['fewshot_2shot'] <= 1.0 and from_workdir['step'] == 8
+
+
+def _fewshot_config():
+  config = tiny_vit_config()
+  config.fewshot = ml_collections.ConfigDict(
+    dict(shots=(1, 5), seeds=2, held_out_per_class=5, train_examples=500)
+  )
+  return config
+
+
+def test_a_second_fewshot_evaluation_compiles_nothing():
+  task = load_task(_fewshot_config())
+  first, second = task.make_model(nnx.Rngs(0)), task.make_model(nnx.Rngs(1))
+  compiled = []
+
+  def count(event, duration, **kwargs):
+    del duration, kwargs
+    if event == '/jax/core/compile/backend_compile_duration':
+      compiled.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(count)
+  try:
+    jax.jit(lambda x: x * 3.0 + 1.0)(np.zeros(3))  # the listener hears compilations
+    assert compiled
+    task.extra_evaluation(first, 'test', None, None)  # compiles, unless an earlier test did
+    after_first = len(compiled)
+    results = task.extra_evaluation(second, 'test', None, None)  # new parameters, the same model
+  finally:
+    jax.monitoring.unregister_event_duration_listener(count)
+  assert len(compiled) == after_first
+  assert 0.0 <= results['fewshot_5shot'] <= 1.0
+
+
+_EIGHT_DEVICES = """
+import json
+import jax
+from flax import nnx
+from tests.test_vit_finetune import _fewshot_config
+from trainer.devices import Devices
+from trainer.partitioning import make_mesh
+from trainer.task import load_task
+
+assert jax.device_count() == 8
+gather, gathered = Devices.gather, []
+
+def gather_checked(self, tree):
+  gathered.append(len(tree[0].sharding.device_set))  # the devices that computed the features
+  return gather(self, tree)
+
+Devices.gather = gather_checked
+task = load_task(_fewshot_config())
+results = task.extra_evaluation(task.make_model(nnx.Rngs(0)), 'test', None, Devices(make_mesh()))
+assert gathered and set(gathered) == {8}, gathered
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_fewshot_on_eight_devices_gives_the_one_device_accuracies():
+  root = pathlib.Path(__file__).resolve().parent.parent
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
+  result = subprocess.run(
+    [sys.executable, '-c', _EIGHT_DEVICES], cwd=root, env=env, capture_output=True, text=True, timeout=300
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  eight = json.loads(result.stdout.strip().splitlines()[-1])
+  assert jax.device_count() == 1
+  task = load_task(_fewshot_config())
+  one = task.extra_evaluation(task.make_model(nnx.Rngs(0)), 'test', None, None)
+  assert eight == one

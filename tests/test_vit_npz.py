@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from trainer.errors import CheckpointError, MissingFileError
-from vit import checkpoint_npz
+from vit import checkpoint_npz, pretrained
 from vit.model import VisionTransformer, big_vision_sincos_2d
 
 WIDTH, DEPTH, HEADS, MLP, PATCH, CLASSES = 8, 2, 2, 16, 4, 3
@@ -280,7 +280,86 @@ def test_new_head_is_zero_and_pre_logits_can_be_dropped():
   assert np.all(np.asarray(same_classes.head.kernel[...]) == 0)
 
 
-@pytest.mark.parametrize('method', ['bilinear', 'bicubic'])
+def test_a_head_that_does_not_fit_is_zero_initialised_whole():
+  rng = np.random.default_rng(10)
+  images = _images(rng)
+  # the head reads a 6-wide pre_logits the model drops: its kernel does not fit, its bias would
+  report = checkpoint_npz.canonical_to_model(
+    _model(), checkpoint_npz.to_canonical(_official_arrays(rng, pre_logits=6))
+  )
+  assert (
+    "head: zero-initialised (the checkpoint's head/kernel is (6, 3), the model's (8, 3))" in report.adapted
+  )
+  # a pre_logits as wide as the model: both arrays fit, but the head was trained on the dropped layer
+  arrays = _official_arrays(rng, pre_logits=WIDTH)
+  model = _model()
+  report = checkpoint_npz.canonical_to_model(model, checkpoint_npz.to_canonical(arrays))
+  assert any('reads the pre_logits layer' in item for item in report.adapted)
+  for model_head in (model.head.kernel, model.head.bias):
+    np.testing.assert_array_equal(np.asarray(model_head[...]), 0.0)
+  np.testing.assert_array_equal(np.asarray(model(images)[0]), 0.0)
+  fitting = _official_arrays(rng)
+  model = _loaded(_model(), fitting)
+  np.testing.assert_array_equal(np.asarray(model.head.bias[...]), fitting['head/bias'])
+  np.testing.assert_array_equal(np.asarray(model.head.kernel[...]), fitting['head/kernel'])
+
+
+def _optimizer_and_text_tower(tower, kind, rng):
+  """What big_vision's files hold beside the image tower, by kind of file."""
+  if kind == 'trainer_checkpoint':
+    return {
+      'opt/1/0/mu/embedding/kernel': np.zeros_like(tower['params/embedding/kernel']),
+      'opt/1/0/nu/embedding/kernel': np.zeros_like(tower['params/embedding/kernel']),
+      'opt/1/0/count': np.zeros((), np.int32),
+      'chrono/accum_train_time': np.zeros(()),
+      'chrono/accum_examples_seen': np.zeros(()),
+    }
+  if kind == 'two_tower':
+    return {
+      'params/txt/Embed_0/embedding': rng.normal(size=(11, WIDTH)).astype(np.float32),
+      'params/txt/head/kernel': rng.normal(size=(WIDTH, WIDTH)).astype(np.float32),
+      'params/t': np.ones((1,), np.float32),
+      'params/b': np.zeros((1,), np.float32),
+    }
+  return {}
+
+
+@pytest.mark.parametrize(
+  'kind, prefix, ignored',
+  [
+    ('trainer_checkpoint', 'params/', 'ignored 5 arrays outside the image tower params/: chrono/ 2, opt/ 3'),
+    (
+      'two_tower',
+      'params/img/',
+      'ignored 4 arrays outside the image tower params/img/: params/b 1, params/t 1, params/txt/ 2',
+    ),
+    ('bare_tree', '', None),
+    ('bare_scanned_tree', '', None),
+  ],
+)
+def test_big_vision_files_as_they_come(kind, prefix, ignored, tmp_path, capsys):
+  rng = np.random.default_rng(11)
+  arrays = _official_arrays(rng, pool='gap')
+  tower = _to_big_vision(arrays, scanned=kind == 'bare_scanned_tree', prefix=prefix)
+  path = tmp_path / f'{kind}.npz'
+  np.savez(path, **tower, **_optimizer_and_text_tower(tower, kind, rng))
+  config = pretrained.default_init_from_config()
+  config.path = str(path)
+  model = _model(pool='gap')
+  summary = pretrained.load_into(model, config, pretrained.read_canonical(config))
+  printed = capsys.readouterr().out
+  if ignored:
+    assert f'init_from {path}: {ignored}\n' in printed
+  else:
+    assert 'ignored' not in printed
+  assert 'skipped' not in summary and 'zero-initialised' not in summary
+  images = _images(rng)
+  np.testing.assert_allclose(
+    np.asarray(model(images)[0]), reference_logits(arrays, images, pool='gap'), atol=2e-4, rtol=1e-4
+  )
+
+
+@pytest.mark.parametrize('method', ['bilinear', 'bicubic', 'scipy_zoom'])
 def test_position_table_is_resampled_to_a_new_grid_with_the_class_row_apart(method):
   from attention.resample import resample_grid_table
 

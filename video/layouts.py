@@ -7,13 +7,15 @@ over (``AXES`` spells out every array's dimensions):
 
 ``spacetime``               joint attention over all time x space tokens (ViViT model 1)
 ``factorised_encoder``      a spatial encoder per frame, then a temporal encoder over the frames'
-                            class tokens or pooled features (ViViT model 2)
+                            class tokens or pooled features (ViViT model 2); each of the two
+                            encoders ramps its stochastic depth from 0 to ``drop_path`` over its
+                            own blocks
 ``divided``                 every block attends over time (each patch position with itself in the
                             other frames), then over space (within each frame), then its MLP
                             (TimeSformer, ViViT model 3); the temporal attention's output
                             projection starts at zero, so a new block starts as the image block
 ``factorised_dot_product``  half of each block's heads attend over space, half over time; their
-                            outputs are projected together (ViViT model 4)
+                            outputs are projected together (ViViT model 4); pre-norm only
 
 A relative temporal encoding (``time_relative``) is a learned bias per head and per frame
 offset in every temporal attention (in ``spacetime``, between the frames of any two tokens).
@@ -26,7 +28,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention import EncoderBlock, MultiHeadAttention, layer_norm
-from attention.blocks import DropPath, Mlp
+from attention.blocks import DropPath, Mlp, check_norm_placement
 from attention.positional import RelativePositionBias
 
 LAYOUTS = ('spacetime', 'factorised_encoder', 'divided', 'factorised_dot_product')
@@ -62,13 +64,19 @@ def pad_prefix(bias: jax.Array, num_prefix: int) -> jax.Array:
   return jnp.pad(bias, ((0, 0), (0, 0), (num_prefix, 0), (num_prefix, 0)))
 
 
+def drop_path_ramp(drop_path: float, depth: int) -> list[float]:
+  """Stochastic-depth rates rising linearly from 0 at the first block to ``drop_path`` at the last."""
+  return [drop_path * i / max(depth - 1, 1) for i in range(depth)]
+
+
 def _time_biases(num_heads, num_frames, depth, rngs):
   distance = max(num_frames - 1, 1)
   return nnx.List([RelativePositionBias(num_heads, distance, rngs=rngs) for _ in range(depth)])
 
 
 def _pool(x: jax.Array, pool: str, axis: int) -> jax.Array:
-  """The class token (index 0 of ``axis``) or the mean of the other tokens."""
+  """``'cls'``: the class token (index 0 of ``axis``); ``'gap'``: the mean over ``axis``, every token
+  (with ``'gap'`` there is no class token, so these are the patch tokens or the frames)."""
   if pool == 'cls':
     return jnp.take(x, 0, axis=axis)
   return jnp.mean(x, axis=axis)
@@ -79,7 +87,7 @@ class _Layout(nnx.Module):
 
   def _setup(self, *, depth, num_heads, drop_path, num_frames, time_relative, pool):
     self.depth, self.num_heads, self.num_frames, self.pool = depth, num_heads, num_frames, pool
-    self.drop_path_rates = [drop_path * i / max(depth - 1, 1) for i in range(depth)]
+    self.drop_path_rates = drop_path_ramp(drop_path, depth)
     self.time_relative = time_relative
 
 
@@ -171,8 +179,8 @@ class FactorisedEncoder(_Layout):
       self.temporal_class_token = nnx.Param(jnp.zeros((1, 1, features)))
     self.temporal_blocks = nnx.List(
       [
-        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=drop_path, rngs=rngs, **block_options)
-        for _ in range(temporal_depth)
+        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options)
+        for rate in drop_path_ramp(drop_path, temporal_depth)
       ]
     )
     self.temporal_norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
@@ -293,7 +301,8 @@ class FactorisedDotProductBlock(nnx.Module):
 
   Two ``MultiHeadAttention`` halves with ``features / 2`` query/key/value features each, both
   projecting to ``features``; the sum of their outputs is the projection of the concatenated
-  heads (ViViT model 4). Then the MLP sublayer, as in ``EncoderBlock``.
+  heads (ViViT model 4). Then the MLP sublayer, as in ``EncoderBlock``. Pre-norm only: another
+  ``norm_placement`` is refused (``ValueError``, which the video task reports as a config error).
   """
 
   def __init__(
@@ -316,7 +325,11 @@ class FactorisedDotProductBlock(nnx.Module):
         f'factorised_dot_product splits the heads in two: num_heads ({num_heads}) and width ({features}) '
         'must be even.'
       )
-    del norm_placement  # pre-norm only
+    if check_norm_placement(norm_placement) != 'pre':
+      raise ValueError(
+        f"factorised_dot_product normalises before each sublayer only: norm_placement must be 'pre', "
+        f'got {norm_placement!r}.'
+      )
     halves = dict(
       qkv_features=features // 2,
       out_features=features,

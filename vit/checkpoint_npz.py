@@ -1,16 +1,20 @@
 """ViT parameters as ``.npz`` files in the published layouts, read into our model and written out.
 
-Two layouts are read:
+Two layouts are read, from the kinds of file their code writes:
 - ``official`` (google-research/vision_transformer): ``embedding/kernel`` ``(P, P, C, D)``,
   ``cls`` ``(1, 1, D)``, ``Transformer/posembed_input/pos_embedding`` ``(1, 1 + N, D)`` whose
   first row is the class token's, ``Transformer/encoderblock_{i}/LayerNorm_0|2``,
   ``.../MultiHeadDotProductAttention_1/{query,key,value}`` (kernel ``(D, H, D/H)``, bias
   ``(H, D/H)``), ``.../out`` (kernel ``(H, D/H, D)``), ``.../MlpBlock_3/Dense_0|1``,
   ``Transformer/encoder_norm``, optional ``pre_logits``, ``head``.
-- ``big_vision``: the same under ``params/`` or ``params/img/``, with ``pos_embedding`` at the
-  top level and no class-token row, ``MultiHeadDotProductAttention_0``, ``MlpBlock_0``,
-  ``LayerNorm_0|1``, an optional ``MAPHead_0``, and the scanned form in which
-  ``Transformer/encoderblock/...`` holds every layer stacked on a leading axis.
+- ``big_vision``: the same with ``pos_embedding`` at the top level and no class-token row,
+  ``MultiHeadDotProductAttention_0``, ``MlpBlock_0``, ``LayerNorm_0|1``, an optional
+  ``MAPHead_0``, and the scanned form in which ``Transformer/encoderblock/...`` holds every layer
+  stacked on a leading axis. The image tower is found where big_vision's files keep it:
+  ``params/img/`` (a two-tower file, SigLIP-style, beside ``params/txt/``, ``params/t``,
+  ``params/b``), ``params/`` (a parameter file, or a trainer checkpoint beside ``opt/`` and
+  ``chrono/``), or the top level (a bare parameter tree, told from the official layout by its
+  names). Everything outside the tower is ignored and counted (``ignored_summary``).
 
 Both are first brought to one canonical form: official names, the class-token position row
 folded into ``cls`` (exact: the stem only adds it to the class token) and the position table
@@ -19,9 +23,11 @@ and both shapes on a mismatch, and adapts what fine-tuning changes (a new head, 
 ``model_to_official`` writes the official layout, which reads back to the same parameters.
 """
 
+import collections
 import dataclasses
 import math
 import pathlib
+import re
 import zipfile
 
 import jax
@@ -40,6 +46,13 @@ _BIG_VISION_BLOCK_NAMES = {
   'MultiHeadDotProductAttention_0': 'MultiHeadDotProductAttention_1',
   'MlpBlock_0': 'MlpBlock_3',
 }
+# where big_vision's files keep the image tower, most specific first ('': at the top level)
+_TOWER_PREFIXES = ('params/img/', 'params/', '')
+# names only big_vision uses, to tell a bare big_vision tree from the official layout
+_BIG_VISION_NAMES = re.compile(
+  r'^(pos_embedding$|Transformer/encoderblock/'
+  r'|Transformer/encoderblock_\d+/(MultiHeadDotProductAttention_0|MlpBlock_0)/)'
+)
 # parameters that a fine-tuning run may drop or leave freshly initialised
 _HEAD_KEYS = ('head/kernel', 'head/bias')
 _PRE_LOGITS_KEYS = ('pre_logits/kernel', 'pre_logits/bias')
@@ -59,20 +72,50 @@ def read_npz(path: str | pathlib.Path) -> dict[str, np.ndarray]:
     raise CheckpointError(f'init_from: {path} is not a readable .npz file ({error}).') from None
 
 
-def detect_layout(arrays: dict[str, np.ndarray]) -> str:
-  if any(key.startswith('params/') for key in arrays):
-    return 'big_vision'
-  if 'embedding/kernel' in arrays:
-    return 'official'
+def image_tower_prefix(arrays: dict[str, np.ndarray]) -> str:
+  """The key prefix of the image tower's parameters: ``'params/img/'``, ``'params/'`` or ``''``."""
+  for prefix in _TOWER_PREFIXES:
+    if f'{prefix}embedding/kernel' in arrays:
+      return prefix
   raise CheckpointError(
-    'init_from: the .npz holds neither the official ViT layout (embedding/kernel) nor the '
-    f'big_vision one (params/...); its first keys: {sorted(arrays)[:5]}.'
+    'init_from: the .npz holds no ViT image tower (no embedding/kernel, params/embedding/kernel '
+    f'or params/img/embedding/kernel); its first keys: {sorted(arrays)[:5]}.'
   )
 
 
+def detect_layout(arrays: dict[str, np.ndarray]) -> str:
+  """``'official'`` or ``'big_vision'`` (under a ``params/`` prefix, or bare with big_vision's names)."""
+  prefix = image_tower_prefix(arrays)
+  if prefix or any(_BIG_VISION_NAMES.match(key) for key in arrays):
+    return 'big_vision'
+  return 'official'
+
+
+def ignored_summary(arrays: dict[str, np.ndarray]) -> str | None:
+  """One line counting the arrays outside the image tower by prefix (``None`` if there are none):
+  ``ignored 5 arrays outside the image tower params/img/: params/txt/ 3, params/b 1, params/t 1``."""
+  prefix = image_tower_prefix(arrays)
+  ignored = collections.Counter(_group(key, prefix) for key in arrays if not key.startswith(prefix))
+  if not ignored:
+    return None
+  counts = ', '.join(f'{group} {count}' for group, count in sorted(ignored.items()))
+  return f'ignored {sum(ignored.values())} arrays outside the image tower {prefix}: {counts}'
+
+
+def _group(key: str, prefix: str) -> str:
+  """``key`` up to its first name that leaves ``prefix``: ``params/txt/a/b`` -> ``params/txt/``."""
+  parts, tower = key.split('/'), prefix.split('/')[:-1]
+  for index, part in enumerate(parts):
+    if index >= len(tower) or part != tower[index]:
+      return '/'.join(parts[: index + 1]) + ('/' if index + 1 < len(parts) else '')
+  return key
+
+
 def to_canonical(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Official names, the class-token position row folded into ``cls``, the table ``(N, D)``."""
-  layout = detect_layout(arrays)
+  """The image tower's arrays with official names, the class-token position row folded into
+  ``cls``, the table ``(N, D)``; arrays outside the tower are dropped (see ``ignored_summary``)."""
+  layout, prefix = detect_layout(arrays), image_tower_prefix(arrays)
+  arrays = {key[len(prefix) :]: value for key, value in arrays.items() if key.startswith(prefix)}
   if layout == 'big_vision':
     arrays = _big_vision_to_official_names(arrays)
   canonical = dict(arrays)
@@ -87,13 +130,9 @@ def to_canonical(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _big_vision_to_official_names(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  prefix = 'params/img/' if any(key.startswith('params/img/') for key in arrays) else 'params/'
+  """The image tower's arrays (prefix removed) under the official names."""
   renamed = {}
   for key, value in arrays.items():
-    if not key.startswith(prefix):
-      renamed[key] = value  # not ours to rename: reported as left over
-      continue
-    key = key[len(prefix) :]
     if key == 'pos_embedding':
       renamed[POSEMB_KEY] = value
     elif key.startswith('Transformer/encoderblock/'):  # scanned: one leading axis over the layers
@@ -238,27 +277,29 @@ def canonical_to_model(
 ) -> LoadReport:
   """Writes ``canonical`` (from ``to_canonical``) into ``model`` in place.
 
-    The head is loaded only when ``init_head`` and its shape matches; otherwise it is set to
-    zeros (the paper's fine-tuning). ``pre_logits`` arrays the model has no place for are
-    dropped. A learned position table of another grid is resampled (``resample_method``); a patch
-  kernel of another patch size is resized (``resize_patch_kernel``).
-    Any other missing, left-over or wrong-shape key raises ``CheckpointError`` naming the key
-    and both shapes, unless ``strict=False``, which skips it and lists it in the report.
+  The head is decided whole: it is loaded only when ``init_head``, both its arrays fit, and it
+  reads what it was trained on (not a ``pre_logits`` layer the model drops); otherwise kernel and
+  bias are both zeros (the paper's fine-tuning). ``pre_logits`` arrays the model has no place for
+  are dropped. A learned position table of another grid is resampled (``resample_method``); a
+  patch kernel of another patch size is resized (``resize_patch_kernel``). Any other missing,
+  left-over or wrong-shape key raises ``CheckpointError`` naming the key and both shapes, unless
+  ``strict=False``, which skips it and lists it in the report.
   """
   entries = model_entries(model)
   _check_every_param_mapped(model, entries)
   params = _model_params(model)
   report, problems = LoadReport(), []
+  why_new_head = _why_new_head(model, canonical, params, init_head)
+  if why_new_head:
+    report.adapted.append(f'head: zero-initialised ({why_new_head})')
   for entry in entries:
     ours = params[entry.path]
     if entry.key in _HEAD_KEYS:
-      source = canonical.get(entry.key)
-      if init_head and source is not None and source.shape == ours.shape:
-        params[entry.path] = source.astype(ours.dtype)
-        report.loaded.append(entry.key)
-      else:
+      if why_new_head:
         params[entry.path] = np.zeros_like(ours)
-        report.adapted.append(f'{entry.key}: zero-initialised {ours.shape}')
+      else:
+        params[entry.path] = canonical[entry.key].astype(ours.dtype)
+        report.loaded.append(entry.key)
       continue
     if entry.key not in canonical:
       problems.append(f'checkpoint has no {entry.key!r}; the model needs {_official_shape(entry, ours)}')
@@ -299,6 +340,21 @@ def canonical_to_model(
   )
   nnx.update(model, state)
   return report
+
+
+def _why_new_head(model, canonical: dict[str, np.ndarray], params: dict, init_head: bool) -> str | None:
+  """Why the checkpoint's head cannot be loaded whole (``None``: it can)."""
+  if not init_head:
+    return 'init_head is False'
+  for key in _HEAD_KEYS:
+    ours = params[('head', key.partition('/')[2])]
+    if key not in canonical:
+      return f'the checkpoint has no {key}'
+    if canonical[key].shape != ours.shape:
+      return f"the checkpoint's {key} is {canonical[key].shape}, the model's {ours.shape}"
+  if _PRE_LOGITS_KEYS[0] in canonical and not hasattr(model, 'pre_logits'):
+    return "the checkpoint's head reads the pre_logits layer, which the model has not"
+  return None
 
 
 def resize_patch_kernel(kernel: np.ndarray, new_patch: tuple[int, int]) -> np.ndarray:

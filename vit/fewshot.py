@@ -6,26 +6,48 @@ classifier is fitted to targets of +1 / -1 per class, and its accuracy on the te
 averaged over the seeds. The regulariser is chosen per draw, from a grid of powers of two, by
 the accuracy on other training examples (``held_out_per_class`` per class, disjoint from the
 draw), so the test split picks nothing.
+
+The features are computed on the trainer's devices (``trainer.devices.Devices``): each process
+reads its own rows of every batch, the batch is split over the mesh's data axis, and the
+features of every process are gathered, so each process solves the same closed-form problem
+(``fewshot_results``, a pure function of the features) and gets the same accuracies. The
+feature extractor is compiled once: it takes the parameters as arguments, so later
+evaluations (new parameters of the same model) reuse it.
 """
+
+import functools
 
 import jax
 import numpy as np
+from flax import nnx
 
 L2_GRID = tuple(2.0**power for power in range(-10, 11, 2))
 
 
-def extract_features(model, batches, max_examples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-  """``(features [n, d], labels [n])`` of the rows that the batches' ``mask`` keeps."""
+@functools.partial(jax.jit, static_argnums=0)
+def _pre_logits(graphdef: nnx.GraphDef, state: nnx.State, images: jax.Array) -> jax.Array:
+  return nnx.merge(graphdef, state)(images)[1]['pre_logits']
 
-  @jax.jit
-  def forward(images):
-    return model(images)[1]['pre_logits']
 
+def extract_features(
+  model, batches, devices, max_examples: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+  """``(features [n, d], labels [n])`` of every process's rows that the batches' ``mask`` keeps.
+
+  ``batches`` are this process's rows of each global batch; ``devices`` (a
+  ``trainer.devices.Devices``) spreads them over the mesh and gathers the features back, in
+  the order of the global batches, on every process.
+  """
+  graphdef, state = nnx.split(model)
   features, labels, count = [], [], 0
-  for batch in batches:
-    keep = np.asarray(batch['mask']) > 0
-    features.append(np.asarray(forward(batch['image']), np.float64)[keep])
-    labels.append(np.asarray(batch['label'])[keep])
+  for local in batches:
+    batch = devices.shard({name: local[name] for name in ('image', 'label', 'mask')})
+    batch_features, label, mask = devices.gather(
+      (_pre_logits(graphdef, state, batch['image']), batch['label'], batch['mask'])
+    )
+    keep = mask > 0
+    features.append(np.asarray(batch_features, np.float64)[keep])
+    labels.append(label[keep])
     count += int(keep.sum())
     if max_examples is not None and count >= max_examples:
       break
@@ -116,13 +138,16 @@ def evaluate_workdir_fewshot(
   """
   import ml_collections  # pylint: disable=g-import-not-at-top
 
+  from trainer.devices import Devices  # pylint: disable=g-import-not-at-top
   from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
+  from trainer.partitioning import make_mesh  # pylint: disable=g-import-not-at-top
   from vit.input_pipeline import load_image_data  # pylint: disable=g-import-not-at-top
   from vit.task import ImageClassification, fewshot_evaluation  # pylint: disable=g-import-not-at-top
 
   which = int(checkpoint) if str(checkpoint).isdigit() else checkpoint
-  task, parts, params, step = restore_checkpoint(workdir, which)
+  devices = Devices(make_mesh())
+  task, parts, params, step = restore_checkpoint(workdir, which, devices.mesh)
   if not isinstance(task, ImageClassification):
     raise ConfigError(f'--fewshot needs a ViT workdir; {workdir} trained {task.config.task!r}.')
   data = task.data
@@ -137,5 +162,7 @@ def evaluate_workdir_fewshot(
       shots=tuple(shots), seeds=seeds, held_out_per_class=held_out_per_class, train_examples=train_examples
     )
   )
-  results = fewshot_evaluation(parts.merge(params), data, 'test', config)
+  results = fewshot_evaluation(
+    parts.merge(params), data, 'test', config, devices=devices, batch_size=task.config.eval_batch_size
+  )
   return dict(results, step=int(step), fewshot=source, seeds=seeds)

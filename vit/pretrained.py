@@ -4,7 +4,9 @@ Fields: ``path`` (an ``.npz`` in the official or big_vision layout, see ``vit.ch
 or a workdir written by ``train.py``; '' trains from scratch), ``checkpoint`` (for a workdir:
 'latest', 'best' or a step), ``strict`` (False lists missing, left-over and wrong-shape keys
 instead of failing), ``init_head`` (False: a zero head even when the class count matches),
-``resample`` ('bilinear' | 'bicubic', for a learned position table of another grid).
+``resample`` (for a learned position table of another grid: 'bilinear', the default, or 'bicubic',
+both ``jax.image.resize``, which antialiases when shrinking; or 'scipy_zoom', the original ViT
+code's and big_vision's ``scipy.ndimage.zoom(order=1)``; see ``attention.resample``).
 A workdir's model is read through the same official layout that ``vit.export_npz`` writes.
 """
 
@@ -34,11 +36,16 @@ def check_init_from(config: ml_collections.ConfigDict | None) -> None:
 
 
 def read_canonical(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
-  """The source's arrays in ``checkpoint_npz``'s canonical form."""
+  """The source's arrays in ``checkpoint_npz``'s canonical form; prints one line counting the
+  arrays of an ``.npz`` outside its image tower (a trainer checkpoint's optimizer, a text tower)."""
   path = pathlib.Path(config.path)
   if path.is_dir():
     return checkpoint_npz.to_canonical(_workdir_arrays(path, config.checkpoint))
-  return checkpoint_npz.to_canonical(checkpoint_npz.read_npz(path))
+  arrays = checkpoint_npz.read_npz(path)
+  ignored = checkpoint_npz.ignored_summary(arrays)
+  if ignored:
+    print(f'init_from {path}: {ignored}', flush=True)
+  return checkpoint_npz.to_canonical(arrays)
 
 
 def _workdir_arrays(workdir: pathlib.Path, checkpoint: str) -> dict[str, np.ndarray]:

@@ -7,8 +7,10 @@ from clu import metrics as clu_metrics
 from flax import nnx
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
+from trainer.devices import Devices
 from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
+from trainer.partitioning import check_batch_size
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
@@ -87,10 +89,17 @@ class ImageClassification(Task):
 
   def extra_evaluation(self, model, split, output_dir, devices):
     """Few-shot linear accuracies of the pre-logits features, when ``fewshot.shots`` is set."""
-    del output_dir, devices
+    del output_dir
     if self.fewshot is None or not self.fewshot.shots:
       return {}
-    return fewshot_evaluation(model, self.data, split, self.fewshot)
+    return fewshot_evaluation(
+      model,
+      self.data,
+      split,
+      self.fewshot,
+      devices=devices or Devices(),
+      batch_size=self.config.eval_batch_size,
+    )
 
   def num_train_examples(self) -> int:
     return self.data.num_train
@@ -145,15 +154,21 @@ class ImageClassification(Task):
 
 
 def fewshot_evaluation(
-  model, data, split: str, fewshot_config: ml_collections.ConfigDict
+  model, data, split: str, fewshot_config: ml_collections.ConfigDict, *, devices: Devices, batch_size: int
 ) -> dict[str, float]:
-  """Few-shot linear accuracies on ``split`` of ``data`` with draws from its training split."""
+  """Few-shot linear accuracies on ``split`` of ``data`` with draws from its training split.
+
+  Every process reads its rows of global batches of ``batch_size`` and gets the same accuracies.
+  """
+  check_batch_size(batch_size, devices.mesh, 'eval_batch_size')
 
   def batches(name):
-    return data.eval_batches(name, batch_size=256, process_index=0, process_count=1)
+    return data.eval_batches(
+      name, batch_size=batch_size, process_index=devices.process_index, process_count=devices.process_count
+    )
 
-  train = fewshot.extract_features(model, batches('train'), fewshot_config.train_examples)
-  test = fewshot.extract_features(model, batches(split))
+  train = fewshot.extract_features(model, batches('train'), devices, fewshot_config.train_examples)
+  test = fewshot.extract_features(model, batches(split), devices)
   return fewshot.fewshot_results(
     train,
     test,
