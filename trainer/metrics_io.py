@@ -91,10 +91,13 @@ class BucketEventsWriter(_Silent):
     self._records = record_writer.RecordWriter(self._buffer)
     self._add(file_version='brain.Event:2')
 
-  def _add(self, **fields) -> None:
+  def _add(self, summary=None, **fields) -> None:
     from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
 
-    self._records.write(event_pb2.Event(wall_time=time.time(), **fields).SerializeToString())
+    event = event_pb2.Event(wall_time=time.time(), **fields)
+    if summary is not None:  # TensorFlow's Summary class where TensorFlow is installed: copied as bytes
+      event.summary.ParseFromString(summary.SerializeToString())
+    self._records.write(event.SerializeToString())
 
   def _publish(self) -> None:
     try:
