@@ -1,7 +1,8 @@
 """A full disk at any write of a training run ends in one line saying what is intact.
 
-Each write is made to fail with ``ENOSPC`` from step 3 on: orbax's JSON item of a checkpoint,
-``metrics.jsonl`` and the TensorBoard writer (``tests/full_disk_driver.py``). The line names what
+Each write is made to fail with ``ENOSPC`` (``tests/full_disk_driver.py``): orbax's JSON item of a
+checkpoint (while the arrays are still being written: orbax's threads logged tracebacks at exit),
+``metrics.jsonl`` and the TensorBoard writer. The line names what
 was being written and the latest intact checkpoint, which restores.
 """
 
@@ -16,7 +17,7 @@ from trainer.checkpoints import Checkpoints
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXPECTED = {
-  'meta': r'no space left while saving checkpoint 4 in {workdir}/checkpoints; checkpoints up to 2 are intact',
+  'meta': r'no space left while saving checkpoint 2 in {workdir}/checkpoints; no earlier checkpoint is intact',
   'metrics': r'no space left while writing {workdir}/metrics.jsonl; checkpoints up to 2 are intact',
   'tensorboard': (
     r'no space left while writing the TensorBoard events in {workdir}/tensorboard/train; '
@@ -42,5 +43,5 @@ def test_a_full_disk_at_any_write_is_one_line_naming_the_intact_checkpoints(kind
   assert done.returncode == 2, done.stderr[-4000:]
   assert ours == ['error: ' + EXPECTED[kind].format(workdir=workdir)], done.stderr[-4000:]
   checkpoints = Checkpoints(workdir, read_only=True)
-  assert checkpoints.latest_step() == 2
+  assert checkpoints.latest_step() == (None if kind == 'meta' else 2)
   checkpoints.close()

@@ -19,6 +19,8 @@ import logging
 import pathlib
 import shutil
 import sys
+import threading
+import time
 import warnings
 from typing import Any
 
@@ -80,6 +82,21 @@ def _quiet_cancelled_writes() -> None:
 
   unraisable.quiet_cancelled_writes = True
   sys.unraisablehook = unraisable
+
+
+def _join_background_writes(seconds: float = 60.0) -> None:
+  """Lets orbax's save threads still running after one of them failed end before the error is reported.
+
+  A full disk found by one item's write (the small ``meta`` JSON fails first) ends the save while
+  the other items' threads still run; at exit they would find the interpreter's executors shut
+  down, and each would log a traceback.
+  """
+  from orbax.checkpoint._src.futures import future as orbax_future  # pylint: disable=g-import-not-at-top
+
+  deadline = time.monotonic() + seconds
+  for thread in threading.enumerate():
+    if isinstance(thread, orbax_future._SignalingThread) and thread is not threading.current_thread():  # pylint: disable=protected-access
+      threading.Thread.join(thread, max(deadline - time.monotonic(), 0.0))
 
 
 class Checkpoints:
@@ -292,6 +309,7 @@ class Checkpoints:
     step, self._saving = self._saving, None
     if not _is_disk_full(error):
       return
+    _join_background_writes()
     saved = self.intact_phrase(excluding=step)
     # The writes cancelled when the disk was found full are reported at exit otherwise.
     warnings.filterwarnings('ignore', message="coroutine '.*' was never awaited", category=RuntimeWarning)
