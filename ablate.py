@@ -17,7 +17,6 @@ and exits; rerun ablate.py afterwards to collect the table. ``--plots_only`` red
 of an existing workdir.
 """
 
-import pathlib
 import sys
 
 from trainer import host_memory
@@ -28,7 +27,7 @@ if __name__ == '__main__':
 from absl import app, flags
 from ml_collections import config_flags
 
-from trainer import cli
+from trainer import cli, storage
 from trainer.cli import run_reporting_user_errors
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -56,7 +55,7 @@ def main(argv):
   cli.quiet_library_logs()
   from ablation import plots, sweep, tables  # pylint: disable=g-import-not-at-top  (JAX and TensorFlow: not for --help)
 
-  workdir = pathlib.Path(_WORKDIR.value)
+  workdir = storage.as_path(_WORKDIR.value)
   if _PLOTS_ONLY.value:
     for path in run_reporting_user_errors(plots.plot_workdir, workdir):
       print(path)

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 
 def save(figure: Figure, path: pathlib.Path) -> pathlib.Path:
   path.parent.mkdir(parents=True, exist_ok=True)
-  figure.savefig(path, dpi=110, bbox_inches='tight')
+  with path.open('wb') as file:  # a file object: the path may be in a bucket
+    figure.savefig(file, format=path.suffix.lstrip('.') or 'png', dpi=110, bbox_inches='tight')
   return path
 
 

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from ablation import tables
 from ablation.drawing import save
+from trainer import storage
 from trainer import workdir as workdir_lib
 from trainer.cli import quiet_library_logs, run_reporting_user_errors
 from trainer.errors import WorkdirError
@@ -166,7 +167,7 @@ def plot_run_pictures(run_dir: pathlib.Path, out_dir: pathlib.Path, name: str) -
 
 def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
   """Every picture of an ablation workdir (``results.json``) or a training workdir (``config.json``)."""
-  workdir = pathlib.Path(workdir)
+  workdir = storage.as_path(workdir)
   out_dir = workdir / PLOTS_DIR
   if (workdir / tables.RESULTS_JSON).exists():
     summary = tables.read_results(workdir)

@@ -26,6 +26,7 @@ from typing import Any, Callable
 import ml_collections
 from absl import flags
 
+from trainer import storage
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints
 from trainer.errors import ConfigError
@@ -140,7 +141,7 @@ def plan_sweep(
   paths = [axis.path for axis in axes]
   if len(set(paths)) != len(paths):
     raise ConfigError(f'--axis: a field is given twice in {", ".join(paths)}.')
-  workdir = pathlib.Path(workdir)
+  workdir = storage.as_path(workdir)
   seeds = [config.seed + i for i in range(num_seeds)]
   runs, not_applicable = [], []
   for values in itertools.product(*(axis.values for axis in axes)):

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from trainer import storage
 from trainer.errors import WorkdirError
 from trainer.task import task_class
 
@@ -122,7 +123,7 @@ def csv_text(summary: dict[str, Any]) -> str:
 
 def write_results(directory: str | pathlib.Path, summary: dict[str, Any]) -> str:
   """Writes ``results.json``, ``results.csv`` and ``results.md`` into ``directory``; returns the markdown."""
-  directory = pathlib.Path(directory)
+  directory = storage.as_path(directory)
   directory.mkdir(parents=True, exist_ok=True)
   table = markdown(summary)
   (directory / RESULTS_JSON).write_text(json.dumps(summary, indent=2) + '\n')
@@ -132,7 +133,7 @@ def write_results(directory: str | pathlib.Path, summary: dict[str, Any]) -> str
 
 
 def read_results(directory: str | pathlib.Path) -> dict[str, Any]:
-  path = pathlib.Path(directory) / RESULTS_JSON
+  path = storage.as_path(directory) / RESULTS_JSON
   if not path.exists():
     raise WorkdirError(f'{path} not found: {directory} is not a workdir written by ablate.py.')
   return json.loads(path.read_text())

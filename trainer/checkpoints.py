@@ -15,14 +15,15 @@ The loop never saves a state with a non-finite value (``count_non_finite``), and
 checkpoint whose parameters are not all finite (written by older code) is refused when
 restored, with a ``CheckpointError`` naming it.
 A full disk while saving is a ``CheckpointError`` naming the step and the last
-intact one.
+intact one. The workdir may be a bucket (``gs://bucket/run``, see ``trainer/storage.py``).
 """
 
-import errno
 import logging
 import pathlib
 import shutil
 import sys
+import threading
+import time
 import warnings
 from typing import Any
 
@@ -32,7 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from trainer import integrity
+from trainer import integrity, storage
 from trainer.errors import CheckpointError
 
 _log = logging.getLogger(__name__)
@@ -41,14 +42,7 @@ _FORMAT = 2  # 1: one orbax item holding the whole TrainState, no integrity reco
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 
 
-def _is_disk_full(error: BaseException | None) -> bool:
-  seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or 'No space left' in str(error):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
+_is_disk_full = storage.is_disk_full
 
 
 class _ExpectedOrbaxWarnings(logging.Filter):
@@ -94,6 +88,21 @@ def _quiet_cancelled_writes() -> None:
   sys.unraisablehook = unraisable
 
 
+def _join_background_writes(seconds: float = 60.0) -> None:
+  """Lets orbax's save threads still running after one of them failed end before the error is reported.
+
+  A full disk found by one item's write (the small ``meta`` JSON fails first) ends the save while
+  the other items' threads still run; at exit they would find the interpreter's executors shut
+  down, and each would log a traceback.
+  """
+  from orbax.checkpoint._src.futures import future as orbax_future  # pylint: disable=g-import-not-at-top
+
+  deadline = time.monotonic() + seconds
+  for thread in threading.enumerate():
+    if isinstance(thread, orbax_future._SignalingThread) and thread is not threading.current_thread():  # pylint: disable=protected-access
+      threading.Thread.join(thread, max(deadline - time.monotonic(), 0.0))
+
+
 class Checkpoints:
   def __init__(
     self,
@@ -111,7 +120,7 @@ class Checkpoints:
     self.best_metric = best_metric
     self.best_mode = best_mode
     self.read_only = read_only
-    self.directory = pathlib.Path(workdir).absolute() / 'checkpoints'
+    self.directory = storage.absolute(workdir) / 'checkpoints'
     self._asynchronous = asynchronous
     self._saving = None  # the step whose save is in flight
     self._needed_items = tuple(needed_items)  # what "intact" covers: ('params',) for evaluation
@@ -274,7 +283,8 @@ class Checkpoints:
     """Orbax's post-finalisation callback (primary process): the step is complete but not yet published."""
     final = self.directory / str(self._saving)
     temporary = final.with_name(final.name + _TMP_SUFFIX)
-    integrity.write_record(temporary if temporary.is_dir() else final)
+    # In a bucket orbax writes the step in place (no rename there) and marks it committed afterwards.
+    integrity.write_record(temporary if not storage.is_remote(final) and temporary.is_dir() else final)
 
   def _set_aside_damaged(self, step: int) -> None:
     """A damaged checkpoint at ``step`` (training resumed before it) moves out of orbax's way."""
@@ -287,7 +297,11 @@ class Checkpoints:
       while target.exists():
         target, suffix = target.with_name(f'{step}.{suffix}'), suffix + 1
       target.parent.mkdir(exist_ok=True)
-      shutil.move(path, target)
+      if storage.is_remote(path):
+        fs, source = storage.filesystem(path)
+        fs.mv(source, storage.filesystem(target)[1], recursive=True)
+      else:
+        shutil.move(path, target)
       _log.warning('Moved damaged checkpoint %d to %s to save a new one.', step, target)
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
@@ -299,13 +313,18 @@ class Checkpoints:
     step, self._saving = self._saving, None
     if not _is_disk_full(error):
       return
-    intact = [s for s in self.all_steps() if s != step and self.problem(s) is None]
-    saved = f'checkpoints up to {intact[-1]} are intact' if intact else 'no earlier checkpoint is intact'
+    _join_background_writes()
+    saved = self.intact_phrase(excluding=step)
     # The writes cancelled when the disk was found full are reported at exit otherwise.
     warnings.filterwarnings('ignore', message="coroutine '.*' was never awaited", category=RuntimeWarning)
     raise CheckpointError(
       f'no space left while saving checkpoint {step} in {self.directory}; {saved}'
     ) from error
+
+  def intact_phrase(self, excluding: int | None = None) -> str:
+    """'checkpoints up to M are intact' (M: the latest intact step), for the one-line errors of a full disk."""
+    intact = [s for s in self.all_steps() if s != excluding and self.problem(s) is None]
+    return f'checkpoints up to {intact[-1]} are intact' if intact else 'no earlier checkpoint is intact'
 
   def wait(self) -> None:
     """Blocks until the save in flight is written; a full disk is a ``CheckpointError``."""

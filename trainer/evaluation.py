@@ -10,7 +10,7 @@ import pathlib
 import jax
 from flax import nnx
 
-from trainer import random_streams
+from trainer import random_streams, storage
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like
 from trainer.errors import CheckpointError
@@ -27,7 +27,7 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
   ``average_last=N`` the parameters are the mean of the N latest intact
   checkpoints ending at that step (Vaswani et al. averaged the last 5).
   """
-  workdir = pathlib.Path(workdir)
+  workdir = storage.as_path(workdir)
   config = workdir_lib.load_config(workdir)
   mesh = mesh or make_mesh()
   checkpoints = Checkpoints(
@@ -67,7 +67,7 @@ def evaluate_workdir(
   average_last: int = 1,
 ) -> dict:
   """Evaluates one checkpoint on one split; writes ``eval_<split>_step<N>.json`` into the workdir."""
-  workdir = pathlib.Path(workdir)
+  workdir = storage.as_path(workdir)
   config = workdir_lib.load_config(workdir)
   split = split or config.eval_split
   mesh = make_mesh()
@@ -87,5 +87,5 @@ def evaluate_workdir(
   if average_last > 1:
     result['averaged_checkpoints'] = average_last
   if jax.process_index() == 0:
-    (workdir / f'{name}.json').write_text(json.dumps(result, indent=2, sort_keys=True) + '\n')
+    storage.write_text(workdir / f'{name}.json', json.dumps(result, indent=2, sort_keys=True) + '\n')
   return result

@@ -15,6 +15,12 @@ never trusted. One file cannot have a checksum: orbax adds the commit time to th
 ``_CHECKPOINT_METADATA`` after publishing it; the record requires it to exist and be JSON.
 The price is reading each checkpoint back once when it is saved (in orbax's background
 thread) and once when it is restored.
+
+In an object store (a ``gs://`` workdir) nothing is read back: the record holds each
+object's size and the checksum the store computed when it received it (MD5, or CRC32C
+for objects that have no MD5), taken from one listing, and the check lists the step again
+and compares. Orbax publishes a step there by writing its ``commit_success.txt`` last
+(after the record); a step without it is incomplete.
 """
 
 import hashlib
@@ -23,10 +29,13 @@ import os
 import pathlib
 from collections.abc import Sequence
 
+from trainer import storage
+
 RECORD_NAME = 'integrity.json'
 _FORMAT = 1
 _CHUNK = 1 << 20
 _REWRITTEN_AFTER_RECORD = ('_CHECKPOINT_METADATA',)
+_COMMIT_MARKER = 'commit_success.txt'  # orbax's, in an object store
 
 
 def _sha256(path: pathlib.Path) -> str:
@@ -45,8 +54,35 @@ def _files(directory: pathlib.Path) -> list[str]:
   )
 
 
+def _stored_objects(directory) -> dict[str, tuple[int, str]]:
+  """``{name: (size, checksum)}`` of the objects under ``directory``, from one listing."""
+  fs, root = storage.filesystem(directory)
+  objects = {}
+  for name, info in fs.find(root, detail=True).items():
+    relative = name[len(root.rstrip('/')) + 1 :]
+    if relative and info.get('type') != 'directory':
+      checksum = f'md5:{info["md5Hash"]}' if info.get('md5Hash') else f'crc32c:{info.get("crc32c")}'
+      objects[relative] = (int(info['size']), checksum)
+  return objects
+
+
+def _write_remote_record(directory) -> None:
+  files = {
+    name: [None, None] if name in _REWRITTEN_AFTER_RECORD else list(entry)
+    for name, entry in _stored_objects(directory).items()
+    if name != RECORD_NAME and name != _COMMIT_MARKER
+  }
+  storage.write_text(
+    storage.as_path(directory) / RECORD_NAME,
+    json.dumps({'format': _FORMAT, 'files': files}, indent=1, sort_keys=True) + '\n',
+  )
+
+
 def write_record(directory: str | pathlib.Path) -> None:
   """Writes the record of every file now under ``directory`` (atomically: a temporary file renamed)."""
+  if storage.is_remote(directory):
+    _write_remote_record(directory)
+    return
   directory = pathlib.Path(directory)
   files = {
     name: [None, None]
@@ -69,7 +105,7 @@ def check(directory: str | pathlib.Path, items: Sequence[str] | None = None) -> 
   With ``items``, only the files of those orbax items (subdirectories) and the step's own
   files are checked: evaluation reads no optimizer state, not even to check it.
   """
-  directory = pathlib.Path(directory)
+  directory = storage.as_path(directory)
   try:
     record = json.loads((directory / RECORD_NAME).read_text())
     files = record['files']
@@ -86,6 +122,8 @@ def check(directory: str | pathlib.Path, items: Sequence[str] | None = None) -> 
     files = {
       name: entry for name, entry in files.items() if name.split('/', 1)[0] in items or '/' not in name
     }
+  if storage.is_remote(directory):
+    return _check_remote(directory, files)
   for name, (size, digest) in sorted(files.items()):
     path = directory / name
     if not path.is_file():
@@ -100,5 +138,26 @@ def check(directory: str | pathlib.Path, items: Sequence[str] | None = None) -> 
     if actual != size:
       return f'{name} has {actual} bytes, {size} when saved'
     if _sha256(path) != digest:
+      return f'{name} differs from its checksum'
+  return None
+
+
+def _check_remote(directory, files: dict) -> str | None:
+  stored = _stored_objects(directory)
+  if _COMMIT_MARKER not in stored:
+    return f'it has no {_COMMIT_MARKER} (orbax did not finish it)'
+  for name, (size, digest) in sorted(files.items()):
+    if name not in stored:
+      return f'{name} is missing'
+    if size is None:
+      try:
+        json.loads((directory / name).read_text())
+      except (OSError, ValueError):
+        return f'{name} is not JSON'
+      continue
+    actual, checksum = stored[name]
+    if actual != size:
+      return f'{name} has {actual} bytes, {size} when saved'
+    if checksum != digest:
       return f'{name} differs from its checksum'
   return None

@@ -27,11 +27,11 @@ from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
-from trainer import random_streams
+from trainer import random_streams, storage
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like, count_non_finite
 from trainer.devices import Devices
-from trainer.errors import DataError, TrainingDiverged, WorkdirError
+from trainer.errors import CheckpointError, DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
 from trainer.optim import describe_weight_decay, frozen_paths, make_optimizer
 from trainer.partitioning import (
@@ -45,7 +45,7 @@ from trainer.partitioning import (
 from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step, train_metrics
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
-from trainer.workdir_lock import WorkdirLock
+from trainer.workdir_lock import make_lock
 
 
 @dataclasses.dataclass
@@ -96,9 +96,9 @@ def _format(metrics: dict[str, Any]) -> str:
   )
 
 
-def _lock_workdir(workdir: pathlib.Path) -> WorkdirLock:
+def _lock_workdir(workdir):
   """Process 0 locks the workdir; every process raises if it could not."""
-  lock = WorkdirLock(workdir)
+  lock = make_lock(workdir)
   error = None
   if jax.process_index() == 0:
     try:
@@ -361,9 +361,26 @@ class _Training:
       for writer in self.writers.values():
         writer.flush()
 
+  def close_after_error(self) -> None:
+    """Closes what can be closed; the error that ended the run is the one reported, not these."""
+    for close in [self.checkpoints.close, *(writer.flush for writer in self.writers.values())]:
+      try:
+        close()
+      except Exception as error:  # pylint: disable=broad-except
+        logging.info('While closing after an error: %s', error)
+
+
+def _no_space_error(error: storage.NoSpace, workdir) -> CheckpointError:
+  """The one line for a full disk met outside a checkpoint: what was being written, and what is intact."""
+  checkpoints = Checkpoints(workdir, read_only=True)
+  try:
+    return CheckpointError(f'{error}; {checkpoints.intact_phrase()}')
+  finally:
+    checkpoints.close()
+
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> TrainResult:
-  workdir = pathlib.Path(workdir)
+  workdir = storage.as_path(workdir)
   task = load_task(config)
   workdir_lib.check_same_identity(workdir, config)
   mesh = make_mesh(**config.get('mesh', {}))
@@ -377,11 +394,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
   lock = _lock_workdir(workdir)
   try:
     task.prepare(workdir)
-    training = _Training(config, workdir, task, mesh, optimizer, num_steps)
+    training = None
     try:
+      training = _Training(config, workdir, task, mesh, optimizer, num_steps)
       with StopRequest(sync_every_steps=config.log_every_steps) as stop:
-        return training.run(stop)
-    finally:
+        result = training.run(stop)
       training.close()
+      return result
+    except BaseException as error:
+      if training is not None:
+        training.close_after_error()  # the saves in flight end before what is intact is said
+      if isinstance(error, storage.NoSpace):
+        raise _no_space_error(error, workdir) from error
+      raise
   finally:
     lock.release()

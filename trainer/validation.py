@@ -20,6 +20,7 @@ import pathlib
 
 import ml_collections
 
+from trainer import storage
 from trainer.errors import ConfigError, WorkdirError
 
 OPTIMIZERS = ('adamw', 'sgd')
@@ -184,7 +185,14 @@ def check_task_names(config: ml_collections.ConfigDict, task) -> None:
 
 
 def check_workdir(workdir) -> None:
-  """The workdir is a folder we can write, or can be created as one; nothing is created here."""
+  """The workdir is a folder we can write, or can be created as one; nothing is created here.
+
+  A workdir in an object store (``gs://bucket/run``) needs its bucket; whether it may be
+  written is known at the first write.
+  """
+  if storage.is_remote(workdir):
+    _check_bucket(str(workdir))
+    return
   path = pathlib.Path(workdir)
   if path.exists() or path.is_symlink():
     if not path.is_dir():
@@ -201,3 +209,17 @@ def check_workdir(workdir) -> None:
     raise WorkdirError(
       f'workdir {path} cannot be created: {parent} is not writable (read-only file system or permissions).'
     )
+
+
+def _check_bucket(url: str) -> None:
+  scheme, _, rest = url.partition('://')
+  bucket = rest.split('/', 1)[0]
+  if not bucket:
+    raise WorkdirError(f'workdir {url} names no bucket; use {scheme}://BUCKET/PATH.')
+  try:
+    fs, _ = storage.filesystem(url)
+    found = fs.exists(bucket)
+  except Exception as error:  # pylint: disable=broad-except  (credentials, network: the library says which)
+    raise WorkdirError(f'workdir {url}: cannot reach bucket {bucket} ({error}).') from None
+  if not found:
+    raise WorkdirError(f'workdir {url}: bucket {bucket} does not exist (or these credentials cannot see it).')

@@ -13,7 +13,7 @@ import pathlib
 
 import ml_collections
 
-from trainer import validation
+from trainer import storage, validation
 from trainer.errors import MissingFileError, WorkdirError
 
 CONFIG_FILE = 'config.json'
@@ -32,14 +32,13 @@ NOT_IDENTITY_FIELDS = (
 
 
 def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> None:
-  path = pathlib.Path(workdir) / CONFIG_FILE
-  temporary = path.with_suffix('.tmp')
-  temporary.write_text(config.to_json_best_effort(indent=2, sort_keys=True) + '\n')
-  temporary.replace(path)
+  storage.write_text(
+    storage.as_path(workdir) / CONFIG_FILE, config.to_json_best_effort(indent=2, sort_keys=True) + '\n'
+  )
 
 
 def _read_saved(workdir: pathlib.Path) -> dict:
-  path = pathlib.Path(workdir) / CONFIG_FILE
+  path = storage.as_path(workdir) / CONFIG_FILE
   try:
     saved = json.loads(path.read_text())
   except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -53,7 +52,7 @@ def _read_saved(workdir: pathlib.Path) -> dict:
 
 
 def load_config(workdir: pathlib.Path) -> ml_collections.ConfigDict:
-  path = pathlib.Path(workdir) / CONFIG_FILE
+  path = storage.as_path(workdir) / CONFIG_FILE
   if not path.exists():
     raise MissingFileError(f'{path} not found: {workdir} is not a workdir written by train.py.')
   return ml_collections.ConfigDict(_read_saved(workdir))
@@ -82,7 +81,7 @@ def check_same_identity(workdir: pathlib.Path, config: ml_collections.ConfigDict
   Creates nothing: a workdir that does not exist yet only has to be creatable.
   """
   validation.check_workdir(workdir)
-  if not (pathlib.Path(workdir) / CONFIG_FILE).exists():
+  if not (storage.as_path(workdir) / CONFIG_FILE).exists():
     return
   saved = identity(_read_saved(workdir))
   current = identity(json.loads(config.to_json_best_effort()))
@@ -91,7 +90,7 @@ def check_same_identity(workdir: pathlib.Path, config: ml_collections.ConfigDict
       # A field added to the code after the workdir was written: only the user knows whether
       # its default is what that run did, so say how to resume rather than guess.
       raise WorkdirError(
-        f'{workdir / CONFIG_FILE} has no {field} (the field is newer than the workdir); it is '
+        f'{storage.as_path(workdir) / CONFIG_FILE} has no {field} (the field is newer than the workdir); it is '
         f'{current[field]!r} now. If that is what the run used, add it there to resume; '
         'otherwise use a new --workdir.'
       )

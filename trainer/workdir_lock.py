@@ -1,4 +1,4 @@
-"""One training process per workdir: an OS lock on ``<workdir>/train.lock``.
+"""One training process per workdir: an OS lock on ``<workdir>/train.lock`` (a lock object in a bucket).
 
 The lock is ``fcntl.flock`` on the file, so the operating system lets it go when
 the holder dies, even by ``kill -9``. The file says who holds it (``pid host``)
@@ -14,6 +14,7 @@ import socket
 
 from absl import logging
 
+from trainer import storage
 from trainer.errors import WorkdirError
 
 LOCK_FILE = 'train.lock'
@@ -84,3 +85,12 @@ class WorkdirLock:
     self._write('')
     self._file.close()  # closing lets the flock go
     self._file = None
+
+
+def make_lock(workdir):
+  """The lock for ``workdir``: this OS lock for a folder, a lock object for a ``gs://`` workdir."""
+  if storage.is_remote(workdir):
+    from trainer.bucket_lock import BucketLock  # pylint: disable=g-import-not-at-top
+
+    return BucketLock(str(workdir))
+  return WorkdirLock(workdir)

@@ -1,0 +1,88 @@
+"""Runs ``train.py``'s main on a tiny ViT with one kind of write failing for a full disk.
+
+  python -m tests.full_disk_driver KIND WORKDIR
+
+KIND is the write that finds the disk full: ``meta`` (orbax's JSON item of a checkpoint, from the
+first checkpoint on: it fails while the arrays are still being written), ``metrics``
+(``metrics.jsonl``, from step 3 on) or ``tensorboard`` (the TensorBoard writer, from step 3 on).
+"""
+
+import errno
+import pathlib
+import sys
+
+from absl import app
+
+import train
+from trainer import cli
+
+_ARGS = [
+  '--config=configs/vit_digits.py',
+  '--config.model.width=16',
+  '--config.model.depth=1',
+  '--config.model.num_heads=2',
+  '--config.model.mlp_dim=32',
+  '--config.model.patch_size=4',
+  '--config.batch_size=32',
+  '--config.eval_batch_size=64',
+  '--config.num_epochs=0',
+  '--config.total_steps=6',
+  '--config.log_every_steps=1',
+  '--config.eval_every_steps=6',
+  '--config.checkpoint_every_steps=2',
+]
+
+
+def _full(*args, **kwargs):
+  del args, kwargs
+  raise OSError(errno.ENOSPC, 'No space left on device')
+
+
+def _fill_disk_at(kind: str) -> None:
+  calls = {'count': 0}
+
+  def after_two(original, fail=_full):
+    def write(*args, **kwargs):
+      calls['count'] += 1
+      if calls['count'] > 2:
+        fail()
+      return original(*args, **kwargs)
+
+    return write
+
+  if kind == 'meta':
+    from orbax.checkpoint._src.handlers import json_checkpoint_handler
+
+    handler = json_checkpoint_handler.JsonCheckpointHandler
+
+    async def save(self, x, directory):
+      del self, x, directory
+      _full()
+
+    handler._save_fn = save
+  elif kind == 'metrics':
+    original_open = pathlib.Path.open
+
+    def open_(self, mode='r', *args, **kwargs):
+      if self.name == 'metrics.jsonl' and 'a' in mode:
+        return after_two(original_open)(self, mode, *args, **kwargs)
+      return original_open(self, mode, *args, **kwargs)
+
+    pathlib.Path.open = open_
+  elif kind == 'tensorboard':
+    import tensorflow as tf
+    from clu.metric_writers import summary_writer
+
+    def tensorflow_full():  # as TensorFlow's file writer reports it
+      raise tf.errors.ResourceExhaustedError(None, None, 'events file: No space left on device')
+
+    writer = summary_writer.SummaryWriter
+    writer.write_scalars = after_two(writer.write_scalars, tensorflow_full)
+  else:
+    raise ValueError(kind)
+
+
+if __name__ == '__main__':
+  _fill_disk_at(sys.argv[1])
+  sys.argv = ['train.py', *_ARGS, f'--workdir={sys.argv[2]}']
+  app.run(train.main, flags_parser=cli.parse_flags)

@@ -1,0 +1,165 @@
+"""A workdir in a bucket: ``gs://test-bucket/run`` on a local GCS emulator (``gcp-storage-emulator``).
+
+Every layer is pointed at the emulator: TensorStore (orbax's array data) by
+``TENSORSTORE_GCS_HTTP_URL``, gcsfs (``etils.epath``: orbax's metadata, the config, the
+metrics, the integrity record) and google-cloud-storage (the lock) by ``STORAGE_EMULATOR_HOST``.
+``EPATH_USE_TF=false`` keeps epath on gcsfs (TensorFlow's GCS client has no emulator setting).
+The emulator ignores preconditions, so the fixture adds ``ifGenerationMatch`` to its uploads
+and deletes, as GCS does them (412 when the object's generation is another).
+"""
+
+import json
+import socket
+import time
+from http import HTTPStatus
+
+import pytest
+
+from tests.vit_test_configs import tiny_vit_config
+from trainer.errors import WorkdirError
+
+WORKDIR = 'gs://test-bucket/run'
+
+
+def _honour_generation_preconditions(server_module, objects) -> None:
+  def guarded(handler):
+    def handle(request, response, storage, *args, **kwargs):
+      wanted = request.query.get('ifGenerationMatch')
+      if wanted:
+        name = request.params.get('object_id') or (request.query.get('name') or [None])[0]
+        if name is None:
+          name = request.data['meta'].get('name')
+        try:
+          current = storage.get_file_obj(request.params['bucket_name'], name)['generation']
+        except Exception:  # pylint: disable=broad-except  (no such object)
+          current = '0'
+        if str(current) != wanted[0]:
+          response.status = HTTPStatus.PRECONDITION_FAILED
+          response.json({'error': {'code': 412, 'message': 'conditionNotMet', 'errors': []}})
+          return None
+      return handler(request, response, storage, *args, **kwargs)
+
+    return handle
+
+  for _, handlers in server_module.HANDLERS:
+    for method, handler in list(handlers.items()):
+      if handler in (objects.insert, objects.delete):
+        handlers[method] = guarded(handler)
+
+
+@pytest.fixture(scope='module')
+def bucket():
+  pytest.importorskip('gcp_storage_emulator')
+  from gcp_storage_emulator import server as server_module
+  from gcp_storage_emulator.handlers import objects
+
+  _honour_generation_preconditions(server_module, objects)
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
+  server = server_module.create_server('127.0.0.1', port, in_memory=True, default_bucket='test-bucket')
+  server.start()
+  url = f'http://127.0.0.1:{port}'
+  patch = pytest.MonkeyPatch()
+  for name, value in {
+    'STORAGE_EMULATOR_HOST': url,
+    'TENSORSTORE_GCS_HTTP_URL': url,
+    'GOOGLE_AUTH_TOKEN_FOR_TESTING': 'emulator',
+    'EPATH_USE_TF': 'false',
+    'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false',
+  }.items():
+    patch.setenv(name, value)
+  yield url
+  patch.undo()
+  server.stop()
+
+
+def _objects(prefix: str) -> list[str]:
+  from trainer import storage
+
+  fs, root = storage.filesystem(prefix)
+  return [name[len(root) + 1 :] for name in fs.find(root)]
+
+
+@pytest.mark.slow
+def test_train_resume_and_evaluate_in_a_bucket(bucket):
+  del bucket
+  from trainer import metrics_io, storage
+  from trainer.checkpoints import Checkpoints
+  from trainer.evaluation import evaluate_workdir
+  from trainer.loop import train_and_evaluate
+
+  first = train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=2), WORKDIR)
+  assert first.step == 4
+  names = _objects(WORKDIR)
+  assert 'config.json' in names and 'metrics.jsonl' in names
+  assert 'checkpoints/4/integrity.json' in names and 'checkpoints/4/commit_success.txt' in names
+  assert any(name.startswith('tensorboard/train/events.out.tfevents.') for name in names)
+  assert 'train.lock' not in names  # released
+  checkpoints = Checkpoints(WORKDIR, read_only=True)
+  assert checkpoints.all_steps() == [2, 4] and checkpoints.latest_step() == 4
+  checkpoints.close()
+
+  resumed = train_and_evaluate(tiny_vit_config(total_steps=6, eval_every_steps=2), WORKDIR)
+  assert resumed.step == 6
+  records = metrics_io.read_metrics(WORKDIR)
+  train_steps = [record['step'] for record in records if record['split'] == 'train' and 'loss' in record]
+  assert train_steps == [1, 2, 3, 4, 5, 6]  # the resumed run went on from step 4
+
+  result = evaluate_workdir(WORKDIR)
+  assert result['step'] == 6 and 0.0 <= result['accuracy'] <= 1.0
+  assert result['accuracy'] == pytest.approx(resumed.eval_metrics['accuracy'])
+  saved = json.loads(storage.as_path(f'{WORKDIR}/eval_{result["split"]}_step6.json').read_text())
+  assert saved['accuracy'] == result['accuracy']
+
+
+@pytest.mark.slow
+def test_damaged_object_in_a_bucket_is_skipped(bucket):
+  del bucket
+  from trainer import storage
+  from trainer.checkpoints import Checkpoints
+  from trainer.loop import train_and_evaluate
+
+  workdir = 'gs://test-bucket/damaged'
+  train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=4), workdir)
+  data = max(
+    (name for name in _objects(f'{workdir}/checkpoints/4/params') if '/d/' in f'/{name}'),
+    key=lambda name: storage.as_path(f'{workdir}/checkpoints/4/params/{name}').stat().length,
+  )
+  path = storage.as_path(f'{workdir}/checkpoints/4/params/{data}')
+  content = bytearray(path.read_bytes())
+  content[len(content) // 2] ^= 0xFF
+  path.write_bytes(bytes(content))
+  checkpoints = Checkpoints(workdir, read_only=True)
+  assert checkpoints.latest_step() == 2
+  assert 'differs from its checksum' in checkpoints.problem(4)
+  checkpoints.close()
+
+
+@pytest.mark.slow
+def test_the_bucket_lock_refuses_a_second_holder_and_takes_over_a_stale_one(bucket):
+  del bucket
+  from trainer.bucket_lock import BucketLock
+  from trainer.loop import train_and_evaluate
+
+  holder = BucketLock(WORKDIR, renew_seconds=0.2)
+  holder.acquire()
+  try:
+    with pytest.raises(WorkdirError, match=r'is being trained by pid \d+ on host'):
+      train_and_evaluate(tiny_vit_config(total_steps=1), WORKDIR)
+    time.sleep(0.5)  # renewed meanwhile: still not stale for a short stale time
+    with pytest.raises(WorkdirError, match='is being trained by'):
+      BucketLock(WORKDIR, stale_seconds=2).acquire()
+  finally:
+    holder._stop.set()  # the holder "dies": it stops renewing and never releases
+    holder._thread.join()
+  time.sleep(2.5)
+  second = BucketLock(WORKDIR, stale_seconds=2)
+  second.acquire()  # takes over the stale lock
+  third = BucketLock(WORKDIR, stale_seconds=2)
+  with pytest.raises(WorkdirError):
+    third.acquire()
+  second.release()
+  third.acquire()
+  third.release()
+  assert 'train.lock' not in _objects(WORKDIR)
