@@ -4,8 +4,8 @@
   python evaluate.py --workdir runs/vit_cifar10
 
 Reads a prepared tfds copy of `cifar10` (`--config.data.data_dir=DIR`), or an image
-folder root/{train,test}/<class>/*.png|jpg:
-  --config.data.source=folder --config.data.path=PATH/TO/cifar10 --config.data.cache_dir=/tmp/cifar_cache
+folder root/{train,test}/<class>/*.png|jpg (`python -m pipelines.download cifar10` writes data/cifar10):
+  --config.data.source=folder --config.data.path=data/cifar10 --config.data.cache_dir=/tmp/cifar_cache
 
 The shape follows the small ViTs that train well from scratch on CIFAR (e.g. the
 "ViT-Lite-7/4" of Hassani et al. 2021): width 256, 7 layers, 4 heads, MLP 512,

@@ -1,10 +1,11 @@
 """ViT on MNIST (28x28 grey, 60,000 train / 10,000 test), from the four IDX files or from tfds.
 
-  python train.py --config configs/vit_mnist.py --workdir runs/vit_mnist --config.data.path=PATH/TO/mnist
+  python train.py --config configs/vit_mnist.py --workdir runs/vit_mnist
   python evaluate.py --workdir runs/vit_mnist
 
-PATH/TO/mnist holds train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz,
-t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz (gzipped or not). With a
+data/mnist (`python -m pipelines.download mnist`; elsewhere: --config.data.path=DIR) holds
+train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz and
+t10k-labels-idx1-ubyte.gz (gzipped or not). With a
 prepared tfds copy instead: --config.data.source=tfds --config.data.name=mnist
 [--config.data.data_dir=DIR].
 

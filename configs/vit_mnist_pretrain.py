@@ -1,7 +1,6 @@
 """A small ViT pre-trained on MNIST, to be exported and fine-tuned elsewhere (the CPU fine-tuning demo).
 
-  python train.py --config configs/vit_mnist_pretrain.py --workdir runs/vit_mnist_pretrain \
-    --config.data.path=../shared/data/mnist
+  python train.py --config configs/vit_mnist_pretrain.py --workdir runs/vit_mnist_pretrain
   python -m vit.export_npz --workdir runs/vit_mnist_pretrain --out runs/vit_mnist_pretrain.npz
   python evaluate.py --workdir runs/vit_mnist_pretrain --fewshot digits --shots 1,5,10,25
 

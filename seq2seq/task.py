@@ -53,7 +53,7 @@ from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError
 from trainer.losses import token_losses
 from trainer.task import NotApplicable, Task
-from trainer.validation import check_split_name
+from trainer.validation import check_split_name, resolve_split
 
 
 @flax.struct.dataclass
@@ -166,7 +166,13 @@ class Translation(Task):
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
     self.source = open_source(data)
-    self.source.read(config.eval_split)  # a missing or mismatched evaluation split fails here
+    split_names = self.source.split_names()
+    eval_split = resolve_split(config.eval_split, split_names)
+    if eval_split not in split_names and '|' in config.eval_split:
+      raise ConfigError(
+        f'config.eval_split is {config.eval_split!r}; this data has the splits {", ".join(split_names)}.'
+      )
+    self.source.read(eval_split)  # a missing or mismatched evaluation split fails here
     self.source_tokenizer = self.target_tokenizer = None
     self._training_batches = {}
     self._eval_tokens = {}

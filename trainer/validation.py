@@ -96,19 +96,31 @@ def _check_choice(config, field: str, choices: tuple[str, ...]) -> None:
     _fail(field, value, f'allowed values: {", ".join(choices)}')
 
 
-def check_split_name(split, field: str = 'eval_split') -> None:
-  """A split (or a language) is a name, never a path: no separators, no leading dot, no spaces."""
-  if (
-    not isinstance(split, str)
-    or not split
-    or split.startswith('.')
-    or split != split.strip()
-    or any(character in split for character in '/\\\0')
-  ):
-    raise ConfigError(
-      f'{field} is {split!r}; it must be a plain name such as train, test or de '
-      '(no "/", "\\" or leading ".").'
-    )
+def check_split_name(split, field: str = 'eval_split', *, alternatives: bool = False) -> None:
+  """A split (or a language) is a name, never a path: no separators, no leading dot, no spaces.
+
+  With ``alternatives``, ``split`` may list several names in order of preference, ``test|val``.
+  """
+  names = split.split('|') if alternatives and isinstance(split, str) else [split]
+  for name in names:
+    if (
+      not isinstance(name, str)
+      or not name
+      or name.startswith('.')
+      or name != name.strip()
+      or any(character in name for character in '/\\\0')
+    ):
+      raise ConfigError(
+        f'{field} is {split!r}; it must be a plain name such as train, test or de '
+        '(no "/", "\\" or leading ".")'
+        + (', or names joined by "|", such as test|val.' if alternatives else '.')
+      )
+
+
+def resolve_split(choice: str, available) -> str:
+  """The first of ``choice``'s ``|``-separated names that is ``available`` (else the first name)."""
+  names = choice.split('|')
+  return next((name for name in names if name in available), names[0])
 
 
 def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
@@ -146,7 +158,7 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
     _fail('optimizer.learning_rate', rate, 'it must be a finite number > 0')
   if not isinstance(config.best_metric, str) or not config.best_metric:
     _fail('best_metric', config.best_metric, 'it must name an evaluation metric')
-  check_split_name(config.eval_split, 'config.eval_split')
+  check_split_name(config.eval_split, 'config.eval_split', alternatives=True)
   for field in ('data.train_split', 'data.src_lang', 'data.tgt_lang'):  # parts of file names
     if _has(config, field) and _get(config, field) is not None:
       check_split_name(_get(config, field), f'config.{field}')
@@ -175,10 +187,15 @@ def _has(config, field: str) -> bool:
 
 
 def check_task_names(config: ml_collections.ConfigDict, task) -> None:
-  """``eval_split`` and ``best_metric`` must be names the task can evaluate and report."""
+  """``eval_split`` and ``best_metric`` must be names the task can evaluate and report.
+
+  An ``eval_split`` of alternatives (``test|val``) is replaced by the first one the data has.
+  """
   splits = task.eval_split_names()
-  if config.eval_split not in splits:
+  resolved = resolve_split(config.eval_split, splits)
+  if resolved not in splits:
     _fail('eval_split', config.eval_split, f'this data has the splits {", ".join(splits)}')
+  config.eval_split = resolved  # ``test|val`` becomes the split used, as the workdir's config.json says
   metrics = task.eval_metric_names()
   if config.best_metric not in metrics:
     _fail('best_metric', config.best_metric, f'an evaluation reports {", ".join(metrics)}')
