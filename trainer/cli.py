@@ -2,11 +2,15 @@
 
 A ``UserError`` (``trainer/errors.py``: a bad config value, a missing file) and a config file
 that cannot be loaded or overridden print ``error: <message>`` on stderr and exit with status 2.
-Every other exception is a bug, ours or a library's, and keeps its traceback.
+Every other exception is a bug, ours or a library's, and keeps its traceback. What the
+libraries print from C++ while they load is kept off the terminal unless ``--verbose`` asks for it.
 """
 
+import contextlib
+import os
 import pathlib
 import sys
+import tempfile
 
 from absl import flags, logging
 from ml_collections import config_flags
@@ -14,6 +18,11 @@ from ml_collections import config_flags
 from trainer.errors import UserError
 
 USAGE_STATUS = 2
+INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C
+
+_VERBOSE = flags.DEFINE_bool(
+  'verbose', False, "Show the libraries' start-up messages (TensorFlow's, absl's) and their INFO logs."
+)
 
 
 def fail(message) -> None:
@@ -23,9 +32,51 @@ def fail(message) -> None:
 
 
 def quiet_library_logs() -> None:
-  """Library INFO lines would drown the progress lines; ``--verbosity=0`` brings them back."""
-  if not flags.FLAGS['verbosity'].present:
+  """Library INFO lines would drown the progress lines; ``--verbose`` or ``--verbosity=0`` brings them back."""
+  if not flags.FLAGS['verbosity'].present and not _VERBOSE.value:
     logging.set_verbosity(logging.WARNING)
+
+
+@contextlib.contextmanager
+def loading_libraries(nothing_written: str = 'nothing was written'):
+  """The block that imports JAX, TensorFlow and the rest, with their start-up chatter held back.
+
+  TensorFlow's oneDNN notice and absl's "All log messages before absl::InitializeLog()" line come
+  from C++ straight to file descriptor 2, so Python's ``sys.stderr`` cannot filter them: the
+  descriptor points at a temporary file while the block runs, and what it caught is shown only
+  if the block fails (or with ``--verbose``). A Ctrl-C during the block is one line that says
+  ``nothing_written`` instead of a traceback through the importers.
+  """
+  if _VERBOSE.value:
+    try:
+      yield
+    except KeyboardInterrupt:
+      _interrupted(nothing_written)
+    return
+  sys.stderr.flush()
+  terminal = os.dup(2)
+  with tempfile.TemporaryFile() as caught:
+    os.dup2(caught.fileno(), 2)
+    try:
+      yield
+    except KeyboardInterrupt:
+      os.dup2(terminal, 2)
+      _interrupted(nothing_written)
+    except BaseException:
+      sys.stderr.flush()
+      os.dup2(terminal, 2)
+      caught.seek(0)
+      os.write(2, caught.read())
+      raise
+    finally:
+      sys.stderr.flush()
+      os.dup2(terminal, 2)
+      os.close(terminal)
+
+
+def _interrupted(nothing_written: str) -> None:
+  print(f'interrupted while loading the libraries; {nothing_written}', file=sys.stderr, flush=True)
+  sys.exit(INTERRUPTED_STATUS)
 
 
 def run_reporting_user_errors(function, *args, **kwargs):
