@@ -9,6 +9,7 @@ libraries print from C++ while they load is kept off the terminal unless ``--ver
 import contextlib
 import os
 import pathlib
+import signal
 import sys
 import tempfile
 
@@ -44,39 +45,35 @@ def loading_libraries(nothing_written: str = 'nothing was written'):
   TensorFlow's oneDNN notice and absl's "All log messages before absl::InitializeLog()" line come
   from C++ straight to file descriptor 2, so Python's ``sys.stderr`` cannot filter them: the
   descriptor points at a temporary file while the block runs, and what it caught is shown only
-  if the block fails (or with ``--verbose``). A Ctrl-C during the block is one line that says
-  ``nothing_written`` instead of a traceback through the importers.
+  if the block fails (``--verbose`` leaves the descriptor alone). A Ctrl-C during the block ends
+  the process at once with one line that says ``nothing_written``: raised as ``KeyboardInterrupt``
+  inside a half-imported C extension it printed 30 lines of traceback, or crashed the interpreter.
   """
-  if _VERBOSE.value:
-    try:
-      yield
-    except KeyboardInterrupt:
-      _interrupted(nothing_written)
-    return
   sys.stderr.flush()
   terminal = os.dup(2)
-  with tempfile.TemporaryFile() as caught:
-    os.dup2(caught.fileno(), 2)
-    try:
-      yield
-    except KeyboardInterrupt:
-      os.dup2(terminal, 2)
-      _interrupted(nothing_written)
-    except BaseException:
-      sys.stderr.flush()
-      os.dup2(terminal, 2)
-      caught.seek(0)
-      os.write(2, caught.read())
-      raise
-    finally:
-      sys.stderr.flush()
-      os.dup2(terminal, 2)
-      os.close(terminal)
 
+  def interrupted(*_):
+    os.write(terminal, f'interrupted while loading the libraries; {nothing_written}\n'.encode())
+    os._exit(INTERRUPTED_STATUS)
 
-def _interrupted(nothing_written: str) -> None:
-  print(f'interrupted while loading the libraries; {nothing_written}', file=sys.stderr, flush=True)
-  sys.exit(INTERRUPTED_STATUS)
+  previous_handler = signal.signal(signal.SIGINT, interrupted)
+  try:
+    with tempfile.TemporaryFile() as caught:
+      if not _VERBOSE.value:
+        os.dup2(caught.fileno(), 2)
+      try:
+        yield
+      except BaseException:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)
+        caught.seek(0)
+        os.write(2, caught.read())
+        raise
+  finally:
+    sys.stderr.flush()
+    os.dup2(terminal, 2)
+    os.close(terminal)
+    signal.signal(signal.SIGINT, previous_handler)
 
 
 def run_reporting_user_errors(function, *args, **kwargs):
