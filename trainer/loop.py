@@ -162,6 +162,8 @@ class _Training:
     self.is_main = jax.process_index() == 0
     if self.is_main:
       workdir_lib.save_config(workdir, config)
+      if not (workdir / workdir_lib.MODEL_FACTS_FILE).exists():
+        workdir_lib.save_model_facts(workdir, task.model_facts())
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
     self.writers = make_writers(workdir, self.is_main)
 
@@ -301,10 +303,14 @@ class _Training:
         writer.flush()
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> TrainResult:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str | pathlib.Path, task: Task | None = None
+) -> TrainResult:
+  """Trains ``config`` in ``workdir`` (resuming what is there); ``task``, if given, is ``load_task(config)``
+  built already (a sweep builds each combination's once, to check it, and trains with it)."""
   workdir = pathlib.Path(workdir)
-  task = load_task(config)
-  workdir_lib.check_same_identity(workdir, config)
+  task = task or load_task(config)
+  workdir_lib.check_same_identity(workdir, config, task.not_identity_fields)
   mesh = make_mesh(**config.get('mesh', {}))
   check_batch_size(config.batch_size, mesh)
   check_batch_size(config.eval_batch_size, mesh, 'eval_batch_size')
