@@ -53,7 +53,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   cli.quiet_library_logs()
-  from ablation import plots, sweep, tables  # pylint: disable=g-import-not-at-top  (JAX and TensorFlow: not for --help)
+  with cli.loading_libraries():  # JAX and TensorFlow: not for --help
+    from ablation import plots, sweep, tables  # pylint: disable=g-import-not-at-top
 
   workdir = storage.as_path(_WORKDIR.value)
   if _PLOTS_ONLY.value:

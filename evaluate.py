@@ -57,7 +57,8 @@ def main(argv):
   if _SPLIT.value is not None:
     cli.run_reporting_user_errors(validation.check_split_name, _SPLIT.value, '--split')
   if _FEWSHOT.value is not None:
-    from vit.fewshot import evaluate_workdir_fewshot  # pylint: disable=g-import-not-at-top
+    with cli.loading_libraries():
+      from vit.fewshot import evaluate_workdir_fewshot  # pylint: disable=g-import-not-at-top
 
     shots = cli.run_reporting_user_errors(_parse_shots, _SHOTS.value)
     result = cli.run_reporting_user_errors(
@@ -71,7 +72,8 @@ def main(argv):
     )
     print(json.dumps(result, sort_keys=True))
     return
-  from trainer.evaluation import evaluate_workdir  # pylint: disable=g-import-not-at-top
+  with cli.loading_libraries():
+    from trainer.evaluation import evaluate_workdir  # pylint: disable=g-import-not-at-top
 
   result = cli.run_reporting_user_errors(
     evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value, _BATCH_SIZE.value, _AVERAGE_LAST.value

@@ -36,9 +36,10 @@ def main(argv):
   # The checks that need no JAX and no data come first, so a mistake is reported at once.
   cli.run_reporting_user_errors(validation.check_trainer_fields, _CONFIG.value)
   cli.run_reporting_user_errors(validation.check_workdir, _WORKDIR.value)
-  import jax  # pylint: disable=g-import-not-at-top  (JAX and TensorFlow load in seconds: not for --help)
+  with cli.loading_libraries():  # JAX and TensorFlow load in seconds: not for --help
+    import jax  # pylint: disable=g-import-not-at-top
 
-  from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+    from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   if _DISTRIBUTED.value:
     jax.distributed.initialize()

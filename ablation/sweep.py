@@ -156,7 +156,7 @@ def plan_sweep(
       overrides = dict(combination, seed=seed)
       name = _run_name(overrides)
       run = Run(name, overrides, _with_overrides(combination_config, {'seed': seed}), workdir / name, task)
-      workdir_lib.check_same_identity(run.workdir, run.config)
+      workdir_lib.check_same_identity(run.workdir, run.config, task.not_identity_fields)
       runs.append(run)
   names = [run.name for run in runs]
   if len(set(names)) != len(names):
@@ -219,7 +219,7 @@ def run_sweep(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any] 
     else:
       log(f'{prefix}: training in {run.workdir}')
       start = time.perf_counter()
-      result = train_and_evaluate(run.config, run.workdir)
+      result = train_and_evaluate(run.config, run.workdir, run.task)
       if result.interrupted:
         log(f'{prefix}: interrupted; rerun the same command to resume the sweep.')
         return None

@@ -26,7 +26,7 @@ from array_record.python.array_record_module import ArrayRecordWriter
 from PIL import Image
 
 from pipelines import records
-from seq2seq.parallel_text import read_parallel
+from pipelines.parallel_text import read_parallel
 from trainer.errors import UserError
 
 _SPLITS = ('train', 'validation', 'test')

@@ -11,7 +11,7 @@ Sources (``data.source``):
             ``data.path``, the official files of brendenlake/SCAN under that folder
             (``simple_split/tasks_train_simple.txt`` and so on). Splits 'train', 'test'.
   parallel  ``data.path`` holds ``{split}.{src_lang}`` and ``{split}.{tgt_lang}``, optionally
-            gzipped (``seq2seq.parallel_text``).
+            gzipped (``pipelines.parallel_text``).
   records   ``data.path`` is a records folder of sentence pairs (``pipelines.records``), made
             once by ``python -m pipelines.convert parallel-text``; ``src_lang`` and ``tgt_lang``
             must be the languages it was made with. Pairs are read into memory, since
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import ml_collections
 
-from seq2seq.parallel_text import read_parallel
+from pipelines.parallel_text import read_parallel
 from seq2seq.scan import SCAN_SPLITS, read_scan_file, scan_split
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.tfds_import import import_tfds_on_cpu

@@ -118,6 +118,8 @@ class Translation(Task):
   train_metrics = TranslationMetrics
   eval_metrics = TranslationEvalMetrics
   percent_metrics = ('accuracy', 'exact_match')
+  # the SentencePiece files may move; what they hold is checked against the workdir's copy
+  not_identity_fields = ('data.tokenizer.model_file', 'data.tokenizer.target_model_file')
 
   def __init__(self, config: ml_collections.ConfigDict):
     super().__init__(config)
@@ -125,6 +127,9 @@ class Translation(Task):
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+    for field in ('src_lang', 'tgt_lang'):  # parts of file names
+      if data.get(field) is not None:
+        check_split_name(data[field], f'config.data.{field}')
     check_tokenizer_config(data.tokenizer)
     try:
       architecture = architecture_of(model)

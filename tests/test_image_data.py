@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit import image_sources
+from pipelines import image_sources
 from vit.image_augmentation import RANDAUGMENT_OPS, randaugment
 from vit.input_pipeline import default_data_config, load_image_data
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.parallel_text import read_parallel
+from pipelines.parallel_text import read_parallel
 
 MULTI30K_DIR = Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'multi30k'
 

@@ -12,6 +12,7 @@ from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
 from trainer.task import load_task
+from trainer.workdir import load_model_facts
 from video import ablation_table
 from video.clip_sources import DIRECTIONS
 from video.input_pipeline import augment_clips, load_video_data
@@ -149,6 +150,9 @@ def test_training_evaluation_table_and_pictures(tmp_path):
   )
   table = ablation_table.table(summary)
   assert 'GFLOPs / clip' in table and 'train clips/s' in table and 'not run' in table
+  # the FLOPs were counted once when the run started, and the table reads them from the workdir
+  gflops = load_model_facts(tmp_path / 'run')['gflops_per_clip']
+  assert gflops > 0 and f'| {gflops:.3f} |' in table
   task, parts, params, step = restore_checkpoint(tmp_path / 'run', 'latest')
   assert step == 4
   paths = task.draw_pictures(parts.merge(params), tmp_path, 'run', 'trained')

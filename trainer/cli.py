@@ -2,11 +2,16 @@
 
 A ``UserError`` (``trainer/errors.py``: a bad config value, a missing file) and a config file
 that cannot be loaded or overridden print ``error: <message>`` on stderr and exit with status 2.
-Every other exception is a bug, ours or a library's, and keeps its traceback.
+Every other exception is a bug, ours or a library's, and keeps its traceback. What the
+libraries print from C++ while they load is kept off the terminal unless ``--verbose`` asks for it.
 """
 
+import contextlib
+import os
 import pathlib
+import signal
 import sys
+import tempfile
 
 from absl import flags, logging
 from ml_collections import config_flags
@@ -14,6 +19,11 @@ from ml_collections import config_flags
 from trainer.errors import UserError
 
 USAGE_STATUS = 2
+INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C
+
+_VERBOSE = flags.DEFINE_bool(
+  'verbose', False, "Show the libraries' start-up messages (TensorFlow's, absl's) and their INFO logs."
+)
 
 
 def fail(message) -> None:
@@ -23,9 +33,47 @@ def fail(message) -> None:
 
 
 def quiet_library_logs() -> None:
-  """Library INFO lines would drown the progress lines; ``--verbosity=0`` brings them back."""
-  if not flags.FLAGS['verbosity'].present:
+  """Library INFO lines would drown the progress lines; ``--verbose`` or ``--verbosity=0`` brings them back."""
+  if not flags.FLAGS['verbosity'].present and not _VERBOSE.value:
     logging.set_verbosity(logging.WARNING)
+
+
+@contextlib.contextmanager
+def loading_libraries(nothing_written: str = 'nothing was written'):
+  """The block that imports JAX, TensorFlow and the rest, with their start-up chatter held back.
+
+  TensorFlow's oneDNN notice and absl's "All log messages before absl::InitializeLog()" line come
+  from C++ straight to file descriptor 2, so Python's ``sys.stderr`` cannot filter them: the
+  descriptor points at a temporary file while the block runs, and what it caught is shown only
+  if the block fails (``--verbose`` leaves the descriptor alone). A Ctrl-C during the block ends
+  the process at once with one line that says ``nothing_written``: raised as ``KeyboardInterrupt``
+  inside a half-imported C extension it printed 30 lines of traceback, or crashed the interpreter.
+  """
+  sys.stderr.flush()
+  terminal = os.dup(2)
+
+  def interrupted(*_):
+    os.write(terminal, f'interrupted while loading the libraries; {nothing_written}\n'.encode())
+    os._exit(INTERRUPTED_STATUS)
+
+  previous_handler = signal.signal(signal.SIGINT, interrupted)
+  try:
+    with tempfile.TemporaryFile() as caught:
+      if not _VERBOSE.value:
+        os.dup2(caught.fileno(), 2)
+      try:
+        yield
+      except BaseException:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)
+        caught.seek(0)
+        os.write(2, caught.read())
+        raise
+  finally:
+    sys.stderr.flush()
+    os.dup2(terminal, 2)
+    os.close(terminal)
+    signal.signal(signal.SIGINT, previous_handler)
 
 
 def run_reporting_user_errors(function, *args, **kwargs):

@@ -200,6 +200,8 @@ class _Training:
     self.is_main = jax.process_index() == 0
     if self.is_main:
       workdir_lib.save_config(workdir, config)
+      if not (workdir / workdir_lib.MODEL_FACTS_FILE).exists():
+        workdir_lib.save_model_facts(workdir, task.model_facts())
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
       print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
     self.writers = make_writers(workdir, self.is_main)
@@ -379,10 +381,14 @@ def _no_space_error(error: storage.NoSpace, workdir) -> CheckpointError:
     checkpoints.close()
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> TrainResult:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str | pathlib.Path, task: Task | None = None
+) -> TrainResult:
+  """Trains ``config`` in ``workdir`` (resuming what is there); ``task``, if given, is ``load_task(config)``
+  built already (a sweep builds each combination's once, to check it, and trains with it)."""
   workdir = storage.as_path(workdir)
-  task = load_task(config)
-  workdir_lib.check_same_identity(workdir, config)
+  task = task or load_task(config)
+  workdir_lib.check_same_identity(workdir, config, task.not_identity_fields)
   mesh = make_mesh(**config.get('mesh', {}))
   check_batch_size(config.batch_size, mesh)
   check_micro_batches(config.batch_size, config.grad_accum_steps, mesh)

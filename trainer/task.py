@@ -38,6 +38,9 @@ class Task(abc.ABC):
   eval_metrics: type[clu_metrics.Collection]
   #: the evaluation metrics that are fractions, shown in % by tables and pictures
   percent_metrics: tuple[str, ...] = ()
+  #: config fields under ``data``/``model`` that say where things are, not what is learned: a
+  #: workdir may be resumed with other values (``trainer.workdir.NOT_IDENTITY_FIELDS`` has the common ones)
+  not_identity_fields: tuple[str, ...] = ()
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
@@ -149,6 +152,12 @@ class Task(abc.ABC):
     """Reads what training will read, so a missing or damaged file fails before the workdir is
     touched. Tasks that read everything in ``__init__`` need nothing here."""
     return None
+
+  def model_facts(self) -> dict[str, Any]:
+    """What reports need to know of the model that costs work to find (FLOPs per example, say), as
+    JSON values. The trainer saves it once, in the workdir's ``model.json``, when a run starts, so
+    tables read it instead of building the task and its data again."""
+    return {}
 
   def num_train_examples(self) -> int:
     """Training-set size, for durations given in epochs."""

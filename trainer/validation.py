@@ -159,9 +159,8 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
   if not isinstance(config.best_metric, str) or not config.best_metric:
     _fail('best_metric', config.best_metric, 'it must name an evaluation metric')
   check_split_name(config.eval_split, 'config.eval_split', alternatives=True)
-  for field in ('data.train_split', 'data.src_lang', 'data.tgt_lang'):  # parts of file names
-    if _has(config, field) and _get(config, field) is not None:
-      check_split_name(_get(config, field), f'config.{field}')
+  if _has(config, 'data.train_split') and config.data.train_split is not None:  # part of file names
+    check_split_name(config.data.train_split, 'config.data.train_split')
   if not config.total_steps and not config.num_epochs:
     raise ConfigError('config.total_steps and config.num_epochs are both 0; set one of them > 0.')
   if _has(config, 'mesh'):  # absent from configs saved before it existed: data=-1, fsdp=1

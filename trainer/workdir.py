@@ -17,8 +17,10 @@ from trainer import storage, validation
 from trainer.errors import MissingFileError, WorkdirError
 
 CONFIG_FILE = 'config.json'
+MODEL_FACTS_FILE = 'model.json'  # ``Task.model_facts``, saved when a run starts
 IDENTITY_FIELDS = ('task', 'model', 'data')
-# Under IDENTITY_FIELDS, but they do not change what is learned.
+# Under IDENTITY_FIELDS, but they do not change what is learned; a task adds its own
+# (``Task.not_identity_fields``: a translator's tokenizer files, say).
 NOT_IDENTITY_FIELDS = (
   'data.path',
   'data.data_dir',
@@ -26,8 +28,6 @@ NOT_IDENTITY_FIELDS = (
   'data.num_threads',
   'data.prefetch_batches',
   'data.max_eval_examples',
-  'data.tokenizer.model_file',
-  'data.tokenizer.target_model_file',
 )
 
 
@@ -35,6 +35,18 @@ def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> Non
   storage.write_text(
     storage.as_path(workdir) / CONFIG_FILE, config.to_json_best_effort(indent=2, sort_keys=True) + '\n'
   )
+
+
+def save_model_facts(workdir: pathlib.Path, facts: dict) -> None:
+  storage.write_text(
+    storage.as_path(workdir) / MODEL_FACTS_FILE, json.dumps(facts, indent=2, sort_keys=True) + '\n'
+  )
+
+
+def load_model_facts(workdir: pathlib.Path) -> dict:
+  """The workdir's ``model.json``; ``{}`` for a workdir written before runs saved it."""
+  path = storage.as_path(workdir) / MODEL_FACTS_FILE
+  return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _read_saved(workdir: pathlib.Path) -> dict:
@@ -69,22 +81,26 @@ def _flatten(value, prefix=''):
   return {prefix: value}
 
 
-def identity(config: dict) -> dict:
+def identity(config: dict, not_identity: tuple[str, ...] = ()) -> dict:
   """The flattened fields of ``config`` (a plain dict) that change what is learned."""
   flat = _flatten({key: config.get(key) for key in IDENTITY_FIELDS})
-  return {field: value for field, value in flat.items() if field not in NOT_IDENTITY_FIELDS}
+  ignored = (*NOT_IDENTITY_FIELDS, *not_identity)
+  return {field: value for field, value in flat.items() if field not in ignored}
 
 
-def check_same_identity(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> None:
+def check_same_identity(
+  workdir: pathlib.Path, config: ml_collections.ConfigDict, not_identity: tuple[str, ...] = ()
+) -> None:
   """Raises ``WorkdirError`` if the workdir cannot be written or holds another model (naming the field).
 
+  ``not_identity`` names the task's own fields that may change (``Task.not_identity_fields``).
   Creates nothing: a workdir that does not exist yet only has to be creatable.
   """
   validation.check_workdir(workdir)
   if not (storage.as_path(workdir) / CONFIG_FILE).exists():
     return
-  saved = identity(_read_saved(workdir))
-  current = identity(json.loads(config.to_json_best_effort()))
+  saved = identity(_read_saved(workdir), not_identity)
+  current = identity(json.loads(config.to_json_best_effort()), not_identity)
   for field in sorted(set(saved) | set(current)):
     if field not in saved:
       # A field added to the code after the workdir was written: only the user knows whether

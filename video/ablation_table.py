@@ -46,16 +46,10 @@ def table(summary: dict[str, Any]) -> str | None:
 
 
 def clip_gflops(workdir: pathlib.Path) -> float:
-  """GFLOPs of one clip's forward pass for the model a run's workdir describes."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top  (JAX: only for the table)
+  """GFLOPs of one clip's forward pass, as the run saved them in its workdir (NaN if it did not)."""
+  from trainer.workdir import load_model_facts  # pylint: disable=g-import-not-at-top
 
-  from trainer.task import load_task
-  from trainer.workdir import load_config
-  from video.task import forward_cost
-
-  task = load_task(load_config(workdir))
-  model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0)))
-  return forward_cost(model, task.data.clip_shape) / 1e9
+  return float(load_model_facts(workdir).get('gflops_per_clip', float('nan')))
 
 
 def train_throughput(workdir: pathlib.Path) -> float:

@@ -6,7 +6,7 @@ Moving digits (the embedded default, no files needed): each clip shows one digit
 ``digit_scale`` (nearest neighbour) on a black ``frame_size`` square, moving ``speed`` pixels
 per frame in one of four directions (right, left, down, up); the label is
 ``digit * 4 + direction``. The digits are scikit-learn's 8x8 digits (split 1,437 / 360 as in
-``vit.image_sources``) or, with ``digits='mnist'``, MNIST's IDX files in ``path``. A train
+``pipelines.image_sources``) or, with ``digits='mnist'``, MNIST's IDX files in ``path``. A train
 digit appears in ``clips_per_digit`` clips, a test digit in ``test_clips_per_digit``, with
 directions and start positions drawn from ``clip_seed``: along the motion anywhere the whole
 path stays inside the frame, across it centred and shifted by up to ``jitter`` pixels.
@@ -22,9 +22,9 @@ import pathlib
 import ml_collections
 import numpy as np
 
+from pipelines import image_sources
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.tfds_import import import_tfds_on_cpu
-from vit import image_sources
 
 DIRECTIONS = ('right', 'left', 'down', 'up')
 _STEPS = {'right': (0, 1), 'left': (0, -1), 'down': (1, 0), 'up': (-1, 0)}  # (dy, dx)

@@ -73,6 +73,10 @@ class VideoClassification(Task):
   def num_train_examples(self) -> int:
     return self.data.num_train
 
+  def model_facts(self) -> dict:
+    model = nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
+    return {'gflops_per_clip': forward_cost(model, self.data.clip_shape) / 1e9}
+
   @classmethod
   def ablation_table(cls, summary):
     return ablation_table.table(summary)

@@ -76,12 +76,13 @@ from collections.abc import Iterator
 import ml_collections
 import numpy as np
 
+from pipelines import image_sources
+from pipelines.image_sources import InMemoryImages, LabelledImages
 from pipelines.steps import example_ids, step_batches
 from trainer.errors import ConfigError
 from trainer.partitioning import process_rows
-from vit import image_sources, record_images, tfds_source
+from vit import record_images, tfds_source
 from vit.image_augmentation import Augmentation, AugmentationDraw
-from vit.image_sources import InMemoryImages, LabelledImages
 from vit.record_images import RecordImages
 
 _LOADERS = {

@@ -19,9 +19,9 @@ import ml_collections
 import numpy as np
 from PIL import Image
 
+from pipelines.image_sources import LabelledImages
 from pipelines.records import RecordFolder, RecordSplit
 from trainer.errors import ConfigError, DataError
-from vit.image_sources import LabelledImages
 
 _BILINEAR = Image.Resampling.BILINEAR
 #: ``crop(row, height, width) -> (left, top, right, bottom)``: where to cut example ``row`` of a batch.

@@ -1,0 +1,105 @@
+"""The architecture, kept by tests: the shared packages know no model family, and no module imports
+another that imports it back.
+
+Imports are read from the source (every ``import`` statement, also those inside functions), so a
+lazy import counts as much as one at the top of a file.
+"""
+
+import ast
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = (
+  'attention',
+  'trainer',
+  'pipelines',
+  'ablation',
+  'vit',
+  'seq2seq',
+  'video',
+  'configs',
+  'benchmarks',
+)
+FAMILIES = ('vit', 'seq2seq', 'video')
+SHARED = ('attention', 'trainer', 'pipelines', 'ablation')
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = path.relative_to(REPO).with_suffix('').parts
+  return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def _imported_names(path: pathlib.Path) -> set[str]:
+  names = set()
+  for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    if isinstance(node, ast.Import):
+      names.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      names.add(node.module)
+      names.update(f'{node.module}.{alias.name}' for alias in node.names)
+  return names
+
+
+def import_graph() -> dict[str, set[str]]:
+  """Project module -> the project modules it imports (``from pkg import mod`` counts as ``pkg.mod``)."""
+  files = {_module_name(path): path for package in PACKAGES for path in (REPO / package).glob('*.py')}
+  graph = {}
+  for module, path in files.items():
+    targets = set()
+    for name in _imported_names(path):
+      while name and name not in files:
+        name = name.rpartition('.')[0]
+      if name and name != module and name not in PACKAGES:  # a package's __init__ holds no code here
+        targets.add(name)
+    graph[module] = targets
+  return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components of more than one module (Tarjan's algorithm)."""
+  index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+  def visit(module):
+    index[module] = low[module] = len(index)
+    stack.append(module)
+    on_stack.add(module)
+    for target in graph[module]:
+      if target not in index:
+        visit(target)
+        low[module] = min(low[module], low[target])
+      elif target in on_stack:
+        low[module] = min(low[module], index[target])
+    if low[module] == index[module]:
+      component = []
+      while True:
+        member = stack.pop()
+        on_stack.discard(member)
+        component.append(member)
+        if member == module:
+          break
+      if len(component) > 1:
+        found.append(sorted(component))
+
+  for module in sorted(graph):
+    if module not in index:
+      visit(module)
+  return found
+
+
+def test_the_shared_packages_import_no_model_family():
+  graph = import_graph()
+  leaks = {
+    module: sorted(target for target in targets if target.split('.')[0] in FAMILIES)
+    for module, targets in graph.items()
+    if module.split('.')[0] in SHARED
+  }
+  assert {module: targets for module, targets in leaks.items() if targets} == {}
+
+
+def test_no_module_imports_one_that_imports_it_back():
+  assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+  assert cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) == [['a', 'b', 'c']]
+  assert cycles({'a': {'b'}, 'b': set()}) == []
