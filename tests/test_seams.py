@@ -7,6 +7,10 @@ lazy import counts as much as one at the top of a file.
 
 import ast
 import pathlib
+import subprocess
+import sys
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = (
@@ -103,3 +107,24 @@ def test_no_module_imports_one_that_imports_it_back():
 def test_the_cycle_finder_finds_a_cycle():
   assert cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) == [['a', 'b', 'c']]
   assert cycles({'a': {'b'}, 'b': set()}) == []
+
+
+@pytest.mark.slow  # a fresh interpreter imports every library module
+def test_importing_the_library_changes_no_logging_and_no_hooks():
+  """Log filters and the unraisable hook are the command lines' business (``trainer.log_filters``)."""
+  modules = sorted(module for module in import_graph() if module.split('.')[0] in (*SHARED, *FAMILIES))
+  script = f"""
+import logging, sys
+def snapshot():
+  return (sys.unraisablehook, sys.excepthook, {{name: list(logging.getLogger(name).filters)
+          for name in ('', 'absl', 'asyncio', 'jax', 'orbax')}})
+before = snapshot()
+import importlib
+for module in {modules!r}:
+  importlib.import_module(module)
+assert snapshot() == before, (before, snapshot())
+"""
+  result = subprocess.run(
+    [sys.executable, '-c', script], cwd=REPO, capture_output=True, text=True, timeout=600
+  )
+  assert result.returncode == 0, result.stderr[-3000:]

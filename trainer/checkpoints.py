@@ -21,7 +21,6 @@ intact one. The workdir may be a bucket (``gs://bucket/run``, see ``trainer/stor
 import logging
 import pathlib
 import shutil
-import sys
 import threading
 import time
 import warnings
@@ -40,52 +39,6 @@ _log = logging.getLogger(__name__)
 _ITEMS = ('params', 'opt_state', 'meta')
 _FORMAT = 2  # 1: one orbax item holding the whole TrainState, no integrity record
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
-
-
-_is_disk_full = storage.is_disk_full
-
-
-class _ExpectedOrbaxWarnings(logging.Filter):
-  """Drops orbax warnings about what we do on purpose: checkpoints between evaluations
-  carry no metrics, and evaluation opens the checkpoints read-only."""
-
-  def filter(self, record):
-    message = record.getMessage()
-    return not (
-      'did not provide metrics' in message
-      or 'read_only=True' in message
-      or 'directory is read only' in message
-    )
-
-
-class _DiskFullTracebacks(logging.Filter):
-  """Drops the tracebacks orbax and asyncio log for each write that found the disk full:
-  ``Checkpoints`` reports it in one line, and the ``CheckpointError`` keeps them as its cause."""
-
-  def filter(self, record):
-    return not (
-      'No space left' in record.getMessage() or (record.exc_info and _is_disk_full(record.exc_info[1]))
-    )
-
-
-logging.getLogger('absl').addFilter(_ExpectedOrbaxWarnings())
-for _name in ('absl', 'asyncio'):
-  logging.getLogger(_name).addFilter(_DiskFullTracebacks())
-
-
-def _quiet_cancelled_writes() -> None:
-  """After a failed save, tensorstore finishes the writes orbax cancelled on an event loop
-  orbax has closed; each prints a traceback that says nothing to the user."""
-  hook = sys.unraisablehook
-  if getattr(hook, 'quiet_cancelled_writes', False):
-    return
-
-  def unraisable(args):
-    if not (isinstance(args.exc_value, RuntimeError) and str(args.exc_value) == 'Event loop is closed'):
-      hook(args)
-
-  unraisable.quiet_cancelled_writes = True
-  sys.unraisablehook = unraisable
 
 
 def _join_background_writes(seconds: float = 60.0) -> None:
@@ -126,7 +79,6 @@ class Checkpoints:
     self._needed_items = tuple(needed_items)  # what "intact" covers: ('params',) for evaluation
     self._problems = {}  # (step, items) -> None (intact) or what is wrong with it
     self._reported = set()
-    _quiet_cancelled_writes()
     policies = [checkpoint_managers.LatestN(n=keep)]
     if best_metric:
       policies.append(
@@ -311,7 +263,7 @@ class Checkpoints:
 
   def _raise_if_disk_full(self, error: BaseException) -> None:
     step, self._saving = self._saving, None
-    if not _is_disk_full(error):
+    if not storage.is_disk_full(error):
       return
     _join_background_writes()
     saved = self.intact_phrase(excluding=step)
