@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -20,6 +21,10 @@ def _free_port():
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     return s.getsockname()[1]
+
+
+# few-shot accuracy at the evaluation: each process reads its rows, the solve sees every row
+_FEWSHOT = dict(shots=(2,), seeds=2, held_out_per_class=2, train_examples=200)
 
 
 def _losses(workdir):
@@ -40,11 +45,14 @@ def test_two_processes_train_like_one(tmp_path, fsdp, model):
       jax.distributed.initialize(coordinator_address='127.0.0.1:{port}', num_processes=2,
                                  process_id=int(sys.argv[1]))
       assert jax.process_count() == 2 and jax.device_count() == {2 * model}
+      import ml_collections
       from tests.vit_test_configs import tiny_vit_config
       from trainer.loop import train_and_evaluate
       config = tiny_vit_config(total_steps=4, eval_every_steps=4)
       config.mesh.fsdp, config.mesh.model = {fsdp}, {model}
+      config.fewshot = ml_collections.ConfigDict({_FEWSHOT!r})
       result = train_and_evaluate(config, {str(tmp_path / 'two')!r})
+      print('fewshot', result.eval_metrics['fewshot_2shot'])
       print('accuracy', result.eval_metrics['accuracy'])
   """)
   env = dict(os.environ, JAX_PLATFORMS='cpu')
@@ -66,13 +74,17 @@ def test_two_processes_train_like_one(tmp_path, fsdp, model):
   for worker, (_, stderr) in zip(workers, outputs):
     assert worker.returncode == 0, stderr[-3000:]
   accuracies = [float(out.split('accuracy')[-1]) for out, _ in outputs]
-  assert accuracies[0] == accuracies[1]
+  fewshot = [float(out.split('fewshot')[-1].split()[0]) for out, _ in outputs]
+  assert accuracies[0] == accuracies[1] and fewshot[0] == fewshot[1]
 
-  single = train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=4), tmp_path / 'one')
+  config = tiny_vit_config(total_steps=4, eval_every_steps=4)
+  config.fewshot = ml_collections.ConfigDict(_FEWSHOT)
+  single = train_and_evaluate(config, tmp_path / 'one')
   two, one = _losses(tmp_path / 'two'), _losses(tmp_path / 'one')
   assert sorted(two) == [1, 2, 3, 4]
   np.testing.assert_allclose([two[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)
   assert abs(single.eval_metrics['accuracy'] - accuracies[0]) < 1e-6
+  assert single.eval_metrics['fewshot_2shot'] == fewshot[0]
 
 
 def test_a_stop_signal_on_one_process_stops_both_at_the_same_step(tmp_path):
