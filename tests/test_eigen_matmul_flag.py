@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test starts a subprocess with its XLA flags
+
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 _EIGEN_MATMULS = '--xla_cpu_experimental_ynn_fusion_type=-individual_dot'
 
