@@ -1,17 +1,28 @@
 """The README and the pages of docs/: every relative link and picture resolves, anchors included,
 and the README stays a front page."""
 
+import json
 import pathlib
 import re
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / 'README.md', ROOT / 'CHANGELOG.md', *(ROOT / 'docs').glob('*.md')])
+PAGES = sorted(
+  [ROOT / 'README.md', ROOT / 'CHANGELOG.md', *(ROOT / 'docs').glob('*.md'), ROOT / 'docs' / 'tutorial.ipynb']
+)
 README_MAX_LINES = 250
 
 LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)')
 HEADING = re.compile(r'^(#{1,6})\s+(.*?)\s*#*\s*$')
+
+
+def _markdown(path: pathlib.Path) -> str:
+  """A page's markdown: the file itself, or a notebook's markdown cells."""
+  if path.suffix != '.ipynb':
+    return path.read_text()
+  cells = json.loads(path.read_text())['cells']
+  return '\n\n'.join(''.join(cell['source']) for cell in cells if cell['cell_type'] == 'markdown')
 
 
 def _prose(text: str) -> str:
@@ -31,7 +42,7 @@ def anchor(heading: str) -> str:
 
 def anchors(path: pathlib.Path) -> set[str]:
   found, seen = set(), {}
-  for line in _prose(path.read_text()).splitlines():
+  for line in _prose(_markdown(path)).splitlines():
     match = HEADING.match(line)
     if match:
       base = anchor(match.group(2))
@@ -44,7 +55,7 @@ def anchors(path: pathlib.Path) -> set[str]:
 def relative_links(path: pathlib.Path) -> list[str]:
   return [
     target
-    for target in LINK.findall(_prose(path.read_text()))
+    for target in LINK.findall(_prose(_markdown(path)))
     if not re.match(r'[a-z][a-z0-9+.-]*:', target)  # http:, https:, mailto:
   ]
 
