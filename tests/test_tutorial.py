@@ -45,4 +45,5 @@ def test_every_cell_of_the_notebook_runs():
     for output in cell.get('outputs', [])
     if 'image/png' in output.get('data', {})
   ]
-  assert len(pictures) >= 10
+  drawing_cells = [cell for cell in notebook.cells if cell.cell_type == 'code' and 'plt.' in cell.source]
+  assert drawing_cells and len(pictures) >= len(drawing_cells)  # every drawing cell shows its picture
