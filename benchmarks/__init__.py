@@ -1,1 +1,1 @@
-"""Benchmark commands: each prints the numbers the README quotes."""
+"""Benchmark commands: each prints numbers that docs/results.md records."""

@@ -4,7 +4,7 @@
   /tmp/torch-env/bin/python benchmarks/timm_vit_throughput.py
 
 (timm imports torchvision; measured with torch 2.15.0, torchvision 0.29.2, timm 1.0.31, and for
-the README's current rows with torch 2.14.1, torchvision 0.29.1, timm 1.0.31.)
+the rows of docs/results.md with torch 2.14.1, torchvision 0.29.1, timm 1.0.31.)
 
 Not part of the project's requirements (it needs PyTorch and timm, nothing of ours): it
 exists so that our throughput can be compared with the library most ViT users train with,

@@ -8,7 +8,7 @@
   python -m benchmarks.vit_throughput --variant B/16 --image_size 224 --num_classes 1000 \
     --dtype bfloat16 --batch_size 256 --profile_dir /tmp/vit_b16_trace   # an accelerator's numbers
 
-On a 2-core AVX2 EPYC (README; medians of three alternating rounds, nothing else running)
+On a 2-core AVX2 EPYC (docs/results.md; medians of three alternating rounds, nothing else running)
 the first line gave 67.1 images/s, the second 74.1 and the third 91.0, against 86.7 for timm's
 step (``benchmarks/timm_vit_throughput.py``); the Eigen flag alone at batch 128 gave 75.9. Both
 settings compute the same update, up to float rounding:
@@ -33,7 +33,7 @@ and, on a device whose peak it knows (``benchmarks/step_cost.py``) or with ``--p
 the model FLOPs utilisation; ``--profile_dir`` writes a ``jax.profiler`` trace of a few more
 steps and prints where their time went: on the AVX2 EPYC, 35% of the ops' time in flight in
 YNNPACK's fusions, 21% in Eigen's weight-gradient matmuls, 11% in layout copies, the rest in
-XLA's elementwise fusions (README, "Honest status"). No accelerator numbers have been measured yet. Like ``train.py``, it re-executes itself once with
+XLA's elementwise fusions (docs/performance.md). No accelerator numbers have been measured yet. Like ``train.py``, it re-executes itself once with
 glibc's huge-page malloc (``trainer/host_memory.py``).
 """
 

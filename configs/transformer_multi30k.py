@@ -8,13 +8,10 @@ writes them; train: 29,000 pairs, val: 1,014, test (test_2016_flickr): 1,000; se
 --config.data.path elsewhere). A shared SentencePiece vocabulary of 4,000 pieces trained on the
 training split (a small vocabulary keeps the output layer cheap), shared and tied embeddings, a
 small model (d=256, 3 encoder and 2 decoder layers), 1,800 steps of 64 pairs (4 epochs), beam
-search (4, alpha 0.6) at the end on test where the folder has it, else on val. The numbers below
-are on val: the folder they were measured with had no test split.
-Measured on a 2-core AMD EPYC CPU (AVX-512) while other jobs shared it (the command got 70%
-of the CPU): 36 min 27 s for the training command, validation sacreBLEU 33.74, chrF 53.62
-(beam 4, alpha 0.6). Alone on a 2-core AVX2 EPYC, before dropout moved to the sum of token
-and position embeddings and before one label smoothing (optax's) served both families, the
-same command took 21 min 43 s and gave 34.08 / 53.69.
+search (4, alpha 0.6) at the end on test where the folder has it, else on val.
+Runtime: about 25 minutes of a 2-core CPU for the training command (36 min with other jobs
+beside it). Result (on val), machine and commit: docs/results.md, "Headline runs"; what moved it
+between versions: CHANGELOG.md.
 """
 
 import ml_collections

@@ -13,7 +13,8 @@ It measures what a layout costs (GFLOPs per clip from XLA's cost analysis, train
 its accuracies are those of barely started models and rank nothing. For accuracies, sweep
 ``configs/video_digits.py`` itself (5 min 15 s a run alone on a 2-core CPU, 8-9 minutes shared).
 
-Measured on a 2-core AMD EPYC (AVX-512) CPU shared with other jobs: see the README, "The video classifier".
+Runtime: 7 to 10 minutes on a 2-core CPU for each sweep. The tables: docs/ablations.md, "Video
+layouts and temporal positions"; machine and commit: docs/results.md.
 """
 
 from configs import video_digits

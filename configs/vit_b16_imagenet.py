@@ -4,7 +4,7 @@
 
 DIR holds a prepared tfds `imagenet2012` (build it with `tfds build imagenet2012
 --file_format array_record` after placing the manually downloaded archives, so that it is
-read with random access and resumes exactly; see the README's data section). Recipe: 224x224 images, batch
+read with random access and resumes exactly; see docs/data.md). Recipe: 224x224 images, batch
 4096, Adam (b1 0.9, b2 0.999) with decoupled weight decay 0.3, peak learning rate
 3e-3, 10k warmup steps then linear decay, 300 epochs, dropout 0.1, gradient
 clipping at global norm 1, class-token head. The paper reports 77.9% top-1 for

@@ -13,8 +13,8 @@ random crop + flip + RandAugment, label smoothing, AdamW, 200 epochs. This is a
 recipe for an accelerator: on a 2-core CPU one epoch takes on the order of ten minutes.
 On a CPU, ``--config.grad_accum_steps=4`` (the same update as 4 micro-batches of 32) and
 ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_dot`` made the train step
-of the benchmark's ViT of similar size 36% faster (medians 91.0 against 67.1 images/s on a
-2-core AVX2 EPYC, ``benchmarks/vit_throughput.py``).
+of the benchmark's ViT of similar size about a third faster (``benchmarks/vit_throughput.py``;
+docs/performance.md).
 Result: not yet measured.
 """
 

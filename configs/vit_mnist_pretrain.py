@@ -8,9 +8,8 @@ Then ``configs/vit_digits_finetune.py`` fine-tunes the exported file on the embe
 another resolution. 4x4 patches of the 28x28 images make a 7x7 grid; a class token pools, so
 the exported file has the official layout's class-token position row.
 
-Measured on a 2-core AMD EPYC (AVX-512) CPU shared with other jobs: 94.48% MNIST test accuracy
-after 1,000 steps, 11 min 18 s for the training command; 5-shot linear accuracy on the digits
-75.8% (evaluate.py line above, 5 draws). Numbers of the whole demonstration: the README, "Pretrained ViTs".
+Runtime: about 11 minutes on a 2-core CPU for the training command. Numbers of the whole
+demonstration, machine and commit: docs/results.md, "Pretrained ViTs: MNIST to digits".
 """
 
 import ml_collections

@@ -304,6 +304,7 @@ def _parse_train_command(argv):
   return config.value, workdir.value
 
 
+@pytest.mark.slow
 def test_print_commands_prints_runnable_train_commands(tmp_path):
   config_file = tmp_path / 'tiny.py'
   config_file.write_text(

@@ -98,6 +98,7 @@ def _error_lines(stderr: str) -> list[str]:
   ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('config, overrides, message', CASES.values(), ids=CASES.keys())
 def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, config, overrides, message):
   workdir = tmp_path / 'run'
@@ -126,6 +127,7 @@ def test_micro_batches_must_divide_each_devices_rows(tmp_path):
   assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_workdir_that_is_a_file(tmp_path):
   workdir = tmp_path / 'run'
   workdir.write_text('not a folder')
@@ -137,6 +139,7 @@ def test_workdir_that_is_a_file(tmp_path):
   assert workdir.read_text() == 'not a folder'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'flag, message',
   [
@@ -154,6 +157,7 @@ def test_evaluate_flags(tmp_path, flag, message):
   assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_damaged_config_json_is_named_and_kept(tmp_path):
   workdir = tmp_path / 'run'
   workdir.mkdir()

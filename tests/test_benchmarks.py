@@ -90,6 +90,7 @@ def _run(module, *args):
   return result.stdout
 
 
+@pytest.mark.slow
 def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_token(tmp_path):
   out = _run(
     'benchmarks.vit_throughput',
@@ -104,6 +105,7 @@ def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_to
   assert 'where the time goes (host ops' in out and 'in all' in out
 
 
+@pytest.mark.slow
 def test_transformer_benchmark_reports_tokens_per_second():
   out = _run(
     'benchmarks.transformer_throughput',

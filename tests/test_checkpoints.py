@@ -291,6 +291,7 @@ def small_disk(tmp_path):
   subprocess.run(['umount', '-l', str(mount_point)], check=False)
 
 
+@pytest.mark.slow
 def test_a_really_full_disk(small_disk):
   checkpoints = Checkpoints(small_disk, keep=100)
   with pytest.raises(CheckpointError) as error:
@@ -314,6 +315,7 @@ def test_a_really_full_disk(small_disk):
   reader.close()
 
 
+@pytest.mark.slow
 def test_train_py_on_a_full_disk_says_so_in_one_line(small_disk):
   args = [
     f'--workdir={small_disk}/run',
@@ -391,6 +393,7 @@ def test_damaged_latest_is_skipped_by_evaluation_and_by_the_rerun(trained, tmp_p
   assert json.loads((workdir / 'checkpoints' / '4' / 'meta' / 'metadata').read_text())['step'] == 4
 
 
+@pytest.mark.slow
 def test_evaluate_cli_names_a_damaged_checkpoint_in_one_line(trained, tmp_path):
   workdir = tmp_path / 'run'
   shutil.copytree(trained, workdir)

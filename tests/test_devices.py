@@ -5,6 +5,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts a 4-device subprocess
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 _SCRIPT = """

@@ -1,4 +1,5 @@
-"""The XLA flag of the README's fastest CPU throughput command is accepted and changes no result.
+"""The XLA flag of the fastest CPU throughput command (docs/performance.md) is accepted and changes
+no result.
 
 ``--xla_cpu_experimental_ynn_fusion_type=-individual_dot`` (benchmarks/vit_throughput.py) is
 an experimental XLA flag, and XLA aborts on a flag it does not know: this fails if an
@@ -11,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+
+pytestmark = pytest.mark.slow  # each test starts a subprocess with its XLA flags
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 _EIGEN_MATMULS = '--xla_cpu_experimental_ynn_fusion_type=-individual_dot'

@@ -27,6 +27,8 @@ from trainer.metrics_io import read_metrics
 from trainer.partitioning import FSDP_MIN_SIZE, array_sharding, make_mesh
 from vit.input_pipeline import ImageData
 
+pytestmark = pytest.mark.slow  # runs on 8 host devices in subprocesses
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Wide enough that most parameters are above FSDP_MIN_SIZE, and divisible by 8.
 WIDE = {'model.width': 64, 'model.mlp_dim': 128, 'model.num_heads': 2}

@@ -9,6 +9,8 @@ import pytest
 
 from trainer import host_memory
 
+pytestmark = pytest.mark.slow  # each test starts a subprocess
+
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Prints 'start' each time it runs, then its GLIBC_TUNABLES and how much of a fresh

@@ -99,6 +99,7 @@ def _hold_lock(workdir):
   return holder
 
 
+@pytest.mark.slow
 def test_a_second_process_is_refused_and_a_dead_holder_is_taken_over(tmp_path, caplog):
   workdir = tmp_path / 'workdir'
   workdir.mkdir()

@@ -14,6 +14,8 @@ from tests.vit_test_configs import tiny_vit_config
 from trainer.loop import train_and_evaluate
 from trainer.metrics_io import read_metrics
 
+pytestmark = pytest.mark.slow  # starts two processes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

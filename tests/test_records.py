@@ -292,6 +292,7 @@ def _train_losses(workdir):
   return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
 
 
+@pytest.mark.slow
 def test_training_from_records_resumes_bit_identically_and_eight_devices_equal_one(
   digits_records, tmp_path, monkeypatch
 ):

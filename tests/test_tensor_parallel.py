@@ -21,6 +21,8 @@ from trainer import validation
 from trainer.errors import ConfigError
 from trainer.evaluation import restore_checkpoint
 
+pytestmark = pytest.mark.slow  # runs on 8 host devices in a subprocess
+
 # Four steps, one evaluation and one checkpoint: the runs are what takes the time.
 SHORT = dict(WIDE, total_steps=4, eval_every_steps=4, checkpoint_every_steps=4)
 MESHES = {

@@ -94,6 +94,7 @@ def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, 
   assert _train_losses(tmp_path) == _train_losses(reference_dir)
 
 
+@pytest.mark.slow
 def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path):
   reference_dir, _ = finished_run
   script = textwrap.dedent(f"""
