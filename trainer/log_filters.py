@@ -30,8 +30,7 @@ class DiskFullTracebacks(logging.Filter):
     from trainer import storage  # pylint: disable=g-import-not-at-top  (the command lines start without it)
 
     return not (
-      'No space left' in record.getMessage()
-      or (record.exc_info and storage.is_disk_full(record.exc_info[1]))
+      'No space left' in record.getMessage() or (record.exc_info and storage.is_disk_full(record.exc_info[1]))
     )
 
 
