@@ -3,9 +3,7 @@
 Prints the metrics as one JSON object on the last line of stdout and writes the
 same object to ``<workdir>/eval_<split>_step<N>.json``.
 
-For a ViT, ``--fewshot SOURCE --shots 1,5,10,25`` prints few-shot linear accuracies instead
-(``vit.fewshot``): SOURCE is a data source ('digits', 'idx', 'folder', 'tfds') read from
-``--fewshot_path``, or 'same' for the workdir's own data.
+A ViT's few-shot linear accuracies have their own command: ``python -m vit.fewshot --workdir W``.
 """
 
 import json
@@ -31,23 +29,7 @@ _AVERAGE_LAST = flags.DEFINE_integer(
   'Average the parameters of the last N kept checkpoints up to --checkpoint before evaluating.',
   lower_bound=1,
 )
-_FEWSHOT = flags.DEFINE_string(
-  'fewshot', None, "ViT only: few-shot linear evaluation on this data source ('same': the workdir's)."
-)
-_FEWSHOT_PATH = flags.DEFINE_string('fewshot_path', None, "The few-shot data set's path (data.path).")
-_SHOTS = flags.DEFINE_list('shots', ['1', '5', '10', '25'], 'Examples per class for --fewshot.')
-_FEWSHOT_SEEDS = flags.DEFINE_integer(
-  'fewshot_seeds', 5, 'Draws of the k-shot examples to average.', lower_bound=1
-)
 flags.mark_flag_as_required('workdir')
-
-
-def _parse_shots(values: list[str]) -> tuple[int, ...]:
-  from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
-
-  if not values or not all(value.isdigit() and int(value) >= 1 for value in values):
-    raise ConfigError(f'--shots must be whole numbers >= 1 separated by commas, got {",".join(values)!r}.')
-  return tuple(int(value) for value in values)
 
 
 def main(argv):
@@ -56,22 +38,6 @@ def main(argv):
   cli.quiet_library_logs()
   if _SPLIT.value is not None:
     cli.run_reporting_user_errors(validation.check_split_name, _SPLIT.value, '--split')
-  if _FEWSHOT.value is not None:
-    with cli.loading_libraries():
-      from vit.fewshot import evaluate_workdir_fewshot  # pylint: disable=g-import-not-at-top
-
-    shots = cli.run_reporting_user_errors(_parse_shots, _SHOTS.value)
-    result = cli.run_reporting_user_errors(
-      evaluate_workdir_fewshot,
-      _WORKDIR.value,
-      _CHECKPOINT.value,
-      _FEWSHOT.value,
-      _FEWSHOT_PATH.value,
-      shots,
-      _FEWSHOT_SEEDS.value,
-    )
-    print(json.dumps(result, sort_keys=True))
-    return
   with cli.loading_libraries():
     from trainer.evaluation import evaluate_workdir  # pylint: disable=g-import-not-at-top
 

@@ -2,7 +2,7 @@
 
   python train.py --config configs/vit_mnist_pretrain.py --workdir runs/vit_mnist_pretrain
   python -m vit.export_npz --workdir runs/vit_mnist_pretrain --out runs/vit_mnist_pretrain.npz
-  python evaluate.py --workdir runs/vit_mnist_pretrain --fewshot digits --shots 1,5,10,25
+  python -m vit.fewshot --workdir runs/vit_mnist_pretrain --source digits --shots 1,5,10,25
 
 Then ``configs/vit_digits_finetune.py`` fine-tunes the exported file on the embedded digits at
 another resolution. 4x4 patches of the 28x28 images make a 7x7 grid; a class token pools, so

@@ -33,9 +33,28 @@ def _module_name(path: pathlib.Path) -> str:
   return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 
 
+def _runs_as_main(node: ast.AST) -> bool:
+  """``if __name__ == '__main__':``, whose imports belong to the module run as a script, not to it."""
+  return (
+    isinstance(node, ast.If)
+    and isinstance(node.test, ast.Compare)
+    and isinstance(node.test.left, ast.Name)
+    and node.test.left.id == '__name__'
+    and any(isinstance(c, ast.Constant) and c.value == '__main__' for c in node.test.comparators)
+  )
+
+
+def _nodes(tree: ast.AST):
+  """Every node of ``tree`` outside ``if __name__ == '__main__':`` blocks."""
+  for child in ast.iter_child_nodes(tree):
+    if not _runs_as_main(child):
+      yield child
+      yield from _nodes(child)
+
+
 def _imported_names(path: pathlib.Path) -> set[str]:
   names = set()
-  for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+  for node in _nodes(ast.parse(path.read_text(), filename=str(path))):
     if isinstance(node, ast.Import):
       names.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

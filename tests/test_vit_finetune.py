@@ -18,8 +18,10 @@ from trainer.errors import CheckpointError, ConfigError
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
 from trainer.task import load_task
-from vit import fewshot, pretrained
+from vit import fewshot, fewshot_command, pretrained
 from vit.export_npz import export
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _finetune_config(path, **overrides):
@@ -120,8 +122,25 @@ def test_fewshot_runs_as_the_periodic_extra_evaluation_and_from_a_workdir(pretra
   metrics = task.extra_evaluation(task.make_model(nnx.Rngs(0)), 'test', None, None)
   assert 0.0 <= metrics['fewshot_5shot'] <= 1.0 and 'fewshot_1shot_std' in metrics
   workdir, _ = pretrained_run
-  from_workdir = fewshot.evaluate_workdir_fewshot(str(workdir), 'latest', 'digits', None, (2,), seeds=2)
+  from_workdir = fewshot_command.evaluate_workdir_fewshot(
+    str(workdir), 'latest', 'digits', None, (2,), seeds=2
+  )
   assert 0.0 <= from_workdir['fewshot_2shot'] <= 1.0 and from_workdir['step'] == 8
+
+
+@pytest.mark.slow  # starts the command
+def test_the_fewshot_command_prints_the_workdirs_accuracies_and_refuses_bad_shots(pretrained_run):
+  workdir, _ = pretrained_run
+  command = [sys.executable, '-m', 'vit.fewshot', f'--workdir={workdir}', '--source=digits', '--seeds=2']
+  result = subprocess.run([*command, '--shots=2'], cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr
+  printed = json.loads(result.stdout.splitlines()[-1])
+  expected = fewshot_command.evaluate_workdir_fewshot(str(workdir), 'latest', 'digits', None, (2,), seeds=2)
+  assert printed == pytest.approx(expected)
+  bad = subprocess.run([*command, '--shots=0'], cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert bad.returncode == 2 and bad.stderr.splitlines() == [
+    "error: --shots must be whole numbers >= 1 separated by commas, got '0'."
+  ], bad.stderr
 
 
 def _fewshot_config():

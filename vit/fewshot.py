@@ -121,48 +121,7 @@ def fewshot_results(
   return results
 
 
-def evaluate_workdir_fewshot(
-  workdir: str,
-  checkpoint: str,
-  source: str,
-  path: str | None,
-  shots: tuple[int, ...],
-  seeds: int,
-  held_out_per_class: int = 10,
-  train_examples: int = 5000,
-) -> dict:
-  """Few-shot accuracies of a workdir's model on data set ``source`` ('same': its own data).
+if __name__ == '__main__':  # python -m vit.fewshot --workdir W: the command is vit/fewshot_command.py
+  from vit import fewshot_command  # pylint: disable=g-import-not-at-top
 
-  Another data set is read with the workdir's data options, its images resized to the
-  model's input size, without augmentation.
-  """
-  import ml_collections  # pylint: disable=g-import-not-at-top
-
-  from trainer.devices import Devices  # pylint: disable=g-import-not-at-top
-  from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
-  from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
-  from trainer.partitioning import make_mesh  # pylint: disable=g-import-not-at-top
-  from vit.input_pipeline import load_image_data  # pylint: disable=g-import-not-at-top
-  from vit.task import ImageClassification, fewshot_evaluation  # pylint: disable=g-import-not-at-top
-
-  which = int(checkpoint) if str(checkpoint).isdigit() else checkpoint
-  devices = Devices(make_mesh())
-  task, parts, params, step = restore_checkpoint(workdir, which, devices.mesh)
-  if not isinstance(task, ImageClassification):
-    raise ConfigError(f'--fewshot needs a ViT workdir; {workdir} trained {task.config.task!r}.')
-  data = task.data
-  if source != 'same':
-    data_config = ml_collections.ConfigDict(task.config.data.to_dict())
-    data_config.source, data_config.path = source, path
-    data_config.image_size = tuple(task.data.image_shape[:2])
-    data_config.mean = data_config.std = None
-    data = load_image_data(data_config)
-  config = ml_collections.ConfigDict(
-    dict(
-      shots=tuple(shots), seeds=seeds, held_out_per_class=held_out_per_class, train_examples=train_examples
-    )
-  )
-  results = fewshot_evaluation(
-    parts.merge(params), data, 'test', config, devices=devices, batch_size=task.config.eval_batch_size
-  )
-  return dict(results, step=int(step), fewshot=source, seeds=seeds)
+  fewshot_command.run()
