@@ -112,6 +112,11 @@ def test_train_resume_and_evaluate_in_a_bucket(bucket):
   saved = json.loads(storage.as_path(f'{WORKDIR}/eval_{result["split"]}_step6.json').read_text())
   assert saved['accuracy'] == result['accuracy']
 
+  from ablation import plots
+
+  pictures = plots.plot_workdir(WORKDIR)  # what ablate.py draws, from the bucket into the bucket
+  assert pictures and all(str(path).startswith(f'{WORKDIR}/plots/') and path.exists() for path in pictures)
+
 
 @pytest.mark.slow
 def test_damaged_object_in_a_bucket_is_skipped(bucket):
@@ -141,7 +146,10 @@ def test_the_bucket_lock_refuses_a_second_holder_and_takes_over_a_stale_one(buck
   del bucket
   from trainer.bucket_lock import BucketLock
   from trainer.loop import train_and_evaluate
+  from trainer.validation import check_workdir
 
+  with pytest.raises(WorkdirError, match='bucket no-such-bucket does not exist'):
+    check_workdir('gs://no-such-bucket/run')
   holder = BucketLock(WORKDIR, renew_seconds=0.2)
   holder.acquire()
   try:
