@@ -162,6 +162,7 @@ class _Training:
     self.is_main = jax.process_index() == 0
     if self.is_main:
       workdir_lib.save_config(workdir, config)
+      workdir_lib.save_class_names(workdir, task.class_names())
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
     self.writers = make_writers(workdir, self.is_main)
 

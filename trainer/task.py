@@ -123,6 +123,11 @@ class Task(abc.ABC):
     del model, out_dir, name, title
     return []
 
+  def class_names(self) -> list[str] | None:
+    """The name of each class index, saved as ``classes.json`` at training time; ``None`` (the
+    default) for a task without classes."""
+    return None
+
   def eval_split_names(self) -> tuple[str, ...]:
     """The split names ``eval_batches`` accepts (checked against ``eval_split`` before training)."""
     raise NotImplementedError

@@ -17,6 +17,7 @@ from trainer import validation
 from trainer.errors import MissingFileError, WorkdirError
 
 CONFIG_FILE = 'config.json'
+CLASSES_FILE = 'classes.json'
 IDENTITY_FIELDS = ('task', 'model', 'data')
 # Under IDENTITY_FIELDS, but they do not change what is learned.
 NOT_IDENTITY_FIELDS = (
@@ -36,6 +37,30 @@ def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> Non
   temporary = path.with_suffix('.tmp')
   temporary.write_text(config.to_json_best_effort(indent=2, sort_keys=True) + '\n')
   temporary.replace(path)
+
+
+def save_class_names(workdir: pathlib.Path, class_names: list[str] | None) -> None:
+  """Writes ``classes.json`` (the name of each class index) for a task that has classes."""
+  if class_names is None:
+    return
+  path = pathlib.Path(workdir) / CLASSES_FILE
+  temporary = path.with_suffix('.tmp')
+  temporary.write_text(json.dumps(list(class_names), ensure_ascii=False, indent=1) + '\n', encoding='utf-8')
+  temporary.replace(path)
+
+
+def load_class_names(workdir: pathlib.Path) -> list[str] | None:
+  """The class names saved at training time, or ``None`` for a workdir written before they were saved."""
+  path = pathlib.Path(workdir) / CLASSES_FILE
+  if not path.exists():
+    return None
+  try:
+    names = json.loads(path.read_text(encoding='utf-8'))
+  except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    raise WorkdirError(f'{path} is damaged ({error}); delete it to see class indices instead.') from None
+  if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+    raise WorkdirError(f'{path} is damaged (not a list of names); delete it to see class indices instead.')
+  return names
 
 
 def _read_saved(workdir: pathlib.Path) -> dict:

@@ -98,6 +98,9 @@ class ImageClassification(Task):
 
     return pictures.draw(model, self, out_dir, name, title)
 
+  def class_names(self) -> list[str]:
+    return list(self.data.class_names)
+
   def eval_split_names(self) -> tuple[str, ...]:
     return tuple(self.data.split_names)
 
