@@ -6,6 +6,7 @@ restored onto whatever devices are present now, however many were used to train.
 
 import json
 import pathlib
+import tempfile
 
 import jax
 from flax import nnx
@@ -69,9 +70,15 @@ def evaluate_workdir(
   split = split or config.eval_split
   mesh = make_mesh()
   task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh, average_last)
-  metrics = evaluate_params(
-    task, parts, params, split, mesh, batch_size or config.eval_batch_size, output_dir=workdir
-  )
+  # The task writes its files (hypotheses) into a scratch folder; they are copied into the workdir
+  # where it can be written, so a read-only workdir still gets its metrics printed.
+  with tempfile.TemporaryDirectory() as scratch:
+    metrics = evaluate_params(
+      task, parts, params, split, mesh, batch_size or config.eval_batch_size, output_dir=pathlib.Path(scratch)
+    )
+    if jax.process_index() == 0:
+      for written in sorted(pathlib.Path(scratch).iterdir()):
+        workdir_lib.write_or_say(workdir / written.name, written.read_bytes())
   # Numbers, and the signatures that say how a score was computed (sacreBLEU's); not the
   # sample translations, which are Markdown for TensorBoard.
   kept = {
@@ -84,5 +91,7 @@ def evaluate_workdir(
   if average_last > 1:
     result['averaged_checkpoints'] = average_last
   if jax.process_index() == 0:
-    (workdir / f'{name}.json').write_text(json.dumps(result, indent=2, sort_keys=True) + '\n')
+    workdir_lib.write_or_say(
+      workdir / f'{name}.json', (json.dumps(result, indent=2, sort_keys=True) + '\n').encode()
+    )
   return result

@@ -10,6 +10,7 @@ evaluation fields may change.
 
 import json
 import pathlib
+import sys
 
 import ml_collections
 
@@ -61,6 +62,17 @@ def load_class_names(workdir: pathlib.Path) -> list[str] | None:
   if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
     raise WorkdirError(f'{path} is damaged (not a list of names); delete it to see class indices instead.')
   return names
+
+
+def write_or_say(path: pathlib.Path, data: bytes) -> bool:
+  """Writes ``data`` to ``path``; where the user may not write (a shared, read-only results folder),
+  says so in one line on stderr instead and returns False."""
+  try:
+    pathlib.Path(path).write_bytes(data)
+    return True
+  except OSError as error:
+    print(f'note: could not write {path}: {error.strerror or error}', file=sys.stderr, flush=True)
+    return False
 
 
 def _read_saved(workdir: pathlib.Path) -> dict:

@@ -4,16 +4,21 @@ Metrics: loss and accuracy; for moving digits also ``digit_accuracy`` and ``dire
 each part of the predicted class (argmax over all classes) compared with the label's part.
 """
 
+import functools
+import os
+
 import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
-from trainer.task import Task
+from trainer.predictor import present_classes, top_classes
+from trainer.task import Task, prediction_rows
 from trainer.validation import check_split_name
 from video import ablation_table
 from video.input_pipeline import load_video_data
@@ -78,6 +83,48 @@ class VideoClassification(Task):
 
     return pictures.draw(model, self, out_dir, name, title)
 
+  def class_names(self) -> list[str]:
+    """The data set's class names; moving digits as ``'7, moving left'``."""
+    if self.label_parts:
+      return [name.replace('/', ', moving ') for name in self.data.clip_set.class_names]
+    return list(self.data.clip_set.class_names)
+
+  # Prediction ---------------------------------------------------------------------
+
+  def read_input(self, item):
+    """A clip (``.npy`` file or array ``[T, H, W, C]`` of the model's shape, or a folder of frames) as the
+    data set holds its clips (``VideoData.read_clip``)."""
+    if not isinstance(item, np.ndarray) and not os.path.exists(item):
+      raise InputError(
+        f'{item}: no such file or folder; this workdir classifies clips (.npy or folders of frames).'
+      )
+    try:
+      return self.data.read_clip(item)
+    except DataError as error:
+      raise InputError(str(error)) from None
+
+  def predict(self, model, inputs, options):
+    """The ``options.top_k`` most probable classes of each clip, as ``ImageClassification.predict``."""
+    graphdef, state = nnx.split(model)
+    predictions = []
+    for start in range(0, len(inputs), options.batch_size):
+      chunk = inputs[start : start + options.batch_size]
+      clips = np.zeros((prediction_rows(len(chunk), options.batch_size), *self.data.clip_shape), np.float32)
+      clips[: len(chunk)] = self.data.prepare_clips(np.stack(chunk))
+      logits = np.asarray(_logits(graphdef, state, clips))[: len(chunk)]
+      predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
+    return predictions
+
+  def present(self, name, prediction):
+    return present_classes(name, prediction)
+
+  def explain(self, model, item, prediction, path, title):
+    from video import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
+    best = prediction['classes'][0]
+    caption = f'predicted\n{best["name"]}\n({100 * best["probability"]:.1f}%)'
+    return pictures.plot_clip_attention(model, self.data.prepare_clips(item[None]), caption, title, path)
+
   def eval_split_names(self) -> tuple[str, ...]:
     return self.data.split_names
 
@@ -119,6 +166,11 @@ class VideoClassification(Task):
     logits, _ = model(batch['clip'])
     outputs = self._outputs(logits, batch['label'], cross_entropy(logits, batch['label']))
     return {**outputs, 'mask': batch['mask']}
+
+
+@functools.partial(jax.jit, static_argnames='graphdef')
+def _logits(graphdef, state, clips):
+  return nnx.merge(graphdef, state)(clips)[0]
 
 
 def forward_cost(model: nnx.Module, clip_shape) -> float:
