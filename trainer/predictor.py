@@ -12,15 +12,29 @@ the attention for one input (``Task.explain``); this module knows no model famil
 
 import pathlib
 import re
+import weakref
 from typing import Any, Sequence
 
+import jax
 import numpy as np
+from flax import nnx
 
 from trainer import workdir as workdir_lib
 from trainer.evaluation import restore_checkpoint
 from trainer.task import PredictOptions
 
-__all__ = ['Predictor', 'load_predictor', 'top_classes', 'present_classes', 'picture_name']
+__all__ = ['Predictor', 'load_predictor', 'compiled_logits', 'top_classes', 'present_classes', 'picture_name']
+
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def compiled_logits(model: nnx.Module):
+  """``logits(inputs)``: the model's first output, compiled once per input shape (kept while the model lives)."""
+  if model not in _COMPILED:
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, inputs: nnx.merge(graphdef, state)(inputs)[0])
+    _COMPILED[model] = lambda inputs: forward(state, inputs)
+  return _COMPILED[model]
 
 
 def top_classes(logits: np.ndarray, k: int, class_names: list[str] | None) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ Metrics: loss and accuracy; for moving digits also ``digit_accuracy`` and ``dire
 each part of the predicted class (argmax over all classes) compared with the label's part.
 """
 
-import functools
 import os
 
 import flax
@@ -17,7 +16,7 @@ from flax import nnx
 
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
-from trainer.predictor import present_classes, top_classes
+from trainer.predictor import compiled_logits, present_classes, top_classes
 from trainer.task import Task, prediction_rows
 from trainer.validation import check_split_name
 from video import ablation_table
@@ -105,13 +104,13 @@ class VideoClassification(Task):
 
   def predict(self, model, inputs, options):
     """The ``options.top_k`` most probable classes of each clip, as ``ImageClassification.predict``."""
-    graphdef, state = nnx.split(model)
+    logits_of = compiled_logits(model)
     predictions = []
     for start in range(0, len(inputs), options.batch_size):
       chunk = inputs[start : start + options.batch_size]
       clips = np.zeros((prediction_rows(len(chunk), options.batch_size), *self.data.clip_shape), np.float32)
       clips[: len(chunk)] = self.data.prepare_clips(np.stack(chunk))
-      logits = np.asarray(_logits(graphdef, state, clips))[: len(chunk)]
+      logits = np.asarray(logits_of(clips))[: len(chunk)]
       predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
     return predictions
 
@@ -166,11 +165,6 @@ class VideoClassification(Task):
     logits, _ = model(batch['clip'])
     outputs = self._outputs(logits, batch['label'], cross_entropy(logits, batch['label']))
     return {**outputs, 'mask': batch['mask']}
-
-
-@functools.partial(jax.jit, static_argnames='graphdef')
-def _logits(graphdef, state, clips):
-  return nnx.merge(graphdef, state)(clips)[0]
 
 
 def forward_cost(model: nnx.Module, clip_shape) -> float:

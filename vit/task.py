@@ -1,11 +1,9 @@
 """Image classification as a trainer task: the ViT, its data, its loss and its metrics."""
 
-import functools
 import os
 import pathlib
 
 import flax
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -15,7 +13,7 @@ from flax import nnx
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
-from trainer.predictor import present_classes, top_classes
+from trainer.predictor import compiled_logits, present_classes, top_classes
 from trainer.task import NotApplicable, Task, prediction_rows
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
@@ -140,13 +138,13 @@ class ImageClassification(Task):
   def predict(self, model, inputs, options):
     """The ``options.top_k`` most probable classes of each image: ``{'classes': [{index, name,
     probability}, ...]}``, the first being the argmax of the logits that evaluation scores."""
-    graphdef, state = nnx.split(model)
+    logits_of = compiled_logits(model)
     predictions = []
     for start in range(0, len(inputs), options.batch_size):
       chunk = inputs[start : start + options.batch_size]
       images = np.zeros((prediction_rows(len(chunk), options.batch_size), *self.data.image_shape), np.float32)
       images[: len(chunk)] = self.data.prepare_images(np.stack(chunk))
-      logits = np.asarray(_logits(graphdef, state, images))[: len(chunk)]
+      logits = np.asarray(logits_of(images))[: len(chunk)]
       predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
     return predictions
 
@@ -198,11 +196,6 @@ class ImageClassification(Task):
       'labels': batch['label'],
       'mask': batch['mask'],
     }
-
-
-@functools.partial(jax.jit, static_argnames='graphdef')
-def _logits(graphdef, state, images):
-  return nnx.merge(graphdef, state)(images)[0]
 
 
 def fewshot_evaluation(
