@@ -14,7 +14,6 @@ from flax import nnx
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like
 from trainer.errors import CheckpointError
-from trainer.loop import evaluate_params
 from trainer.partitioning import make_mesh, state_shardings
 from trainer.state import ModelParts
 from trainer.task import load_task
@@ -65,6 +64,10 @@ def evaluate_workdir(
   average_last: int = 1,
 ) -> dict:
   """Evaluates one checkpoint on one split; writes ``eval_<split>_step<N>.json`` into the workdir."""
+  # Imported here: the training loop's metric writers import TensorFlow, which predictions
+  # (``restore_checkpoint`` alone) do not need.
+  from trainer.loop import evaluate_params  # pylint: disable=g-import-not-at-top
+
   workdir = pathlib.Path(workdir)
   config = workdir_lib.load_config(workdir)
   split = split or config.eval_split
