@@ -39,7 +39,7 @@ def digits_workdir(tmp_path_factory):
 @pytest.fixture(scope='module')
 def scan_workdir(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('scan')
-  train_and_evaluate(tiny_translation_config(), workdir)
+  train_and_evaluate(tiny_translation_config(eval_every_steps=4), workdir)
   return workdir
 
 
@@ -274,3 +274,14 @@ def test_bad_clips_are_one_line_naming_the_input(clip_predictor, tmp_path, make,
   with pytest.raises(InputError, match=re.escape(message)) as raised:
     clip_predictor.read(str(path))
   assert str(path) in str(raised.value) and '\n' not in str(raised.value)
+
+
+def test_rnn_translator_explains_its_single_attention(tmp_path):
+  from tests.test_rnn_model import tiny_rnn_config
+
+  task = load_task(tiny_rnn_config())
+  task.prepare(tmp_path)
+  predictor = Predictor(tmp_path, task, task.make_model(nnx.Rngs(params=0)), 0, None)
+  prediction = predictor(['jump twice'])[0]
+  assert isinstance(prediction['translation'], str) and set(prediction) == {'translation'}
+  assert predictor.explain('jump twice', tmp_path / 'rnn.png').stat().st_size > 0
