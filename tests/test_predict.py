@@ -287,9 +287,8 @@ def test_rnn_translator_explains_its_single_attention(tmp_path):
   assert predictor.explain('jump twice', tmp_path / 'rnn.png').stat().st_size > 0
 
 
-def test_map_head_and_class_token_images_are_explained(tmp_path):
-  for pool in ('map', 'cls'):
-    task = load_task(tiny_vit_config(**{'model.pool': pool}))
-    predictor = Predictor(tmp_path, task, task.make_model(nnx.Rngs(params=0)), 0, task.class_names())
-    path = predictor.explain(np.full((8, 8), 255, np.uint8), tmp_path / f'{pool}.png')
-    assert path.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+def test_map_head_images_are_explained(tmp_path):
+  task = load_task(tiny_vit_config(**{'model.pool': 'map'}))
+  predictor = Predictor(tmp_path, task, task.make_model(nnx.Rngs(params=0)), 0, task.class_names())
+  path = predictor.explain(np.full((8, 8), 255, np.uint8), tmp_path / 'map.png')
+  assert path.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
