@@ -141,6 +141,21 @@ def test_cli_answers_good_images_reports_bad_ones_and_draws_pictures(digits_work
   assert sorted(p.name for p in explain.iterdir()) == ['001_big.png', '005_alpha.png']
 
 
+def test_pictures_that_cannot_be_written_are_one_line_and_answers_still_come(
+  digits_workdir, tmp_path, capsys
+):
+  (tmp_path / 'file').write_text('')
+  out = io.StringIO()
+  image = str(tmp_path / 'digit.png')
+  Image.fromarray(np.zeros((8, 8), np.uint8)).save(image)
+  failed = predict.answer(
+    load_predictor(digits_workdir), [image], {}, explain_dir=tmp_path / 'file' / 'pictures', out=out
+  )
+  assert failed == 1 and len(out.getvalue().splitlines()) == 1
+  errors = capsys.readouterr().err.splitlines()
+  assert len(errors) == 1 and errors[0].startswith(f'error: could not write pictures into {tmp_path}')
+
+
 def test_a_workdir_without_classes_json_shows_indices_with_a_note(digits_workdir, tmp_path):
   older = tmp_path / 'older'
   shutil.copytree(digits_workdir, older)
