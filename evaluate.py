@@ -1,7 +1,9 @@
 """Evaluate a checkpoint: ``python evaluate.py --workdir runs/vit_digits [--checkpoint best] [--split test]``.
 
 Prints the metrics as one JSON object on the last line of stdout and writes the
-same object to ``<workdir>/eval_<split>_step<N>.json``.
+same object to ``<workdir>/eval_<split>_step<N>.json``. A workdir that may only be read (a shared
+results folder) still gets its metrics printed; each file that could not be written is one
+``note: could not write ...`` line on stderr.
 
 A ViT's few-shot linear accuracies have their own command: ``python -m vit.fewshot --workdir W``.
 """

@@ -165,7 +165,7 @@ def load_folder_source(config: ml_collections.ConfigDict) -> InMemoryImages:
   """Images in root/<split>/<class>/*.{png,jpg,jpeg}; classes are the sorted train folders."""
   root = _required_path(config, 'folder')
   class_names, listings = _list_image_folder(root)
-  first_image = _decode_image(listings['train'].files[0], mode=None, size=config.image_size)
+  first_image = decode_image(listings['train'].files[0], mode=None, size=config.image_size)
   mode = 'L' if first_image.mode in _GREY_PIL_MODES else 'RGB'
   image_size = tuple(config.image_size) if config.image_size else first_image.size[::-1]
   shape = (*image_size, 1 if mode == 'L' else 3)
@@ -216,13 +216,38 @@ def _list_image_folder(root: pathlib.Path) -> tuple[list[str], dict[str, _Folder
   return class_names, listings
 
 
-def _decode_image(path: str, mode: str | None, size: Sequence[int] | None) -> Image.Image:
+def decode_image(path: str, mode: str | None, size: Sequence[int] | None) -> Image.Image:
   try:
     with Image.open(path) as image:
       image = image.convert(mode) if mode else image.copy()
   except (OSError, ValueError, Image.DecompressionBombError) as error:
     raise DataError(f'cannot read image {path}: {error}') from None
   return image.resize((size[1], size[0]), Image.BILINEAR) if size else image
+
+
+def read_image_pixels(image: str | os.PathLike | np.ndarray, shape: Sequence[int]) -> np.ndarray:
+  """One image (a file, or a uint8 array [H, W] or [H, W, C]) as a data set of ``shape`` (H, W, C) holds
+  its images: uint8 [H, W, C], decoded and resized as the folder source decodes its files
+  (``decode_image``: PIL, converted to grey or RGB, bilinear resize; arrays as ``resize_images``)."""
+  height, width, channels = shape
+  mode = 'L' if channels == 1 else 'RGB'
+  if isinstance(image, np.ndarray):
+    if (
+      image.dtype != np.uint8
+      or image.ndim not in (2, 3)
+      or (image.ndim == 3 and image.shape[-1] not in (1, 3, 4))
+    ):
+      raise DataError(
+        f'an image array must be uint8 [H, W] or [H, W, C] with 1, 3 or 4 channels, got {image.dtype} {image.shape}'
+      )
+    pil_image = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[-1] == 1 else image).convert(
+      mode
+    )
+    if pil_image.size != (width, height):
+      pil_image = pil_image.resize((width, height), Image.BILINEAR)
+  else:
+    pil_image = decode_image(os.fspath(image), mode, (height, width))
+  return np.asarray(pil_image).reshape(height, width, channels)
 
 
 def _decode_folder_split(
@@ -256,7 +281,7 @@ def _decode_files(
 ) -> np.ndarray:
   images = np.empty((len(files), *shape), np.uint8)
   for index, path in enumerate(files):
-    pixels = np.asarray(_decode_image(path, mode, size))
+    pixels = np.asarray(decode_image(path, mode, size))
     if pixels.size != images[index].size:
       raise DataError(
         f'image {path} does not have the shape {shape} of the first train image; '

@@ -225,6 +225,12 @@ class TrainingBatches:
     return step_batches(make_batch, start_step=start_step, num_threads=1, prefetch_batches=4)
 
 
+def padded_width(length: int, boundaries: np.ndarray, max_length: int) -> int:
+  """The width of an evaluation batch whose longest row has ``length`` tokens: its bucket's boundary,
+  at most ``max_length``."""
+  return min(int(boundaries[np.searchsorted(boundaries, max(length, 1))]), max_length)
+
+
 def eval_batches(
   pairs: TokenizedPairs,
   *,
@@ -245,7 +251,7 @@ def eval_batches(
   boundaries = np.asarray(bucket_boundaries(max(max_source_length, max_target_length)))
 
   def width(lengths, max_length):
-    return min(int(boundaries[np.searchsorted(boundaries, max(int(lengths.max()), 1))]), max_length)
+    return padded_width(int(lengths.max()), boundaries, max_length)
 
   def make_batch(index: int) -> dict[str, np.ndarray]:
     members = order[index * batch_size : (index + 1) * batch_size]

@@ -46,25 +46,39 @@ def plot_cross_attention(model, task, title: str, path: pathlib.Path) -> pathlib
   config = task.config
   source, reference = task.eval_pairs(config.eval_split)[0]
   source_ids = task.source_tokenizer.encode(source)[: config.data.max_source_length]
-  source_array = jnp.asarray([source_ids], jnp.int32)
   output = [
     int(token)
     for token in np.asarray(
-      translate(model, source_array, beam_size=1, max_extra_length=config.decode.max_extra_length)
+      translate(
+        model,
+        jnp.asarray([source_ids], jnp.int32),
+        beam_size=1,
+        max_extra_length=config.decode.max_extra_length,
+      )
     )[0]
   ]
   output = output[: output.index(EOS_ID) + 1] if EOS_ID in output else [token for token in output if token]
-  decoder_input = jnp.asarray([[BOS_ID] + output[:-1]], jnp.int32)
+  hypothesis = task.target_tokenizer.decode(output)
+  caption = f'{title}\nreference: {reference}\nhypothesis: {hypothesis}'
+  return plot_sentence_attention(model, task, source_ids, output, caption, path)
+
+
+def plot_sentence_attention(
+  model, task, source_ids: list[int], output_ids: list[int], caption: str, path: pathlib.Path
+) -> pathlib.Path:
+  """The decoder's cross-attention (mean over heads), one panel per layer, while it writes ``output_ids``
+  (ending with EOS) for ``source_ids``: source tokens across, output tokens down."""
+  source_array = jnp.asarray([source_ids], jnp.int32)
+  decoder_input = jnp.asarray([[BOS_ID] + list(output_ids[:-1])], jnp.int32)
   _, intermediates = model(source_array, decoder_input, return_weights=True)
   layers = [
     np.asarray(layer[0], np.float32).mean(axis=0) for layer in intermediates['cross_attention_weights']
   ]
-  hypothesis = task.target_tokenizer.decode(output)
   return drawing.plot_token_attention(
     layers,
     _token_labels(task.source_tokenizer, source_ids),
-    _token_labels(task.target_tokenizer, output),
-    f'{title}\nreference: {reference}\nhypothesis: {hypothesis}',
+    _token_labels(task.target_tokenizer, output_ids),
+    caption,
     path,
     xlabel='source',
     ylabel='translation',

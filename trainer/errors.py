@@ -27,6 +27,10 @@ class CheckpointError(UserError, ValueError):
   """A checkpoint that does not exist, is damaged, or could not be written (disk full)."""
 
 
+class InputError(UserError, ValueError):
+  """An input to predict on (a file, a sentence, an array) that cannot be read or does not suit the model."""
+
+
 class TrainingDiverged(UserError, FloatingPointError):
   """The training loss, the gradient norm or the parameters became NaN or infinite."""
 

@@ -6,6 +6,7 @@ restored onto whatever devices are present now, however many were used to train.
 
 import json
 import pathlib
+import tempfile
 
 import jax
 from flax import nnx
@@ -14,7 +15,6 @@ from trainer import random_streams, storage
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, abstract_like
 from trainer.errors import CheckpointError
-from trainer.loop import evaluate_params
 from trainer.partitioning import make_mesh, state_shardings
 from trainer.state import ModelParts
 from trainer.task import load_task
@@ -67,14 +67,24 @@ def evaluate_workdir(
   average_last: int = 1,
 ) -> dict:
   """Evaluates one checkpoint on one split; writes ``eval_<split>_step<N>.json`` into the workdir."""
+  # Imported here: the training loop's metric writers import TensorFlow, which predictions
+  # (``restore_checkpoint`` alone) do not need.
+  from trainer.loop import evaluate_params  # pylint: disable=g-import-not-at-top
+
   workdir = storage.as_path(workdir)
   config = workdir_lib.load_config(workdir)
   split = split or config.eval_split
   mesh = make_mesh()
   task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh, average_last)
-  metrics = evaluate_params(
-    task, parts, params, split, mesh, batch_size or config.eval_batch_size, output_dir=workdir
-  )
+  # The task writes its files (hypotheses) into a scratch folder; they are copied into the workdir
+  # where it can be written, so a read-only workdir still gets its metrics printed.
+  with tempfile.TemporaryDirectory() as scratch:
+    metrics = evaluate_params(
+      task, parts, params, split, mesh, batch_size or config.eval_batch_size, output_dir=pathlib.Path(scratch)
+    )
+    if jax.process_index() == 0:
+      for written in sorted(pathlib.Path(scratch).iterdir()):
+        workdir_lib.write_or_say(workdir / written.name, written.read_bytes())
   # Numbers, and the signatures that say how a score was computed (sacreBLEU's); not the
   # sample translations, which are Markdown for TensorBoard.
   kept = {
@@ -87,5 +97,7 @@ def evaluate_workdir(
   if average_last > 1:
     result['averaged_checkpoints'] = average_last
   if jax.process_index() == 0:
-    storage.write_text(workdir / f'{name}.json', json.dumps(result, indent=2, sort_keys=True) + '\n')
+    workdir_lib.write_or_say(
+      workdir / f'{name}.json', (json.dumps(result, indent=2, sort_keys=True) + '\n').encode()
+    )
   return result

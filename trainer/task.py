@@ -5,6 +5,7 @@ devices, the jit-compiled step, the optimizer, checkpoints and metrics.
 """
 
 import abc
+import dataclasses
 import importlib
 import pathlib
 from typing import Any, Iterator
@@ -17,7 +18,7 @@ from flax import nnx
 
 from trainer import validation
 from trainer.devices import Devices
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, InputError
 
 Batch = dict[str, np.ndarray]
 
@@ -27,6 +28,23 @@ class NotApplicable(ConfigError):
 
   A task raises it from its constructor; a sweep skips the combination instead of failing.
   """
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictOptions:
+  """What a user chooses about predictions (``predict.py``'s flags); a task ignores what is not its own."""
+
+  top_k: int = 5  #: classifiers: the most probable classes shown
+  class_names: list[str] | None = None  #: classifiers: from ``classes.json``; ``None``: indices
+  beam_size: int | None = None  #: translators: ``None`` = the config's ``decode.beam_size``
+  alpha: float | None = None  #: translators: ``None`` = the config's ``decode.alpha``
+  batch_size: int = 64  #: most inputs run at once (batches are padded to a power of two up to it)
+
+
+def prediction_rows(count: int, batch_size: int) -> int:
+  """Rows a batch of ``count`` inputs is padded to: the next power of two, at most ``batch_size``,
+  so that a few shapes are compiled whatever the number of inputs."""
+  return min(1 << max(count - 1, 0).bit_length(), max(batch_size, 1))
 
 
 class Task(abc.ABC):
@@ -139,6 +157,40 @@ class Task(abc.ABC):
     """
     del model, out_dir, name, title
     return []
+
+  # Prediction on a user's own inputs (``trainer.predictor``, ``predict.py``) ------------
+
+  def input_names(self, argument: str) -> list[str]:
+    """The inputs one command-line argument names (images: a folder's image files); itself by default."""
+    return [argument]
+
+  def read_input(self, item) -> Any:
+    """One input (a path or text as given, or an array), read and checked as evaluation reads its
+    examples; an ``InputError`` names the problem in one line. None by default: the task cannot predict."""
+    del item
+    raise InputError(f'{type(self).__name__} cannot predict on inputs of its own.')
+
+  def predict(self, model: nnx.Module, inputs: list[Any], options: PredictOptions) -> list[dict[str, Any]]:
+    """One prediction per input of ``read_input``, in order: JSON-able values, except keys starting
+    with ``_`` (kept for ``explain``, never shown)."""
+    raise NotImplementedError(f'{type(self).__name__} cannot predict.')
+
+  def present(self, name: str, prediction: dict[str, Any]) -> str:
+    """One prediction as plain text, one line (``name`` is the input as the user gave it)."""
+    shown = {key: value for key, value in prediction.items() if not key.startswith('_')}
+    return f'{name}: {shown}'
+
+  def explain(
+    self, model: nnx.Module, item: Any, prediction: dict[str, Any], path: pathlib.Path, title: str
+  ) -> pathlib.Path:
+    """A picture of the model's attention for one input (as ``read_input`` returned it), a PNG at ``path``."""
+    del model, item, prediction, path, title
+    raise NotImplementedError(f'{type(self).__name__} has no attention picture of an input.')
+
+  def class_names(self) -> list[str] | None:
+    """The name of each class index, saved as ``classes.json`` at training time; ``None`` (the
+    default) for a task without classes."""
+    return None
 
   def eval_split_names(self) -> tuple[str, ...]:
     """The split names ``eval_batches`` accepts (checked against ``eval_split`` before training)."""

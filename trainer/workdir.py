@@ -10,6 +10,7 @@ evaluation fields may change.
 
 import json
 import pathlib
+import sys
 
 import ml_collections
 
@@ -18,6 +19,7 @@ from trainer.errors import MissingFileError, WorkdirError
 
 CONFIG_FILE = 'config.json'
 MODEL_FACTS_FILE = 'model.json'  # ``Task.model_facts``, saved when a run starts
+CLASSES_FILE = 'classes.json'  # ``Task.class_names``, saved when a run starts
 IDENTITY_FIELDS = ('task', 'model', 'data')
 # Under IDENTITY_FIELDS, but they do not change what is learned; a task adds its own
 # (``Task.not_identity_fields``: a translator's tokenizer files, say).
@@ -47,6 +49,41 @@ def load_model_facts(workdir: pathlib.Path) -> dict:
   """The workdir's ``model.json``; ``{}`` for a workdir written before runs saved it."""
   path = storage.as_path(workdir) / MODEL_FACTS_FILE
   return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_class_names(workdir: pathlib.Path, class_names: list[str] | None) -> None:
+  """Writes ``classes.json`` (the name of each class index) for a task that has classes."""
+  if class_names is None:
+    return
+  storage.write_text(
+    storage.as_path(workdir) / CLASSES_FILE,
+    json.dumps(list(class_names), ensure_ascii=False, indent=1) + '\n',
+  )
+
+
+def load_class_names(workdir: pathlib.Path) -> list[str] | None:
+  """The class names saved at training time, or ``None`` for a workdir written before they were saved."""
+  path = storage.as_path(workdir) / CLASSES_FILE
+  if not path.exists():
+    return None
+  try:
+    names = json.loads(path.read_text(encoding='utf-8'))
+  except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    raise WorkdirError(f'{path} is damaged ({error}); delete it to see class indices instead.') from None
+  if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+    raise WorkdirError(f'{path} is damaged (not a list of names); delete it to see class indices instead.')
+  return names
+
+
+def write_or_say(path: pathlib.Path, data: bytes) -> bool:
+  """Writes ``data`` to ``path``; where the user may not write (a shared, read-only results folder),
+  says so in one line on stderr instead and returns False."""
+  try:
+    storage.as_path(path).write_bytes(data)
+    return True
+  except OSError as error:
+    print(f'note: could not write {path}: {error.strerror or error}', file=sys.stderr, flush=True)
+    return False
 
 
 def _read_saved(workdir: pathlib.Path) -> dict:

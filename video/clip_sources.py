@@ -136,6 +136,42 @@ def _read_npy_split(folder: pathlib.Path, class_names: list[str]) -> LabelledCli
   return LabelledClips(np.stack(clips), np.asarray(labels, np.int32))
 
 
+def read_clip(item: str | np.ndarray, clip_shape: tuple[int, int, int, int]) -> np.ndarray:
+  """One clip as a data set of ``clip_shape`` (T, H, W, C) holds it, uint8 ``[T, H, W, C]``: a uint8
+  array or ``.npy`` file ``[T, H, W, C]`` (``[T, H, W]`` for one channel) of exactly that shape, or a
+  folder of T frames (PNG or JPEG, in sorted order), each read as an image of the data set's size."""
+  steps, height, width, channels = clip_shape
+  expected = f'uint8 [T, H, W, C] = {list(clip_shape)}'
+  if isinstance(item, np.ndarray):
+    clip, name = item, 'the array'
+  elif pathlib.Path(item).is_dir():
+    frames = sorted(
+      p for p in pathlib.Path(item).iterdir() if p.suffix.lower() in image_sources.IMAGE_SUFFIXES
+    )
+    if len(frames) != steps:
+      raise DataError(
+        f'{item}: a folder of {len(frames)} frames (.png, .jpg); this model takes clips of {steps}'
+      )
+    return np.stack([image_sources.read_image_pixels(frame, (height, width, channels)) for frame in frames])
+  elif str(item).lower().endswith('.npy'):
+    try:
+      clip, name = np.load(item, allow_pickle=False), str(item)
+    except (OSError, ValueError) as error:
+      raise DataError(f'{item}: cannot read the .npy clip ({error})') from None
+  else:
+    what = (
+      'one image'
+      if str(item).lower().endswith(image_sources.IMAGE_SUFFIXES)
+      else 'neither a .npy file nor a folder'
+    )
+    raise DataError(f'{item}: {what}; a clip is a .npy array {expected} or a folder of {steps} frames')
+  if clip.ndim == 3 and channels == 1:
+    clip = clip[..., None]
+  if clip.dtype != np.uint8 or tuple(clip.shape) != tuple(clip_shape):
+    raise DataError(f'{name}: a {clip.dtype} clip of shape {list(clip.shape)}; this model takes {expected}')
+  return clip
+
+
 def load_tfds_videos(config: ml_collections.ConfigDict) -> ClipSet:
   """A prepared TFDS video set (``'video'`` and ``'label'`` features) read offline from ``data_dir``.
 

@@ -143,7 +143,7 @@ class VideoData:
         'label': np.zeros(size, np.int32),
         'mask': np.zeros(size, np.float32),
       }
-      batch['clip'][:count] = self._normalise(clips)
+      batch['clip'][:count] = self.prepare_clips(clips)
       batch['label'][:count] = data.labels[start : start + batch_size][rows]
       batch['mask'][:count] = 1
       return batch
@@ -151,6 +151,14 @@ class VideoData:
     return step_batches(
       make_batch, stop_step=-(-len(data.labels) // batch_size), num_threads=2, prefetch_batches=4
     )
+
+  def read_clip(self, item) -> np.ndarray:
+    """One clip (an array, a ``.npy`` file or a folder of frames) as this data set holds its clips."""
+    return clip_sources.read_clip(item, self.clip_shape)
+
+  def prepare_clips(self, clips: np.ndarray) -> np.ndarray:
+    """uint8 clips [n, T, H, W, C] -> the model's float32 input, exactly as evaluation batches are made."""
+    return self._normalise(clips)
 
   def _normalise(self, clips: np.ndarray) -> np.ndarray:
     return (clips.astype(np.float32) * (1 / 255) - self.mean) / self.std

@@ -25,7 +25,17 @@ from ablation import drawing
 
 def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:
   clip, label = _first_eval_clip(task)
-  logits, intermediates = model(jnp.asarray(clip), return_weights=True)
+  predicted = int(np.argmax(model(jnp.asarray(clip))[0][0]))
+  caption = f'label {label}\npredicted {predicted}'
+  return [plot_clip_attention(model, clip, caption, title, out_dir / f'video_attention_{name}.png')]
+
+
+def plot_clip_attention(
+  model, clip: np.ndarray, caption: str, title: str, path: pathlib.Path
+) -> pathlib.Path:
+  """One model input ``[1, T, H, W, C]``: its frames, the spatial attention in each frame, the temporal
+  attention between frames and the rollout (see the module docstring); ``caption`` beside them."""
+  _, intermediates = model(jnp.asarray(clip), return_weights=True)
   layers = [
     {axes: np.asarray(w[0], np.float32) for axes, w in layer.items()}
     for layer in intermediates['attention_weights']
@@ -48,14 +58,14 @@ def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[path
       rollout[step].reshape(rows, cols), cmap='inferno', interpolation='nearest', vmin=0, vmax=rollout.max()
     )
   axes[0, steps].axis('off')
-  axes[0, steps].text(0, 0.5, f'label {label}\npredicted {int(np.argmax(logits[0]))}', fontsize=8)
+  axes[0, steps].text(0, 0.5, caption, fontsize=8)
   axes[1, steps].imshow(time_map, cmap='inferno', interpolation='nearest')
   axes[1, steps].set_title('time: query x key frame', fontsize=7)
   axes[2, steps].axis('off')
   axes[1, 0].set_ylabel('spatial (last layer)', fontsize=8)
   axes[2, 0].set_ylabel('rollout', fontsize=8)
   figure.suptitle(f'{title}: {model.attention} attention', fontsize=10)
-  return [drawing.save(figure, out_dir / f'video_attention_{name}.png')]
+  return drawing.save(figure, path)
 
 
 def attention_summaries(layout: str, layers: list[dict], steps: int, patches: int, has_cls: bool):

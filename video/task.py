@@ -8,16 +8,20 @@ is that loss. The evaluation ``loss`` is the unsmoothed negative log-likelihood 
 every family.
 """
 
+import os
+
 import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
-from trainer.task import Task
+from trainer.predictor import compiled_logits, present_classes, top_classes
+from trainer.task import Task, prediction_rows
 from trainer.validation import check_split_name
 from video import ablation_table
 from video.input_pipeline import load_video_data
@@ -85,6 +89,48 @@ class VideoClassification(Task):
     from video import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
 
     return pictures.draw(model, self, out_dir, name, title)
+
+  def class_names(self) -> list[str]:
+    """The data set's class names; moving digits as ``'7, moving left'``."""
+    if self.label_parts:
+      return [name.replace('/', ', moving ') for name in self.data.clip_set.class_names]
+    return list(self.data.clip_set.class_names)
+
+  # Prediction ---------------------------------------------------------------------
+
+  def read_input(self, item):
+    """A clip (``.npy`` file or array ``[T, H, W, C]`` of the model's shape, or a folder of frames) as the
+    data set holds its clips (``VideoData.read_clip``)."""
+    if not isinstance(item, np.ndarray) and not os.path.exists(item):
+      raise InputError(
+        f'{item}: no such file or folder; this workdir classifies clips (.npy or folders of frames).'
+      )
+    try:
+      return self.data.read_clip(item)
+    except DataError as error:
+      raise InputError(str(error)) from None
+
+  def predict(self, model, inputs, options):
+    """The ``options.top_k`` most probable classes of each clip, as ``ImageClassification.predict``."""
+    logits_of = compiled_logits(model)
+    predictions = []
+    for start in range(0, len(inputs), options.batch_size):
+      chunk = inputs[start : start + options.batch_size]
+      clips = np.zeros((prediction_rows(len(chunk), options.batch_size), *self.data.clip_shape), np.float32)
+      clips[: len(chunk)] = self.data.prepare_clips(np.stack(chunk))
+      logits = np.asarray(logits_of(clips))[: len(chunk)]
+      predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
+    return predictions
+
+  def present(self, name, prediction):
+    return present_classes(name, prediction)
+
+  def explain(self, model, item, prediction, path, title):
+    from video import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
+    best = prediction['classes'][0]
+    caption = f'predicted\n{best["name"]}\n({100 * best["probability"]:.1f}%)'
+    return pictures.plot_clip_attention(model, self.data.prepare_clips(item[None]), caption, title, path)
 
   def eval_split_names(self) -> tuple[str, ...]:
     return self.data.split_names

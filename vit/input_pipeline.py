@@ -264,6 +264,15 @@ class ImageData:
       prefetch_batches=self._prefetch_batches,
     )
 
+  def read_image(self, image) -> np.ndarray:
+    """One image file or uint8 array as this data set holds its images (``image_sources.read_image_pixels``)."""
+    return image_sources.read_image_pixels(image, self.image_shape)
+
+  def prepare_images(self, images: np.ndarray) -> np.ndarray:
+    """uint8 images [n, H, W, C] as this data set holds them -> the model's float32 input, exactly as
+    evaluation batches are made."""
+    return self._normalise(images)
+
   def _check_split(self, split: str) -> None:
     if split not in self.split_names:
       raise ConfigError(f'unknown split {split!r}; available: {list(self.split_names)}')
@@ -333,7 +342,7 @@ class ImageData:
       'label': np.zeros(size, np.int32),
       'mask': np.zeros(size, np.float32),
     }
-    batch['image'][:count] = self._normalise(global_batch.images[real])
+    batch['image'][:count] = self.prepare_images(global_batch.images[real])
     batch['label'][:count] = global_batch.labels[real]
     batch['mask'][:count] = 1
     return batch

@@ -33,7 +33,10 @@ def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[path
         out_dir / f'posemb_similarity_{name}.png',
       )
     )
-  paths.append(plot_attention_maps(model, task, title, out_dir / f'attention_{name}.png'))
+  image, label = _first_eval_image(task)
+  predicted = int(np.argmax(model(jnp.asarray(image))[0][0]))
+  caption = f'label {label}, predicted {predicted}'
+  paths.append(plot_attention_maps(model, image, caption, title, out_dir / f'attention_{name}.png'))
   return paths
 
 
@@ -62,10 +65,11 @@ def _first_eval_image(task) -> tuple[np.ndarray, int]:
   return np.asarray(batch['image'][:1]), int(batch['label'][0])
 
 
-def plot_attention_maps(model, task, title: str, path: pathlib.Path) -> pathlib.Path:
-  """One evaluation image, its attention per layer and head, and the rollout."""
-  image, label = _first_eval_image(task)
-  logits, intermediates = model(jnp.asarray(image), return_weights=True)
+def plot_attention_maps(
+  model, image: np.ndarray, caption: str, title: str, path: pathlib.Path
+) -> pathlib.Path:
+  """One model input ``[1, H, W, C]`` (``caption`` above it), its attention per layer and head, and the rollout."""
+  _, intermediates = model(jnp.asarray(image), return_weights=True)
   weights = [np.asarray(layer[0], np.float32) for layer in intermediates['attention_weights']]
   grid = tuple(intermediates['grid'])
   rollouts = drawing.attention_rollout(weights)
@@ -76,7 +80,7 @@ def plot_attention_maps(model, task, title: str, path: pathlib.Path) -> pathlib.
     ax.set_xticks([])
     ax.set_yticks([])
   _show_image(axes[0, 0], image[0])
-  axes[0, 0].set_title(f'label {label}, predicted {int(np.argmax(logits[0]))}', fontsize=8)
+  axes[0, 0].set_title(caption, fontsize=8)
   _show_image(axes[0, 1], image[0])
   height, width = image.shape[1:3]
   axes[0, 1].imshow(
@@ -89,6 +93,11 @@ def plot_attention_maps(model, task, title: str, path: pathlib.Path) -> pathlib.
   axes[0, 1].set_title('rollout on the image', fontsize=8)
   for ax in axes[0, 2:]:
     ax.axis('off')
+  if 'pool_attention_weights' in intermediates:  # the MAP head's probe, after the last layer
+    probe = np.asarray(intermediates['pool_attention_weights'][0], np.float32).mean(axis=0)  # [1, T]
+    axes[0, 2].axis('on')
+    axes[0, 2].imshow(probe[0].reshape(grid), cmap='inferno', interpolation='nearest')
+    axes[0, 2].set_title('MAP probe (mean of heads)', fontsize=8)
   for layer in range(depth):
     maps = [weights[layer][head] for head in range(heads)] + [weights[layer].mean(axis=0), rollouts[layer]]
     for column, attention in enumerate(maps):

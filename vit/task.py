@@ -1,17 +1,23 @@
 """Image classification as a trainer task: the ViT, its data, its loss and its metrics."""
 
+import os
+import pathlib
+
 import flax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
+from pipelines.image_sources import IMAGE_SUFFIXES
 from trainer.devices import Devices
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
 from trainer.partitioning import check_batch_size
-from trainer.task import NotApplicable, Task
+from trainer.predictor import compiled_logits, present_classes, top_classes
+from trainer.task import NotApplicable, Task, prediction_rows
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
 from vit.input_pipeline import load_image_data
@@ -112,6 +118,61 @@ class ImageClassification(Task):
     from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
 
     return pictures.draw(model, self, out_dir, name, title)
+
+  def class_names(self) -> list[str]:
+    return list(self.data.class_names)
+
+  # Prediction ---------------------------------------------------------------------
+
+  def input_names(self, argument):
+    """A folder names its image files (all levels down, in sorted order); anything else itself."""
+    if not os.path.isdir(argument):
+      return [argument]
+    found = sorted(
+      os.path.join(folder, name)
+      for folder, _, names in os.walk(argument)
+      for name in names
+      if name.lower().endswith(IMAGE_SUFFIXES)
+    )
+    return found or [argument]
+
+  def read_input(self, item):
+    """An image file (PNG or JPEG, any size and channels) or uint8 array, as the data set holds its
+    images (``ImageData.read_image``): uint8 ``[H, W, C]`` at the model's size."""
+    what = 'this workdir classifies images (PNG or JPEG files, folders of them, or uint8 arrays)'
+    if not isinstance(item, np.ndarray):
+      if not os.path.exists(item):
+        raise InputError(f'{item}: no such file; {what}.')
+      if os.path.isdir(item):
+        raise InputError(f'{item}: a folder without .png, .jpg or .jpeg images; {what}.')
+    try:
+      return self.data.read_image(item)
+    except DataError as error:
+      raise InputError(f'{error}; {what}.') from None
+
+  def predict(self, model, inputs, options):
+    """The ``options.top_k`` most probable classes of each image: ``{'classes': [{index, name,
+    probability}, ...]}``, the first being the argmax of the logits that evaluation scores."""
+    logits_of = compiled_logits(model)
+    predictions = []
+    for start in range(0, len(inputs), options.batch_size):
+      chunk = inputs[start : start + options.batch_size]
+      images = np.zeros((prediction_rows(len(chunk), options.batch_size), *self.data.image_shape), np.float32)
+      images[: len(chunk)] = self.data.prepare_images(np.stack(chunk))
+      logits = np.asarray(logits_of(images))[: len(chunk)]
+      predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
+    return predictions
+
+  def present(self, name, prediction):
+    return present_classes(name, prediction)
+
+  def explain(self, model, item, prediction, path: pathlib.Path, title):
+    from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
+    best = prediction['classes'][0]
+    caption = f'predicted {best["name"]} ({100 * best["probability"]:.1f}%)'
+    image = self.data.prepare_images(item[None])
+    return pictures.plot_attention_maps(model, image, caption, title, path)
 
   def eval_split_names(self) -> tuple[str, ...]:
     return tuple(self.data.split_names)

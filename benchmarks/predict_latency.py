@@ -1,0 +1,59 @@
+"""Start-up to the first answer of ``predict.py``: what a user waits for after pressing Enter.
+
+  python -m benchmarks.predict_latency --workdir runs/vit_digits digit.png
+  python -m benchmarks.predict_latency --workdir runs/transformer_scan "jump twice"
+
+Runs ``predict.py --workdir W INPUT...`` ``--repeats`` times as a fresh process and prints, for each
+run, the seconds from starting the process to its first line on stdout (the first answer), and to its
+end; then the median of each. The inputs are whatever the workdir's task reads (image files,
+sentences, clips).
+"""
+
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Fresh processes to time.', lower_bound=1)
+flags.mark_flag_as_required('workdir')
+
+
+def time_one_run(workdir: str, inputs: list[str]) -> tuple[float, float, str]:
+  """(seconds to the first stdout line, seconds to the end, that line) of one ``predict.py`` process."""
+  start = time.perf_counter()
+  process = subprocess.Popen(
+    [sys.executable, 'predict.py', f'--workdir={workdir}', '--', *inputs],
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+  first_line = process.stdout.readline()
+  first = time.perf_counter() - start
+  _, errors = process.communicate()
+  total = time.perf_counter() - start
+  if process.returncode != 0 or not first_line:
+    raise SystemExit(f'predict.py failed (status {process.returncode}): {errors.strip().splitlines()[-1:]}')
+  return first, total, first_line.rstrip('\n')
+
+
+def main(argv):
+  inputs = argv[1:]
+  if not inputs:
+    raise app.UsageError('Give one or more inputs for the workdir (image files, sentences or clips).')
+  firsts, totals = [], []
+  for run in range(_REPEATS.value):
+    first, total, answer = time_one_run(_WORKDIR.value, inputs)
+    firsts.append(first)
+    totals.append(total)
+    print(f'run {run + 1}: first answer after {first:.2f} s, done after {total:.2f} s: {answer}', flush=True)
+  print(
+    f'median of {len(firsts)}: first answer after {statistics.median(firsts):.2f} s, '
+    f'done after {statistics.median(totals):.2f} s'
+  )
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,134 @@
+"""Use a trained model from Python: ``predictor = load_predictor(workdir); predictor(inputs)``.
+
+The parameters of one checkpoint are restored alone (``trainer.evaluation.restore_checkpoint``: no
+optimizer state) onto the devices present now. The workdir's task reads and prepares each input
+(``Task.read_input``: image files or arrays, sentences, clips), predicts (``Task.predict``) and draws
+the attention for one input (``Task.explain``); this module knows no model family.
+
+  predictor = load_predictor('runs/vit_digits')
+  predictor(['digit.png'])          # [{'classes': [{'index': 7, 'name': '7', 'probability': 0.98}, ...]}]
+  predictor.explain('digit.png', 'digit_attention.png')
+"""
+
+import pathlib
+import re
+import weakref
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from trainer import workdir as workdir_lib
+from trainer.evaluation import restore_checkpoint
+from trainer.task import PredictOptions
+
+__all__ = ['Predictor', 'load_predictor', 'compiled_logits', 'top_classes', 'present_classes', 'picture_name']
+
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def compiled_logits(model: nnx.Module):
+  """``logits(inputs)``: the model's first output, compiled once per input shape (kept while the model lives)."""
+  if model not in _COMPILED:
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, inputs: nnx.merge(graphdef, state)(inputs)[0])
+    _COMPILED[model] = lambda inputs: forward(state, inputs)
+  return _COMPILED[model]
+
+
+def top_classes(logits: np.ndarray, k: int, class_names: list[str] | None) -> list[dict[str, Any]]:
+  """The ``k`` most probable classes of one row of logits ``[classes]``, most probable first: index,
+  name (the index where there are no names) and softmax probability. Ties go to the lower index, as
+  ``argmax`` (and so the accuracy evaluation computes)."""
+  logits = np.asarray(logits, np.float64)
+  probabilities = np.exp(logits - logits.max())
+  probabilities /= probabilities.sum()
+  order = np.argsort(-logits, kind='stable')[: max(k, 1)]
+  return [
+    {
+      'index': int(index),
+      'name': class_names[index] if class_names and index < len(class_names) else str(int(index)),
+      'probability': float(probabilities[index]),
+    }
+    for index in order
+  ]
+
+
+def present_classes(name: str, prediction: dict[str, Any]) -> str:
+  """``name: 7 (98.1%), 1 (0.9%), ...`` for a classifier's prediction."""
+  classes = ', '.join(
+    f'{entry["name"]} ({100 * entry["probability"]:.1f}%)' for entry in prediction['classes']
+  )
+  return f'{name}: {classes}'
+
+
+def picture_name(position: int, name: str) -> str:
+  """``003_digit.png``: the input's position and a file-name-safe part of its name."""
+  stem = pathlib.PurePath(name).stem if len(name) < 256 and '\n' not in name else name
+  safe = re.sub(r'[^A-Za-z0-9]+', '_', stem).strip('_')[:40] or 'input'
+  return f'{position:03d}_{safe}.png'
+
+
+class Predictor:
+  """A restored model and its task; call it on a list of inputs (paths, text or arrays)."""
+
+  def __init__(self, workdir: pathlib.Path, task, model, step: int, class_names: list[str] | None):
+    self.workdir, self.task, self.model, self.step = workdir, task, model, step
+    self.class_names = class_names
+
+  def options(self, **overrides) -> PredictOptions:
+    """The prediction options: the saved class names and the config's batch size, then ``overrides``."""
+    batch_size = min(int(self.task.config.get('eval_batch_size', 64)), 64)
+    return PredictOptions(**{'class_names': self.class_names, 'batch_size': batch_size, **overrides})
+
+  def input_names(self, argument: str) -> list[str]:
+    """The inputs an argument names (a folder of images: its image files, in sorted order)."""
+    return self.task.input_names(argument)
+
+  def read(self, item) -> Any:
+    """One input read and checked; an ``InputError`` names it and its problem."""
+    return self.task.read_input(item)
+
+  def predict(self, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
+    """Predictions for inputs already ``read``, in order."""
+    return self.task.predict(self.model, list(inputs), self.options(**options))
+
+  def __call__(self, items: Sequence[Any], **options) -> list[dict[str, Any]]:
+    """Reads every item, then predicts; a bad item raises ``InputError`` before any prediction."""
+    if isinstance(items, (str, np.ndarray)):
+      raise TypeError('Pass a list of inputs (one image array, sentence or path per element).')
+    predictions = self.predict([self.read(item) for item in items], **options)
+    return [{key: value for key, value in p.items() if not key.startswith('_')} for p in predictions]
+
+  def present(self, name: str, prediction: dict[str, Any]) -> str:
+    return self.task.present(name, prediction)
+
+  def explain(
+    self, item, path, *, prediction: dict[str, Any] | None = None, is_read: bool = False, **options
+  ):
+    """Draws the attention for one input as a PNG at ``path`` and returns the path; ``is_read``: ``item``
+    came from ``read`` already (with its ``prediction``, when known)."""
+    value = item if is_read else self.read(item)
+    if prediction is None:
+      prediction = self.predict([value], **options)[0]
+    title = f'{self.workdir.name}, step {self.step}'
+    return self.task.explain(self.model, value, prediction, pathlib.Path(path), title)
+
+
+def load_predictor(workdir, checkpoint: str | int = 'latest') -> Predictor:
+  """Restores checkpoint ``checkpoint`` ('latest', 'best' or a step) of ``workdir`` for prediction."""
+  workdir = pathlib.Path(workdir)
+  task, parts, params, step = restore_checkpoint(workdir, checkpoint)
+  class_names = workdir_lib.load_class_names(workdir)
+  return Predictor(workdir, task, parts.merge(params), int(step), class_names)
+
+
+def missing_class_names_note(predictor: Predictor) -> str | None:
+  """A one-line note when the task has classes but the workdir predates ``classes.json``."""
+  if predictor.class_names is None and predictor.task.class_names() is not None:
+    return (
+      f'note: {predictor.workdir / workdir_lib.CLASSES_FILE} is missing (the workdir predates it): '
+      'classes are shown by index.'
+    )
+  return None
