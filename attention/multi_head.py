@@ -1,6 +1,6 @@
 """Multi-head attention for self- and cross-attention, with a key/value cache for decoding.
 
-Inputs are ``[batch, length, features]``. A mask is boolean, broadcastable to
+Inputs are ``[batch, length, features]``. A mask is a ``Mask`` or boolean, broadcastable to
 ``[batch, heads, q_len, k_len]`` (``True`` = may attend); a bias (relative
 positions) is added to the logits. When the score is (scaled) dot product, the
 weights are not requested and no dropout applies to them, the fused
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention.masks import causal_mask, has_any_key, masked_softmax
+from attention.masks import Mask, causal_mask, combine_masks, has_any_key, masked_softmax
 from attention.positional import Rotary
 from attention.scores import AttentionScore
 
@@ -24,18 +24,35 @@ from attention.scores import AttentionScore
 def fused_attention(query, key, value, *, bias, mask, scale) -> jax.Array:
   """``jax.nn.dot_product_attention`` with cuDNN's kernel where it takes the inputs, XLA's elsewhere.
 
+  ``mask`` is a boolean array or a ``Mask``; a ``Mask`` is passed as what it is: ``is_causal``,
+  ``query_seq_lengths`` / ``key_value_seq_lengths``, and a dense mask only for its ``dense``
+  part (cuDNN's fast paths take the first two; a dense mask costs a ``[B, H, T, S]`` tensor).
   JAX's default implementation is XLA's, even on a GPU; cuDNN must be asked for by name, and
   it refuses (while tracing, with ``ValueError`` or ``NotImplementedError``) dtypes, head sizes
   and masks it has no kernel for, such as float32 inputs. Those fall back to XLA.
   """
+  options = dict(bias=bias, mask=mask, scale=scale)
+  if isinstance(mask, Mask):
+    options.update(
+      mask=mask.dense,
+      is_causal=mask.causal,
+      query_seq_lengths=_int32(mask.query_lengths),
+      key_value_seq_lengths=_int32(mask.key_lengths),
+    )
+  if options['mask'] is not None:
+    options['mask'] = jnp.broadcast_to(
+      options['mask'], (query.shape[0], query.shape[2], query.shape[1], key.shape[1])
+    )
   if jax.default_backend() == 'gpu':
     try:
-      return jax.nn.dot_product_attention(
-        query, key, value, bias=bias, mask=mask, scale=scale, implementation='cudnn'
-      )
+      return jax.nn.dot_product_attention(query, key, value, implementation='cudnn', **options)
     except (ValueError, NotImplementedError):
       pass
-  return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=scale)
+  return jax.nn.dot_product_attention(query, key, value, **options)
+
+
+def _int32(lengths):
+  return None if lengths is None else lengths.astype(jnp.int32)
 
 
 class MultiHeadAttention(nnx.Module):
@@ -139,17 +156,19 @@ class MultiHeadAttention(nnx.Module):
     weights_dropped = self.dropout_rate > 0 and not deterministic
     fused_scale = self.score.fused_scale
     fused_kernel = jax.default_backend() == 'gpu' if self.fused_kernel is None else self.fused_kernel
+    q_len, k_len = query.shape[1], key.shape[1]
     if fused_kernel and fused_scale is not None and not return_weights and not weights_dropped:
-      if mask is not None:
-        mask = jnp.broadcast_to(mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
       if bias is not None:
         bias = bias.astype(query.dtype)
       context = fused_attention(query, key, value, bias=bias, mask=mask, scale=fused_scale)
-      visible = has_any_key(mask)  # the fused kernel averages the values of an all-masked row
+      # The fused kernel averages the values of an all-masked row; the explicit path gives zeros.
+      visible = mask.rows_with_any_key(q_len, k_len) if isinstance(mask, Mask) else has_any_key(mask)
       if visible is not None:
         context = context * jnp.transpose(visible, (0, 2, 1, 3)).astype(context.dtype)
       weights = None
     else:
+      if isinstance(mask, Mask):
+        mask = mask.as_array(q_len, k_len)
       logits = self.score(query, key)
       if bias is not None:
         logits = logits + bias
@@ -166,7 +185,7 @@ class MultiHeadAttention(nnx.Module):
     inputs_q: jax.Array,
     inputs_kv: jax.Array | None = None,
     *,
-    mask: jax.Array | None = None,
+    mask: jax.Array | Mask | None = None,
     bias: jax.Array | None = None,
     q_positions: jax.Array | None = None,
     k_positions: jax.Array | None = None,
@@ -203,7 +222,7 @@ class MultiHeadAttention(nnx.Module):
     inputs_q: jax.Array,
     cache: dict[str, jax.Array],
     *,
-    mask: jax.Array | None = None,
+    mask: jax.Array | Mask | None = None,
     bias: jax.Array | None = None,
   ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Causal self-attention for the ``step_len`` new tokens at ``cache['index']``.
@@ -221,8 +240,11 @@ class MultiHeadAttention(nnx.Module):
     cached_value = jax.lax.dynamic_update_slice(
       cache['value'], value.astype(cache['value'].dtype), (0, index, 0, 0)
     )
-    causal = causal_mask(step_len, max_length, q_offset=index)
-    mask = causal if mask is None else causal & mask
+    if step_len == 1:  # one new token sees the cache up to itself: a key length, no dense mask
+      causal = Mask(key_lengths=jnp.full((inputs_q.shape[0],), index + 1, jnp.int32))
+    else:
+      causal = causal_mask(step_len, max_length, q_offset=index)
+    mask = combine_masks(causal, mask)
     output, _ = self._attend(
       query, cached_key.astype(query.dtype), cached_value.astype(query.dtype), mask, bias, True, None, False
     )
@@ -234,7 +256,7 @@ class MultiHeadAttention(nnx.Module):
     return {'key': key, 'value': value}
 
   def attend_to_cache(
-    self, inputs_q: jax.Array, cross_cache: dict[str, jax.Array], *, mask: jax.Array | None = None
+    self, inputs_q: jax.Array, cross_cache: dict[str, jax.Array], *, mask: jax.Array | Mask | None = None
   ) -> jax.Array:
     """Cross-attention from new queries to a memory prepared by ``cross_cache``."""
     query = self._project_q(inputs_q, None)

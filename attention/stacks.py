@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention.blocks import DecoderBlock, EncoderBlock, check_norm_placement, layer_norm
-from attention.masks import causal_mask, combine_masks
+from attention.masks import Mask, combine_masks
 from attention.positional import PositionalEncoding
 
 
@@ -243,7 +243,7 @@ class Decoder(_Stack):
     ``cross_attention_weights`` (lists per layer, when ``return_weights``).
     """
     length = x.shape[1]
-    self_mask = combine_masks(causal_mask(length), target_mask)
+    self_mask = combine_masks(Mask(causal=True), target_mask)
     x = self._stem(x, deterministic=deterministic, rngs=rngs)
     self_weights, cross_weights = [], []
     for layer, block in enumerate(self.blocks):

@@ -12,8 +12,9 @@ target may share one embedding table (``share_embeddings``, which needs one voca
 and the output projection may reuse the target embedding (``tie_output``). Any 1-D
 positional encoding of ``attention.positional`` serves both stacks.
 
-Token id ``PAD_ID`` (0) is padding everywhere: source keys that are padding are masked, and the
-decoder's self-attention is causal and masks padded keys. The forward pass returns
+Token id ``PAD_ID`` (0) is padding everywhere, and it comes after a sequence's tokens: source keys
+from a sequence's length on are masked, and the decoder's self-attention is causal and masks padded
+keys (given to the fused attention as sequence lengths and ``is_causal``). The forward pass returns
 ``(logits, intermediates)``; the intermediates hold the attention weights of every layer
 (``cross_attention_weights``: ``[batch, heads, target, source]`` per decoder layer) when
 asked. ``encode``, ``init_decode_cache`` and ``decode_step`` serve incremental decoding
@@ -27,7 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from attention import Decoder, Encoder, padding_mask, resolve_dtype
+from attention import Decoder, Encoder, Mask, resolve_dtype, sequence_lengths
 from seq2seq.tokenizer import PAD_ID
 
 # name -> (features, encoder_layers, decoder_layers, num_heads, mlp_features)
@@ -53,6 +54,12 @@ def decode_variant(variant: str) -> dict[str, int]:
     num_heads=num_heads,
     mlp_features=mlp_features,
   )
+
+
+def _padding(valid: jax.Array) -> Mask:
+  """Keys masked from each sequence's length on: padding comes after the tokens, so the fused
+  attention is given lengths, not a dense mask."""
+  return Mask(key_lengths=sequence_lengths(valid))
 
 
 class Transformer(nnx.Module):
@@ -146,7 +153,7 @@ class Transformer(nnx.Module):
     ``return_weights``).
     """
     self._check_length(src_ids.shape[1], 'The source')
-    mask = padding_mask(None, src_ids != PAD_ID)
+    mask = _padding(src_ids != PAD_ID)
     encoded, intermediates = self.encoder(
       self._embed(self.source_embedding, src_ids),
       mask=mask,
@@ -171,8 +178,8 @@ class Transformer(nnx.Module):
     x, weights = self.decoder(
       self._embed(self.target_embedding, tgt_in_ids),
       encoded,
-      target_mask=padding_mask(None, tgt_in_ids != PAD_ID),
-      cross_mask=padding_mask(None, src_ids != PAD_ID),
+      target_mask=_padding(tgt_in_ids != PAD_ID),
+      cross_mask=_padding(src_ids != PAD_ID),
       deterministic=deterministic,
       rngs=rngs,
       return_weights=return_weights,
@@ -223,7 +230,7 @@ class Transformer(nnx.Module):
     """``tokens`` ``[batch, step_len]`` at the cache's position -> logits ``[batch, step_len, vocab]``
     and the updated cache. ``src_mask`` ``[batch, source]`` is True at real source tokens; the
     encoder output itself is already in the cache."""
-    cross_mask = padding_mask(None, src_mask)
+    cross_mask = _padding(src_mask)
     x, cache = self.decoder.decode_step(
       self._embed(self.target_embedding, tokens), cache, cross_mask=cross_mask
     )
