@@ -58,6 +58,15 @@ def _int32(lengths):
 class MultiHeadAttention(nnx.Module):
   """Query, key, value and output projections (with biases if ``use_bias``) around a score.
 
+  The projections are stored with a head axis, as the fused computation uses them:
+  self-attention keeps query, key and value as one kernel ``qkv`` ``[D, 3, H, Dh]`` (bias
+  ``[3, H, Dh]``), so one matmul projects all three and tensor parallelism cuts the heads;
+  cross-attention (``cross_attention=True``, keys and values from another sequence of
+  ``kv_features``) keeps ``query`` ``[D, H, Dh]`` and ``kv`` ``[Dkv, 2, H, Dh]``; the output
+  projection ``out`` is ``[H, Dh, D]``. Every kernel and bias carries logical axis names
+  (``embed``, ``qkv``/``kv``, ``heads``, ``head_dim``) as its ``out_sharding`` metadata, which
+  the trainer's partitioning rules map onto the mesh.
+
   ``rotary`` (a ``Rotary`` handed down by the stack's positional encoding) rotates the
   queries and keys of self-attention by their positions; ``None`` leaves them as they are.
   """
@@ -78,6 +87,7 @@ class MultiHeadAttention(nnx.Module):
     learn_temperature: bool = True,
     additive_features: int | None = None,
     fused_kernel: bool | None = None,
+    cross_attention: bool = False,
     dtype=None,
     param_dtype=jnp.float32,
     rngs: nnx.Rngs,
@@ -92,17 +102,35 @@ class MultiHeadAttention(nnx.Module):
     self.dtype = dtype
     # None: the fused kernel where it is a real kernel (GPU); True or False forces the choice.
     self.fused_kernel = fused_kernel
+    self.cross_attention = cross_attention
+    if kv_features is not None and kv_features != in_features and not cross_attention:
+      raise ValueError(
+        f'kv_features ({kv_features}) differ from in_features ({in_features}): use cross_attention=True.'
+      )
     kv_features = kv_features or in_features
+    heads = (num_heads, self.head_dim)
 
-    def projection(features_in, features_out):
-      return nnx.Linear(
-        features_in, features_out, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+    def projection(features_in, features_out, names):
+      """Kernel ``[features_in, *features_out]``, bias ``features_out``, with logical axis names."""
+      in_axes = (-1,) if isinstance(features_in, int) else tuple(range(-len(features_in), 0))
+      return nnx.LinearGeneral(
+        features_in,
+        features_out,
+        axis=in_axes,
+        use_bias=use_bias,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), names, eager_sharding=False),
+        bias_init=nnx.with_partitioning(nnx.initializers.zeros, names[len(in_axes) :], eager_sharding=False),
+        rngs=rngs,
       )
 
-    self.query = projection(in_features, qkv_features)
-    self.key = projection(kv_features, qkv_features)
-    self.value = projection(kv_features, qkv_features)
-    self.out = projection(qkv_features, out_features or in_features)
+    if cross_attention:
+      self.query = projection(in_features, heads, ('embed', 'heads', 'head_dim'))
+      self.kv = projection(kv_features, (2, *heads), ('embed', 'kv', 'heads', 'head_dim'))
+    else:
+      self.qkv = projection(in_features, (3, *heads), ('embed', 'qkv', 'heads', 'head_dim'))
+    self.out = projection(heads, out_features or in_features, ('heads', 'head_dim', 'embed'))
     self.score = AttentionScore(
       score,
       num_heads=num_heads,
@@ -115,9 +143,6 @@ class MultiHeadAttention(nnx.Module):
     )
     self.dropout = nnx.Dropout(dropout_rate)
 
-  def _split_heads(self, x: jax.Array) -> jax.Array:
-    return x.reshape(*x.shape[:-1], self.num_heads, self.head_dim)
-
   def _rotate(self, x: jax.Array, positions: jax.Array | None) -> jax.Array:
     """RoPE on heads-split queries or keys (positions ``0 .. length - 1`` by default), if enabled."""
     if self.rotary is None:
@@ -125,31 +150,20 @@ class MultiHeadAttention(nnx.Module):
     return self.rotary(x, jnp.arange(x.shape[1]) if positions is None else positions)
 
   def _project_kv(self, inputs_kv: jax.Array, positions: jax.Array | None) -> tuple[jax.Array, jax.Array]:
-    key = self._split_heads(self.key(inputs_kv))
-    value = self._split_heads(self.value(inputs_kv))
-    return self._rotate(key, positions), value
+    """Keys and values ``[batch, length, heads, head_dim]``."""
+    packed = self.kv(inputs_kv) if self.cross_attention else self.qkv(inputs_kv)[:, :, 1:]
+    return self._rotate(packed[:, :, 0], positions), packed[:, :, 1]
 
   def _project_q(self, inputs_q: jax.Array, positions: jax.Array | None) -> jax.Array:
-    return self._rotate(self._split_heads(self.query(inputs_q)), positions)
+    query = self.query(inputs_q) if self.cross_attention else self.qkv(inputs_q)[:, :, 0]
+    return self._rotate(query, positions)
 
   def _project_qkv(self, inputs: jax.Array, positions: jax.Array | None) -> tuple[jax.Array, ...]:
-    """Self-attention's three projections as one matmul with the kernels side by side.
-
-    The same numbers as ``_project_q`` and ``_project_kv`` on the same inputs, and the
-    parameters stay three ``Linear`` layers; one wide matmul instead of three narrow
-    ones uses a CPU's cores better (each narrow one is too small to keep them busy).
-    """
-    projections = (self.query, self.key, self.value)
-    kernel = jnp.concatenate([projection.kernel[...] for projection in projections], axis=-1)
-    bias = None
-    if self.query.bias is not None:
-      bias = jnp.concatenate([projection.bias[...] for projection in projections])
-    inputs, kernel, bias = self.query.promote_dtype((inputs, kernel, bias), dtype=self.dtype)
-    packed = jnp.matmul(inputs, kernel, precision=self.query.precision)
-    if bias is not None:
-      packed = packed + bias
-    query, key, value = (self._split_heads(x) for x in jnp.split(packed, 3, axis=-1))
-    return self._rotate(query, positions), self._rotate(key, positions), value
+    """Self-attention's three projections as one matmul of the ``[D, 3, H, Dh]`` kernel, as stored."""
+    if self.cross_attention:
+      return self._project_q(inputs, positions), *self._project_kv(inputs, positions)
+    packed = self.qkv(inputs)  # [batch, length, 3, heads, head_dim]
+    return self._rotate(packed[:, :, 0], positions), self._rotate(packed[:, :, 1], positions), packed[:, :, 2]
 
   def _attend(self, query, key, value, mask, bias, deterministic, rngs, return_weights):
     """Heads-split q/k/v -> (``[batch, q_len, features]``, weights or ``None``)."""
@@ -177,7 +191,6 @@ class MultiHeadAttention(nnx.Module):
       context = jnp.swapaxes(jnp.einsum('bhqk,bhkd->bhqd', dropped, jnp.swapaxes(value, 1, 2)), 1, 2)
       if not return_weights:
         weights = None
-    context = context.reshape(*context.shape[:2], self.num_heads * self.head_dim)
     return self.out(context), weights
 
   def __call__(

@@ -101,20 +101,32 @@ def test_projections_without_bias_have_no_bias_parameters():
   with_bias = MultiHeadAttention(H, 12, rngs=nnx.Rngs(0))
   without = MultiHeadAttention(H, 12, use_bias=False, rngs=nnx.Rngs(0))
   names = {'/'.join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(without, nnx.Param))}
-  assert names == {f'{layer}/kernel' for layer in ('query', 'key', 'value', 'out')}
-  for layer in ('query', 'key', 'value', 'out'):
+  assert names == {f'{layer}/kernel' for layer in ('qkv', 'out')}
+  for layer in ('qkv', 'out'):
     getattr(without, layer).kernel[...] = getattr(with_bias, layer).kernel[...]
     getattr(with_bias, layer).bias[...] = jnp.zeros_like(getattr(with_bias, layer).bias[...])
   np.testing.assert_allclose(without(x)[0], with_bias(x)[0], atol=1e-6)
 
 
+def numpy_projections(mha, xq, xkv):
+  """Queries, keys and values ``[batch, length, heads, head_dim]`` from ``mha``'s stored kernels."""
+
+  def project(layer, x, part=None):
+    kernel, bias = np.asarray(layer.kernel[...]), np.asarray(layer.bias[...])
+    if part is not None:
+      kernel, bias = kernel[:, part], bias[part]
+    return np.einsum('bti,ihd->bthd', x, kernel) + bias
+
+  if mha.cross_attention:
+    return project(mha.query, xq), project(mha.kv, xkv, 0), project(mha.kv, xkv, 1)
+  return project(mha.qkv, xq, 0), project(mha.qkv, xkv, 1), project(mha.qkv, xkv, 2)
+
+
 def _numpy_mha(mha, xq, xkv, mask):
   def linear(layer, x):
-    return x @ np.asarray(layer.kernel[...]) + np.asarray(layer.bias[...])
+    return x @ np.asarray(layer.kernel[...]).reshape(x.shape[-1], -1) + np.asarray(layer.bias[...])
 
-  q = linear(mha.query, xq).reshape(B, -1, H, D)
-  k = linear(mha.key, xkv).reshape(B, -1, H, D)
-  v = linear(mha.value, xkv).reshape(B, -1, H, D)
+  q, k, v = numpy_projections(mha, xq, xkv)
   logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(D)
   logits = np.where(mask, logits, -np.inf)
   weights = np.exp(logits - logits.max(-1, keepdims=True))
@@ -130,7 +142,7 @@ def test_cross_attention_matches_numpy(return_weights):
   xkv = rng.normal(size=(B, TK, 10)).astype(np.float32)
   key_valid = np.ones((B, TK), bool)
   key_valid[1, 4:] = False
-  mha = MultiHeadAttention(H, 12, kv_features=10, rngs=nnx.Rngs(0))
+  mha = MultiHeadAttention(H, 12, kv_features=10, cross_attention=True, rngs=nnx.Rngs(0))
   mask = padding_mask(None, jnp.asarray(key_valid))
   out, weights = mha(jnp.asarray(xq), jnp.asarray(xkv), mask=mask, return_weights=return_weights)
   expected_out, expected_weights = _numpy_mha(mha, xq, xkv, np.asarray(mask))

@@ -115,25 +115,46 @@ def _official_block_key(layer: int, rest: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Entry:
-  """One of our parameters and its canonical key, with the reshapes between the two layouts."""
+  """One of our parameters (or one part of it) and its canonical key, with the reshapes between the two.
+
+  ``part`` (with ``axis``) says that the key holds ``ours[..., part, ...]`` (index ``part`` of
+  ``axis``): our self-attention keeps query, key and value in one ``[D, 3, H, Dh]`` kernel where
+  the published layouts keep three.
+  """
 
   path: tuple
   key: str
   official_shape: tuple[int, ...] | None = None  # None: the same shape as ours
+  part: int | None = None
+  axis: int = 0
 
-  def to_ours(self, value: np.ndarray, our_shape: tuple) -> np.ndarray:
-    return value.reshape(our_shape)
+  def to_ours(self, value: np.ndarray, ours: np.ndarray) -> np.ndarray:
+    if self.part is None:
+      return value.reshape(ours.shape)
+    full = np.array(ours)
+    index = (slice(None),) * self.axis + (self.part,)
+    full[index] = value.reshape(full[index].shape)
+    return full
 
   def to_official(self, value: np.ndarray) -> np.ndarray:
+    if self.part is not None:
+      value = np.take(value, self.part, axis=self.axis)
     return value.reshape(self.official_shape or value.shape)
 
 
-def _attention_entries(path: tuple, prefix: str, width: int, heads: int) -> list[_Entry]:
+def _attention_entries(path: tuple, prefix: str, width: int, heads: int, cross: bool) -> list[_Entry]:
+  """Official ``query``/``key``/``value``/``out`` of one attention layer <-> our ``qkv`` (self-attention)
+  or ``query`` and ``kv`` (cross-attention), and ``out``."""
   head_dim = width // heads
+  kernel_shape, bias_shape = (width, heads, head_dim), (heads, head_dim)
+  if cross:
+    packed = {'query': (('query',), None), 'key': (('kv',), 0), 'value': (('kv',), 1)}
+  else:
+    packed = {name: (('qkv',), part) for part, name in enumerate(('query', 'key', 'value'))}
   entries = []
-  for name in ('query', 'key', 'value'):
-    entries.append(_Entry((*path, name, 'kernel'), f'{prefix}/{name}/kernel', (width, heads, head_dim)))
-    entries.append(_Entry((*path, name, 'bias'), f'{prefix}/{name}/bias', (heads, head_dim)))
+  for name, ((layer,), part) in packed.items():
+    entries.append(_Entry((*path, layer, 'kernel'), f'{prefix}/{name}/kernel', kernel_shape, part, 1))
+    entries.append(_Entry((*path, layer, 'bias'), f'{prefix}/{name}/bias', bias_shape, part, 0))
   entries.append(_Entry((*path, 'out', 'kernel'), f'{prefix}/out/kernel', (heads, head_dim, width)))
   entries.append(_Entry((*path, 'out', 'bias'), f'{prefix}/out/bias'))
   return entries
@@ -160,7 +181,7 @@ def model_entries(model) -> list[_Entry]:
     ours, theirs = ('encoder', 'blocks', layer), f'Transformer/encoderblock_{layer}'
     entries += _norm_and_mlp_entries((*ours, 'norm1'), f'{theirs}/LayerNorm_0')
     entries += _attention_entries(
-      (*ours, 'attention'), f'{theirs}/MultiHeadDotProductAttention_1', width, heads
+      (*ours, 'attention'), f'{theirs}/MultiHeadDotProductAttention_1', width, heads, cross=False
     )
     entries += _norm_and_mlp_entries((*ours, 'norm2'), f'{theirs}/LayerNorm_2')
     entries += _dense_entries((*ours, 'mlp', 'fc1'), f'{theirs}/MlpBlock_3/Dense_0')
@@ -169,7 +190,7 @@ def model_entries(model) -> list[_Entry]:
   if model.pool == 'map':
     entries.append(_Entry(('pooling', 'probe'), 'MAPHead_0/probe'))
     entries += _attention_entries(
-      ('pooling', 'attention'), 'MAPHead_0/MultiHeadDotProductAttention_0', width, heads
+      ('pooling', 'attention'), 'MAPHead_0/MultiHeadDotProductAttention_0', width, heads, cross=True
     )
     entries += _norm_and_mlp_entries(('pooling', 'norm'), 'MAPHead_0/LayerNorm_0')
     entries += _dense_entries(('pooling', 'mlp', 'fc1'), 'MAPHead_0/MlpBlock_0/Dense_0')
@@ -281,7 +302,7 @@ def canonical_to_model(
     if source.shape != expected:
       problems.append(f'checkpoint {entry.key!r} has shape {source.shape}; the model needs {expected}')
       continue
-    params[entry.path] = entry.to_ours(source, ours.shape).astype(ours.dtype)
+    params[entry.path] = entry.to_ours(source, ours).astype(ours.dtype)
     report.loaded.append(entry.key)
   known = {entry.key for entry in entries}
   for key in sorted(set(canonical) - known):

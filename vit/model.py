@@ -107,7 +107,7 @@ class AttentionPoolingHead(nnx.Module):
     self, width: int, num_heads: int, mlp_dim: int, *, activation: str = 'gelu', dtype=None, rngs: nnx.Rngs
   ):
     self.probe = nnx.Param(nnx.initializers.xavier_uniform()(rngs.params(), (1, 1, width)))
-    self.attention = MultiHeadAttention(num_heads, width, dtype=dtype, rngs=rngs)
+    self.attention = MultiHeadAttention(num_heads, width, cross_attention=True, dtype=dtype, rngs=rngs)
     self.norm = nnx.LayerNorm(width, epsilon=1e-6, dtype=dtype, rngs=rngs)
     self.mlp = Mlp(width, mlp_dim, activation=activation, dtype=dtype, rngs=rngs)
 
