@@ -7,7 +7,9 @@ Variants are strings: ``'tiny'`` and ``'small'`` (CPU-sized), ``'base'`` and ``'
 more stable, no learning-rate care) with a GELU MLP (``activation='gelu'``); the paper's
 recipe is ``norm_placement='post'`` (``x = LN(x + sublayer(x))``, no final LayerNorm) and
 ``activation='relu'``. ``use_bias=False`` drops the biases of the attention projections (as
-in the Flax WMT example). Token embeddings are scaled by sqrt(features); the source and
+in the Flax WMT example). ``scan_layers`` and ``remat`` (``attention.layers``) scan both stacks
+over depth and rematerialise their blocks; decoding runs the layers one by one either way.
+Token embeddings are scaled by sqrt(features); the source and
 target may share one embedding table (``share_embeddings``, which needs one vocabulary),
 and the output projection may reuse the target embedding (``tie_output``). Any 1-D
 positional encoding of ``attention.positional`` serves both stacks.
@@ -84,6 +86,8 @@ class Transformer(nnx.Module):
     activation: str = 'gelu',
     norm_placement: str = 'pre',
     use_bias: bool = True,
+    scan_layers: bool = False,
+    remat: str = 'none',
     dtype: str = 'float32',
     rngs: nnx.Rngs,
   ):
@@ -116,6 +120,8 @@ class Transformer(nnx.Module):
       activation=activation,
       norm_placement=norm_placement,
       use_bias=use_bias,
+      scan_layers=scan_layers,
+      remat=remat,
       dtype=compute_dtype,
       rngs=rngs,
     )
@@ -238,7 +244,9 @@ class Transformer(nnx.Module):
 
 
 # Model fields that config files written before them may lack; such files get these values.
-OPTIONAL_FIELDS = dict(activation='gelu', norm_placement='pre', use_bias=True)
+OPTIONAL_FIELDS = dict(
+  activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none'
+)
 
 
 def default_model_config() -> ml_collections.ConfigDict:

@@ -229,7 +229,9 @@ def test_model_configs_without_the_newer_fields_get_our_defaults():
   build = lambda config: nnx.eval_shape(
     lambda: make_transformer(config, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(0))
   )
-  assert OPTIONAL_FIELDS == dict(activation='gelu', norm_placement='pre', use_bias=True)
+  assert OPTIONAL_FIELDS == dict(
+    activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none'
+  )
   assert build(config).encoder.blocks[0].mlp.activation == 'gelu'
   config.update(PAPER_RECIPE)
   model = build(config)

@@ -17,6 +17,8 @@ folded into ``cls`` (exact: the stem only adds it to the class token) and the po
 as ``(N, D)``. ``canonical_to_model`` then checks every key against the model, naming the key
 and both shapes on a mismatch, and adapts what fine-tuning changes (a new head, a new grid).
 ``model_to_official`` writes the official layout, which reads back to the same parameters.
+A model with a scanned encoder (``model.scan_layers``) reads and writes the same files: its
+stacked blocks are unstacked into ``encoderblock_{i}`` and back.
 """
 
 import dataclasses
@@ -29,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, traverse_util
 
+from attention.layers import layer_of, stack_blocks, unstack_blocks
 from attention.resample import resample_grid_table
 from trainer.errors import CheckpointError, MissingFileError
 
@@ -171,13 +174,13 @@ def _dense_entries(path: tuple, key: str) -> list[_Entry]:
 def model_entries(model) -> list[_Entry]:
   """Every parameter of ``model`` (a ``VisionTransformer``) with its canonical key."""
   width = model.patch_embedding.kernel.shape[-1]
-  heads = model.encoder.blocks[0].attention.num_heads
+  heads = layer_of(model.encoder.blocks, 0).attention.num_heads
   entries = _dense_entries(('patch_embedding',), 'embedding')
   if model.pool == 'cls':
     entries.append(_Entry(('class_token',), 'cls'))
   if model.encoder.positional.kind == 'learn1d' and model.encoder.positional.injection == 'stem':
     entries.append(_Entry(('encoder', 'positional', 'tables', 0, 'table'), POSEMB_KEY))
-  for layer in range(len(model.encoder.blocks)):
+  for layer in range(model.encoder.depth):
     ours, theirs = ('encoder', 'blocks', layer), f'Transformer/encoderblock_{layer}'
     entries += _norm_and_mlp_entries((*ours, 'norm1'), f'{theirs}/LayerNorm_0')
     entries += _attention_entries(
@@ -202,10 +205,9 @@ def model_entries(model) -> list[_Entry]:
 
 
 def _model_params(model) -> dict[tuple, np.ndarray]:
-  return {
-    path: np.asarray(value)
-    for path, value in traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(model, nnx.Param))).items()
-  }
+  """Our parameters by path, a scanned encoder's unstacked into layers (as the published layouts number them)."""
+  params = unstack_blocks(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+  return {path: np.asarray(value) for path, value in traverse_util.flatten_dict(params).items()}
 
 
 def _check_every_param_mapped(model, entries: list[_Entry]) -> None:
@@ -315,9 +317,8 @@ def canonical_to_model(
     raise CheckpointError(f'init_from: {problems[0]}{more}.')
   report.skipped += problems
   state = nnx.state(model, nnx.Param)
-  nnx.replace_by_pure_dict(
-    state, traverse_util.unflatten_dict({p: jnp.asarray(v) for p, v in params.items()})
-  )
+  loaded = traverse_util.unflatten_dict({p: jnp.asarray(v) for p, v in params.items()})
+  nnx.replace_by_pure_dict(state, stack_blocks(loaded) if model.encoder.scan_layers else loaded)
   nnx.update(model, state)
   return report
 
