@@ -152,3 +152,28 @@ def test_an_unknown_remat_is_a_one_line_error_naming_the_field():
     ValueError, match=r"^model\.remat: unknown value 'some'; allowed values: none, full, dots_saveable, "
   ):
     _vit(remat='some')
+
+
+def test_a_scanned_rematerialised_vit_trains_and_its_checkpoint_evaluates(tmp_path):
+  from tests.vit_test_configs import tiny_vit_config
+  from trainer.evaluation import evaluate_workdir
+  from trainer.loop import train_and_evaluate
+
+  config = tiny_vit_config(
+    **{'model.depth': 2, 'model.scan_layers': True, 'model.remat': 'full', 'model.drop_path': 0.1}
+  )
+  config.update(total_steps=4, eval_every_steps=4, checkpoint_every_steps=4)
+  train_and_evaluate(config, tmp_path)
+  result = evaluate_workdir(tmp_path)
+  assert result['step'] == 4 and 0.0 <= result['accuracy'] <= 1.0
+
+
+def test_layer_decay_with_a_scanned_encoder_is_refused_in_one_line():
+  from tests.vit_test_configs import tiny_vit_config
+  from trainer.errors import ConfigError
+  from trainer.task import load_task
+
+  config = tiny_vit_config(**{'model.scan_layers': True})
+  config.optimizer.layer_decay = 0.75
+  with pytest.raises(ConfigError, match=r'^config\.optimizer\.layer_decay needs one parameter per layer'):
+    load_task(config)
