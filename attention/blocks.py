@@ -38,7 +38,8 @@ def check_norm_placement(norm_placement: str) -> str:
 
 
 class Mlp(nnx.Module):
-  """Linear -> activation -> dropout -> Linear -> dropout."""
+  """Linear -> activation -> dropout -> Linear -> dropout; kernels named ``('embed', 'mlp')``
+  and ``('mlp', 'embed')`` for the partitioning rules."""
 
   def __init__(
     self,
@@ -52,24 +53,20 @@ class Mlp(nnx.Module):
     rngs: nnx.Rngs,
   ):
     self.activation = check_activation(activation)
-    self.fc1 = nnx.Linear(
-      features,
-      hidden_features,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
-      kernel_init=nnx.initializers.xavier_uniform(),
-      bias_init=nnx.initializers.normal(1e-6),
-    )
-    self.fc2 = nnx.Linear(
-      hidden_features,
-      features,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
-      kernel_init=nnx.initializers.xavier_uniform(),
-      bias_init=nnx.initializers.normal(1e-6),
-    )
+
+    def dense(features_in, features_out, names):
+      return nnx.Linear(
+        features_in,
+        features_out,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        rngs=rngs,
+        kernel_init=nnx.with_partitioning(nnx.initializers.xavier_uniform(), names, eager_sharding=False),
+        bias_init=nnx.with_partitioning(nnx.initializers.normal(1e-6), names[1:], eager_sharding=False),
+      )
+
+    self.fc1 = dense(features, hidden_features, ('embed', 'mlp'))
+    self.fc2 = dense(hidden_features, features, ('mlp', 'embed'))
     self.dropout = nnx.Dropout(dropout_rate)
 
   def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
@@ -92,10 +89,12 @@ class DropPath(nnx.Module):
       raise ValueError(f'Stochastic depth rate must be in [0, 1), got {rate}.')
     self.rate = rate
 
-  def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
+  def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None, rate=None):
+    """``rate`` (a scanned stack's per-layer rate, possibly traced) replaces ``self.rate``, which
+    then only says whether any layer drops (a stack's largest rate)."""
     if deterministic or self.rate == 0.0:
       return x
-    keep = 1.0 - self.rate
+    keep = 1.0 - (self.rate if rate is None else rate)
     shape = (x.shape[0],) + (1,) * (x.ndim - 1)
     kept = jax.random.bernoulli(rngs.dropout(), keep, shape)
     return jnp.where(kept, x / keep, 0.0).astype(x.dtype)
@@ -173,15 +172,19 @@ class EncoderBlock(_ResidualBlock):
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
     return_weights: bool = False,
+    drop_path_rate=None,
   ):
-    """Returns the new ``x`` and the attention weights (``None`` unless ``return_weights``)."""
+    """Returns the new ``x`` and the attention weights (``None`` unless ``return_weights``).
+
+    ``drop_path_rate`` (from a scanned stack) replaces the rate the block was built with."""
     kwargs = dict(deterministic=deterministic, rngs=rngs)
+    path = dict(kwargs, rate=drop_path_rate)
     y, weights = self.attention(
       self._norm_input(x, self.norm1), mask=mask, bias=bias, return_weights=return_weights, **kwargs
     )
-    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm1)
+    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **path), self.norm1)
     y = self.mlp(self._norm_input(x, self.norm2), **kwargs)
-    x = self._add(x, self.drop_path(y, **kwargs), self.norm2)
+    x = self._add(x, self.drop_path(y, **path), self.norm2)
     return x, weights
 
 
@@ -219,7 +222,9 @@ class DecoderBlock(_ResidualBlock):
     self.norm1 = layer_norm(features, dtype, param_dtype, rngs=rngs)
     self.self_attention = MultiHeadAttention(num_heads, features, rotary=rotary, **common)
     self.norm2 = layer_norm(features, dtype, param_dtype, rngs=rngs)
-    self.cross_attention = MultiHeadAttention(num_heads, features, kv_features=encoder_features, **common)
+    self.cross_attention = MultiHeadAttention(
+      num_heads, features, kv_features=encoder_features, cross_attention=True, **common
+    )
     self.norm3 = layer_norm(features, dtype, param_dtype, rngs=rngs)
     self.mlp = Mlp(
       features,
@@ -244,23 +249,25 @@ class DecoderBlock(_ResidualBlock):
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
     return_weights: bool = False,
+    drop_path_rate=None,
   ):
     """Teacher-forced pass. ``self_mask`` should include the causal mask.
 
     Returns the new ``x`` and ``{'self': weights, 'cross': weights}`` (``None`` values
-    unless ``return_weights``).
+    unless ``return_weights``). ``drop_path_rate`` as in ``EncoderBlock``.
     """
     kwargs = dict(deterministic=deterministic, rngs=rngs)
+    path = dict(kwargs, rate=drop_path_rate)
     y, self_weights = self.self_attention(
       self._norm_input(x, self.norm1), mask=self_mask, bias=self_bias, return_weights=return_weights, **kwargs
     )
-    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm1)
+    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **path), self.norm1)
     y, cross_weights = self.cross_attention(
       self._norm_input(x, self.norm2), encoded, mask=cross_mask, return_weights=return_weights, **kwargs
     )
-    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **kwargs), self.norm2)
+    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **path), self.norm2)
     y = self.mlp(self._norm_input(x, self.norm3), **kwargs)
-    x = self._add(x, self.drop_path(y, **kwargs), self.norm3)
+    x = self._add(x, self.drop_path(y, **path), self.norm3)
     return x, {'self': self_weights, 'cross': cross_weights}
 
   def init_cache(self, encoded, max_length: int) -> dict:

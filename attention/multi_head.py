@@ -1,6 +1,6 @@
 """Multi-head attention for self- and cross-attention, with a key/value cache for decoding.
 
-Inputs are ``[batch, length, features]``. A mask is boolean, broadcastable to
+Inputs are ``[batch, length, features]``. A mask is a ``Mask`` or boolean, broadcastable to
 ``[batch, heads, q_len, k_len]`` (``True`` = may attend); a bias (relative
 positions) is added to the logits. When the score is (scaled) dot product, the
 weights are not requested and no dropout applies to them, the fused
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention.masks import causal_mask, has_any_key, masked_softmax
+from attention.masks import Mask, causal_mask, combine_masks, has_any_key, masked_softmax
 from attention.positional import Rotary
 from attention.scores import AttentionScore
 
@@ -24,22 +24,48 @@ from attention.scores import AttentionScore
 def fused_attention(query, key, value, *, bias, mask, scale) -> jax.Array:
   """``jax.nn.dot_product_attention`` with cuDNN's kernel where it takes the inputs, XLA's elsewhere.
 
+  ``mask`` is a boolean array or a ``Mask``; a ``Mask`` is passed as what it is: ``is_causal``,
+  ``query_seq_lengths`` / ``key_value_seq_lengths``, and a dense mask only for its ``dense``
+  part (cuDNN's fast paths take the first two; a dense mask costs a ``[B, H, T, S]`` tensor).
   JAX's default implementation is XLA's, even on a GPU; cuDNN must be asked for by name, and
   it refuses (while tracing, with ``ValueError`` or ``NotImplementedError``) dtypes, head sizes
   and masks it has no kernel for, such as float32 inputs. Those fall back to XLA.
   """
+  options = dict(bias=bias, mask=mask, scale=scale)
+  if isinstance(mask, Mask):
+    options.update(
+      mask=mask.dense,
+      is_causal=mask.causal,
+      query_seq_lengths=_int32(mask.query_lengths),
+      key_value_seq_lengths=_int32(mask.key_lengths),
+    )
+  if options['mask'] is not None:
+    options['mask'] = jnp.broadcast_to(
+      options['mask'], (query.shape[0], query.shape[2], query.shape[1], key.shape[1])
+    )
   if jax.default_backend() == 'gpu':
     try:
-      return jax.nn.dot_product_attention(
-        query, key, value, bias=bias, mask=mask, scale=scale, implementation='cudnn'
-      )
+      return jax.nn.dot_product_attention(query, key, value, implementation='cudnn', **options)
     except (ValueError, NotImplementedError):
       pass
-  return jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=scale)
+  return jax.nn.dot_product_attention(query, key, value, **options)
+
+
+def _int32(lengths):
+  return None if lengths is None else lengths.astype(jnp.int32)
 
 
 class MultiHeadAttention(nnx.Module):
   """Query, key, value and output projections (with biases if ``use_bias``) around a score.
+
+  The projections are stored with a head axis, as the fused computation uses them:
+  self-attention keeps query, key and value as one kernel ``qkv`` ``[D, 3, H, Dh]`` (bias
+  ``[3, H, Dh]``), so one matmul projects all three and tensor parallelism cuts the heads;
+  cross-attention (``cross_attention=True``, keys and values from another sequence of
+  ``kv_features``) keeps ``query`` ``[D, H, Dh]`` and ``kv`` ``[Dkv, 2, H, Dh]``; the output
+  projection ``out`` is ``[H, Dh, D]``. Every kernel and bias carries logical axis names
+  (``embed``, ``qkv``/``kv``, ``heads``, ``head_dim``) as its ``out_sharding`` metadata, which
+  the trainer's partitioning rules map onto the mesh.
 
   ``rotary`` (a ``Rotary`` handed down by the stack's positional encoding) rotates the
   queries and keys of self-attention by their positions; ``None`` leaves them as they are.
@@ -61,6 +87,7 @@ class MultiHeadAttention(nnx.Module):
     learn_temperature: bool = True,
     additive_features: int | None = None,
     fused_kernel: bool | None = None,
+    cross_attention: bool = False,
     dtype=None,
     param_dtype=jnp.float32,
     rngs: nnx.Rngs,
@@ -75,17 +102,35 @@ class MultiHeadAttention(nnx.Module):
     self.dtype = dtype
     # None: the fused kernel where it is a real kernel (GPU); True or False forces the choice.
     self.fused_kernel = fused_kernel
+    self.cross_attention = cross_attention
+    if kv_features is not None and kv_features != in_features and not cross_attention:
+      raise ValueError(
+        f'kv_features ({kv_features}) differ from in_features ({in_features}): use cross_attention=True.'
+      )
     kv_features = kv_features or in_features
+    heads = (num_heads, self.head_dim)
 
-    def projection(features_in, features_out):
-      return nnx.Linear(
-        features_in, features_out, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs
+    def projection(features_in, features_out, names):
+      """Kernel ``[features_in, *features_out]``, bias ``features_out``, with logical axis names."""
+      in_axes = (-1,) if isinstance(features_in, int) else tuple(range(-len(features_in), 0))
+      return nnx.LinearGeneral(
+        features_in,
+        features_out,
+        axis=in_axes,
+        use_bias=use_bias,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), names, eager_sharding=False),
+        bias_init=nnx.with_partitioning(nnx.initializers.zeros, names[len(in_axes) :], eager_sharding=False),
+        rngs=rngs,
       )
 
-    self.query = projection(in_features, qkv_features)
-    self.key = projection(kv_features, qkv_features)
-    self.value = projection(kv_features, qkv_features)
-    self.out = projection(qkv_features, out_features or in_features)
+    if cross_attention:
+      self.query = projection(in_features, heads, ('embed', 'heads', 'head_dim'))
+      self.kv = projection(kv_features, (2, *heads), ('embed', 'kv', 'heads', 'head_dim'))
+    else:
+      self.qkv = projection(in_features, (3, *heads), ('embed', 'qkv', 'heads', 'head_dim'))
+    self.out = projection(heads, out_features or in_features, ('heads', 'head_dim', 'embed'))
     self.score = AttentionScore(
       score,
       num_heads=num_heads,
@@ -98,9 +143,6 @@ class MultiHeadAttention(nnx.Module):
     )
     self.dropout = nnx.Dropout(dropout_rate)
 
-  def _split_heads(self, x: jax.Array) -> jax.Array:
-    return x.reshape(*x.shape[:-1], self.num_heads, self.head_dim)
-
   def _rotate(self, x: jax.Array, positions: jax.Array | None) -> jax.Array:
     """RoPE on heads-split queries or keys (positions ``0 .. length - 1`` by default), if enabled."""
     if self.rotary is None:
@@ -108,48 +150,39 @@ class MultiHeadAttention(nnx.Module):
     return self.rotary(x, jnp.arange(x.shape[1]) if positions is None else positions)
 
   def _project_kv(self, inputs_kv: jax.Array, positions: jax.Array | None) -> tuple[jax.Array, jax.Array]:
-    key = self._split_heads(self.key(inputs_kv))
-    value = self._split_heads(self.value(inputs_kv))
-    return self._rotate(key, positions), value
+    """Keys and values ``[batch, length, heads, head_dim]``."""
+    packed = self.kv(inputs_kv) if self.cross_attention else self.qkv(inputs_kv)[:, :, 1:]
+    return self._rotate(packed[:, :, 0], positions), packed[:, :, 1]
 
   def _project_q(self, inputs_q: jax.Array, positions: jax.Array | None) -> jax.Array:
-    return self._rotate(self._split_heads(self.query(inputs_q)), positions)
+    query = self.query(inputs_q) if self.cross_attention else self.qkv(inputs_q)[:, :, 0]
+    return self._rotate(query, positions)
 
   def _project_qkv(self, inputs: jax.Array, positions: jax.Array | None) -> tuple[jax.Array, ...]:
-    """Self-attention's three projections as one matmul with the kernels side by side.
-
-    The same numbers as ``_project_q`` and ``_project_kv`` on the same inputs, and the
-    parameters stay three ``Linear`` layers; one wide matmul instead of three narrow
-    ones uses a CPU's cores better (each narrow one is too small to keep them busy).
-    """
-    projections = (self.query, self.key, self.value)
-    kernel = jnp.concatenate([projection.kernel[...] for projection in projections], axis=-1)
-    bias = None
-    if self.query.bias is not None:
-      bias = jnp.concatenate([projection.bias[...] for projection in projections])
-    inputs, kernel, bias = self.query.promote_dtype((inputs, kernel, bias), dtype=self.dtype)
-    packed = jnp.matmul(inputs, kernel, precision=self.query.precision)
-    if bias is not None:
-      packed = packed + bias
-    query, key, value = (self._split_heads(x) for x in jnp.split(packed, 3, axis=-1))
-    return self._rotate(query, positions), self._rotate(key, positions), value
+    """Self-attention's three projections as one matmul of the ``[D, 3, H, Dh]`` kernel, as stored."""
+    if self.cross_attention:
+      return self._project_q(inputs, positions), *self._project_kv(inputs, positions)
+    packed = self.qkv(inputs)  # [batch, length, 3, heads, head_dim]
+    return self._rotate(packed[:, :, 0], positions), self._rotate(packed[:, :, 1], positions), packed[:, :, 2]
 
   def _attend(self, query, key, value, mask, bias, deterministic, rngs, return_weights):
     """Heads-split q/k/v -> (``[batch, q_len, features]``, weights or ``None``)."""
     weights_dropped = self.dropout_rate > 0 and not deterministic
     fused_scale = self.score.fused_scale
     fused_kernel = jax.default_backend() == 'gpu' if self.fused_kernel is None else self.fused_kernel
+    q_len, k_len = query.shape[1], key.shape[1]
     if fused_kernel and fused_scale is not None and not return_weights and not weights_dropped:
-      if mask is not None:
-        mask = jnp.broadcast_to(mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
       if bias is not None:
         bias = bias.astype(query.dtype)
       context = fused_attention(query, key, value, bias=bias, mask=mask, scale=fused_scale)
-      visible = has_any_key(mask)  # the fused kernel averages the values of an all-masked row
+      # The fused kernel averages the values of an all-masked row; the explicit path gives zeros.
+      visible = mask.rows_with_any_key(q_len, k_len) if isinstance(mask, Mask) else has_any_key(mask)
       if visible is not None:
         context = context * jnp.transpose(visible, (0, 2, 1, 3)).astype(context.dtype)
       weights = None
     else:
+      if isinstance(mask, Mask):
+        mask = mask.as_array(q_len, k_len)
       logits = self.score(query, key)
       if bias is not None:
         logits = logits + bias
@@ -158,7 +191,6 @@ class MultiHeadAttention(nnx.Module):
       context = jnp.swapaxes(jnp.einsum('bhqk,bhkd->bhqd', dropped, jnp.swapaxes(value, 1, 2)), 1, 2)
       if not return_weights:
         weights = None
-    context = context.reshape(*context.shape[:2], self.num_heads * self.head_dim)
     return self.out(context), weights
 
   def __call__(
@@ -166,7 +198,7 @@ class MultiHeadAttention(nnx.Module):
     inputs_q: jax.Array,
     inputs_kv: jax.Array | None = None,
     *,
-    mask: jax.Array | None = None,
+    mask: jax.Array | Mask | None = None,
     bias: jax.Array | None = None,
     q_positions: jax.Array | None = None,
     k_positions: jax.Array | None = None,
@@ -203,7 +235,7 @@ class MultiHeadAttention(nnx.Module):
     inputs_q: jax.Array,
     cache: dict[str, jax.Array],
     *,
-    mask: jax.Array | None = None,
+    mask: jax.Array | Mask | None = None,
     bias: jax.Array | None = None,
   ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Causal self-attention for the ``step_len`` new tokens at ``cache['index']``.
@@ -221,8 +253,11 @@ class MultiHeadAttention(nnx.Module):
     cached_value = jax.lax.dynamic_update_slice(
       cache['value'], value.astype(cache['value'].dtype), (0, index, 0, 0)
     )
-    causal = causal_mask(step_len, max_length, q_offset=index)
-    mask = causal if mask is None else causal & mask
+    if step_len == 1:  # one new token sees the cache up to itself: a key length, no dense mask
+      causal = Mask(key_lengths=jnp.full((inputs_q.shape[0],), index + 1, jnp.int32))
+    else:
+      causal = causal_mask(step_len, max_length, q_offset=index)
+    mask = combine_masks(causal, mask)
     output, _ = self._attend(
       query, cached_key.astype(query.dtype), cached_value.astype(query.dtype), mask, bias, True, None, False
     )
@@ -234,7 +269,7 @@ class MultiHeadAttention(nnx.Module):
     return {'key': key, 'value': value}
 
   def attend_to_cache(
-    self, inputs_q: jax.Array, cross_cache: dict[str, jax.Array], *, mask: jax.Array | None = None
+    self, inputs_q: jax.Array, cross_cache: dict[str, jax.Array], *, mask: jax.Array | Mask | None = None
   ) -> jax.Array:
     """Cross-attention from new queries to a memory prepared by ``cross_cache``."""
     query = self._project_q(inputs_q, None)

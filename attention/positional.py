@@ -291,6 +291,19 @@ class PositionalEncoding(nnx.Module):
         encoding = encoding[None]
     return jnp.concatenate([prefix, tokens + encoding.astype(x.dtype)], axis=1)
 
+  def layer_table(self, layer: int) -> jax.Array | None:
+    """The table added before ``layer`` (> 0; the stem adds layer 0's), or ``None``."""
+    if self.kind not in ADDITIVE_KINDS or self.injection == 'stem' or layer == 0:
+      return None
+    return self.tables[layer if self.injection == 'every_layer' else 0]()
+
+  def add_table(self, x: jax.Array, table: jax.Array | None) -> jax.Array:
+    """``x`` plus ``table`` (from ``layer_table``) on its tokens after the prefix tokens."""
+    if table is None:
+      return x
+    prefix, tokens = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
+    return jnp.concatenate([prefix, tokens + table[None, : tokens.shape[1]].astype(x.dtype)], axis=1)
+
   def attention_bias(
     self, layer: int, q_len: int, k_len: int, q_offset: int | jax.Array = 0
   ) -> jax.Array | None:

@@ -7,7 +7,9 @@ of ``attention.positional``; the stack builds one ``PositionalEncoding``, adds i
 and relative biases layer by layer and hands its ``rotary`` (RoPE) down to the attention
 layers. With ``norm_placement='post'`` every block already ends in a LayerNorm, so the
 stack adds no final one. Stochastic depth grows linearly from 0 at the first block to
-``drop_path_rate`` at the last.
+``drop_path_rate`` at the last. ``scan_layers`` and ``remat`` choose how the blocks are kept
+and run (``attention.layers``): a list run layer by layer, or one stacked block scanned over
+depth, each block optionally rematerialised; the numbers are the same.
 """
 
 import jax
@@ -15,7 +17,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention.blocks import DecoderBlock, EncoderBlock, check_norm_placement, layer_norm
-from attention.masks import causal_mask, combine_masks
+from attention.layers import check_remat, layer_of, run_layers, stack_modules
+from attention.masks import Mask, combine_masks
 from attention.positional import PositionalEncoding
 
 
@@ -54,6 +57,45 @@ class _Stack(nnx.Module):
     )
     self.dropout = nnx.Dropout(dropout_rate)
     self.final_norm = norm_placement == 'pre'
+    self.depth = depth
+
+  def _keep_blocks(self, make_block, drop_path_rate, scan_layers, remat):
+    """Builds the blocks (``make_block(rate)``) as a list, or stacked for scanning."""
+    self.scan_layers, self.remat = scan_layers, check_remat(remat)
+    self.drop_path_rates = [drop_path_rate * i / max(self.depth - 1, 1) for i in range(self.depth)]
+    if scan_layers:  # one static rate for the structure; each layer's own rate is a scanned input
+      self.blocks = stack_modules([make_block(drop_path_rate) for _ in range(self.depth)])
+    else:
+      self.blocks = nnx.List([make_block(rate) for rate in self.drop_path_rates])
+
+  def _per_layer(self, q_len, k_len, *, deterministic, rngs):
+    """Each layer's inputs: position table, attention bias and, scanned, drop-path rate and dropout key."""
+    per_layer = [
+      dict(table=self.positional.layer_table(layer), bias=self.positional.attention_bias(layer, q_len, k_len))
+      for layer in range(self.depth)
+    ]
+    if self.scan_layers:
+      for name in ('table', 'bias'):  # one structure for every layer: zeros add nothing
+        present = [inputs[name] for inputs in per_layer if inputs[name] is not None]
+        for inputs in per_layer:
+          if present and inputs[name] is None:
+            inputs[name] = jnp.zeros_like(present[0])
+      for inputs, rate in zip(per_layer, self.drop_path_rates):
+        inputs['drop_path_rate'] = jnp.float32(rate)
+    if (self.scan_layers or self.remat != 'none') and not deterministic and rngs is not None:
+      # Traced per layer, a block cannot draw from the caller's Rngs: each layer gets its own key.
+      for inputs, key in zip(per_layer, jax.random.split(rngs.dropout(), self.depth)):
+        inputs['dropout_key'] = key
+    return per_layer
+
+  def _layer_options(self, inputs, *, deterministic, rngs, return_weights):
+    key = inputs.get('dropout_key')
+    return dict(
+      deterministic=deterministic,
+      rngs=rngs if key is None else nnx.Rngs(dropout=key),
+      return_weights=return_weights,
+      drop_path_rate=inputs.get('drop_path_rate'),
+    )
 
   def _stem(self, x, *, deterministic, rngs):
     """The first layer's positional encoding, then dropout on the sum."""
@@ -85,6 +127,8 @@ class Encoder(_Stack):
     drop_path_rate: float = 0.0,
     activation: str = 'gelu',
     norm_placement: str = 'pre',
+    scan_layers: bool = False,
+    remat: str = 'none',
     dtype=None,
     param_dtype=jnp.float32,
     rngs: nnx.Rngs,
@@ -105,26 +149,26 @@ class Encoder(_Stack):
       param_dtype=param_dtype,
       rngs=rngs,
     )
-    self.blocks = nnx.List(
-      [
-        EncoderBlock(
-          features,
-          num_heads,
-          mlp_features,
-          score=score,
-          dropout_rate=dropout_rate,
-          attention_dropout_rate=attention_dropout_rate,
-          drop_path_rate=drop_path_rate * i / max(depth - 1, 1),
-          activation=activation,
-          norm_placement=norm_placement,
-          rotary=self.positional.rotary,
-          dtype=dtype,
-          param_dtype=param_dtype,
-          rngs=rngs,
-          **attention_options,
-        )
-        for i in range(depth)
-      ]
+    self._keep_blocks(
+      lambda rate: EncoderBlock(
+        features,
+        num_heads,
+        mlp_features,
+        score=score,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        drop_path_rate=rate,
+        activation=activation,
+        norm_placement=norm_placement,
+        rotary=self.positional.rotary,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        rngs=rngs,
+        **attention_options,
+      ),
+      drop_path_rate,
+      scan_layers,
+      remat,
     )
     if self.final_norm:
       self.norm = layer_norm(features, dtype, param_dtype, rngs=rngs)
@@ -145,15 +189,15 @@ class Encoder(_Stack):
     the final LayerNorm if there is one).
     """
     x = self._stem(x, deterministic=deterministic, rngs=rngs)
-    all_weights = []
-    for layer, block in enumerate(self.blocks):
-      if layer:
-        x = self.positional.before_layer(x, layer)
-      bias = self.positional.attention_bias(layer, x.shape[1], x.shape[1])
-      x, weights = block(
-        x, mask=mask, bias=bias, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+    per_layer = self._per_layer(x.shape[1], x.shape[1], deterministic=deterministic, rngs=rngs)
+
+    def call(block, x, inputs):
+      options = self._layer_options(
+        inputs, deterministic=deterministic, rngs=rngs, return_weights=return_weights
       )
-      all_weights.append(weights)
+      return block(self.positional.add_table(x, inputs['table']), mask=mask, bias=inputs['bias'], **options)
+
+    x, all_weights = run_layers(self.blocks, x, per_layer, call, remat=self.remat)
     intermediates = {'pre_norm': x}
     if return_weights:
       intermediates['attention_weights'] = all_weights
@@ -180,6 +224,8 @@ class Decoder(_Stack):
     activation: str = 'gelu',
     norm_placement: str = 'pre',
     encoder_features: int | None = None,
+    scan_layers: bool = False,
+    remat: str = 'none',
     dtype=None,
     param_dtype=jnp.float32,
     rngs: nnx.Rngs,
@@ -200,27 +246,27 @@ class Decoder(_Stack):
       param_dtype=param_dtype,
       rngs=rngs,
     )
-    self.blocks = nnx.List(
-      [
-        DecoderBlock(
-          features,
-          num_heads,
-          mlp_features,
-          score=score,
-          dropout_rate=dropout_rate,
-          attention_dropout_rate=attention_dropout_rate,
-          drop_path_rate=drop_path_rate * i / max(depth - 1, 1),
-          activation=activation,
-          norm_placement=norm_placement,
-          rotary=self.positional.rotary,
-          encoder_features=encoder_features,
-          dtype=dtype,
-          param_dtype=param_dtype,
-          rngs=rngs,
-          **attention_options,
-        )
-        for i in range(depth)
-      ]
+    self._keep_blocks(
+      lambda rate: DecoderBlock(
+        features,
+        num_heads,
+        mlp_features,
+        score=score,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        drop_path_rate=rate,
+        activation=activation,
+        norm_placement=norm_placement,
+        rotary=self.positional.rotary,
+        encoder_features=encoder_features,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        rngs=rngs,
+        **attention_options,
+      ),
+      drop_path_rate,
+      scan_layers,
+      remat,
     )
     if self.final_norm:
       self.norm = layer_norm(features, dtype, param_dtype, rngs=rngs)
@@ -243,33 +289,34 @@ class Decoder(_Stack):
     ``cross_attention_weights`` (lists per layer, when ``return_weights``).
     """
     length = x.shape[1]
-    self_mask = combine_masks(causal_mask(length), target_mask)
+    self_mask = combine_masks(Mask(causal=True), target_mask)
     x = self._stem(x, deterministic=deterministic, rngs=rngs)
-    self_weights, cross_weights = [], []
-    for layer, block in enumerate(self.blocks):
-      if layer:
-        x = self.positional.before_layer(x, layer)
-      bias = self.positional.attention_bias(layer, length, length)
-      x, weights = block(
-        x,
-        encoded,
-        self_mask=self_mask,
-        cross_mask=cross_mask,
-        self_bias=bias,
-        deterministic=deterministic,
-        rngs=rngs,
-        return_weights=return_weights,
+    per_layer = self._per_layer(length, length, deterministic=deterministic, rngs=rngs)
+
+    def call(block, x, inputs):
+      options = self._layer_options(
+        inputs, deterministic=deterministic, rngs=rngs, return_weights=return_weights
       )
-      self_weights.append(weights['self'])
-      cross_weights.append(weights['cross'])
+      x = self.positional.add_table(x, inputs['table'])
+      return block(
+        x, encoded, self_mask=self_mask, cross_mask=cross_mask, self_bias=inputs['bias'], **options
+      )
+
+    x, weights = run_layers(self.blocks, x, per_layer, call, remat=self.remat)
     intermediates = {}
     if return_weights:
-      intermediates = {'self_attention_weights': self_weights, 'cross_attention_weights': cross_weights}
+      intermediates = {
+        'self_attention_weights': [layer['self'] for layer in weights],
+        'cross_attention_weights': [layer['cross'] for layer in weights],
+      }
     return self._finish(x), intermediates
 
   def init_cache(self, encoded: jax.Array, max_length: int) -> list[dict]:
-    """Per layer: an empty self-attention cache and the keys and values of ``encoded``."""
-    return [block.init_cache(encoded, max_length) for block in self.blocks]
+    """Per layer: an empty self-attention cache and the keys and values of ``encoded``.
+
+    Decoding runs the layers one by one, scanned stacks too (each layer a slice of the stack).
+    """
+    return [layer_of(self.blocks, layer).init_cache(encoded, max_length) for layer in range(self.depth)]
 
   def decode_step(self, x, cache: list[dict], *, cross_mask=None):
     """The new tokens ``x`` (``[batch, step_len, features]``) at the cache's position."""
@@ -277,7 +324,8 @@ class Decoder(_Stack):
     max_length = cache[0]['self']['key'].shape[1]
     positions = index + jnp.arange(x.shape[1])
     new_cache = []
-    for layer, block in enumerate(self.blocks):
+    for layer in range(self.depth):
+      block = layer_of(self.blocks, layer)
       x = self.positional.before_layer(x, layer, positions=positions)
       bias = self.positional.attention_bias(layer, x.shape[1], max_length, q_offset=index)
       x, layer_cache = block.decode_step(x, cache[layer], cross_mask=cross_mask, self_bias=bias)

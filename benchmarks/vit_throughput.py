@@ -49,6 +49,7 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
+from attention.layers import REMAT_POLICIES
 from benchmarks.step_cost import CompiledSteps, compiled_flops, profile_and_summarise, utilisation
 from configs.common import trainer_config
 from trainer.optim import make_optimizer
@@ -71,6 +72,8 @@ _MLP = flags.DEFINE_integer('mlp_dim', 768, 'MLP hidden width.')
 _PATCH = flags.DEFINE_integer('patch', 4, 'Patch size.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps.')
+_SCAN = flags.DEFINE_boolean('scan_layers', False, 'Scan the encoder over depth (model.scan_layers).')
+_REMAT = flags.DEFINE_enum('remat', 'none', list(REMAT_POLICIES), 'Rematerialisation policy (model.remat).')
 _GRAD_ACCUM = flags.DEFINE_integer(
   'grad_accum_steps', 1, 'Micro-batches per step (the same update, less memory).'
 )
@@ -110,6 +113,8 @@ def main(argv):
     mlp_dim=_MLP.value,
     patch_size=_PATCH.value,
     dtype=_DTYPE.value,
+    scan_layers=_SCAN.value,
+    remat=_REMAT.value,
   )
   task = _SyntheticImageTask(config, _IMAGE_SIZE.value, _NUM_CLASSES.value)
   mesh = make_mesh()
@@ -145,7 +150,7 @@ def main(argv):
   )
   print(
     f'model: {shape}, {_IMAGE_SIZE.value}x{_IMAGE_SIZE.value}x3, {num_params / 1e6:.2f}M parameters, '
-    f'{_DTYPE.value}, batch {_BATCH.value}'
+    f'{_DTYPE.value}, batch {_BATCH.value}, scan_layers {_SCAN.value}, remat {_REMAT.value}'
   )
   device_kind = jax.devices()[0].device_kind
   print(f'devices: {jax.device_count()} x {device_kind}')

@@ -73,6 +73,8 @@ def get_config():
   config.model.dropout = 0.0
   config.model.attention_dropout = 0.0
   config.model.dtype = 'float32'
+  config.model.scan_layers = False  # stack the blocks and scan over depth (attention/layers.py)
+  config.model.remat = 'none'  # none, full, dots_saveable, dots_with_no_batch_dims_saveable
   config.model.activation = 'gelu'  # ours: pre-LayerNorm and GELU
   config.model.norm_placement = 'pre'
   config.model.use_bias = True  # biases on the attention projections

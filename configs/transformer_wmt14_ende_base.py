@@ -82,6 +82,8 @@ def get_config():
   config.model.dropout = 0.1
   config.model.attention_dropout = 0.0
   config.model.dtype = 'bfloat16'
+  config.model.scan_layers = False  # stack the blocks and scan over depth (attention/layers.py)
+  config.model.remat = 'none'  # none, full, dots_saveable, dots_with_no_batch_dims_saveable
   config.model.activation = 'relu'  # the paper's: ReLU and post-LayerNorm
   config.model.norm_placement = 'post'
   config.model.use_bias = True  # biases on the attention projections

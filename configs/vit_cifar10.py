@@ -85,6 +85,8 @@ def get_config():
   config.model.pre_logits = 0
   config.model.sincos2d_layout = 'rows_cols'
   config.model.dtype = 'float32'
+  config.model.scan_layers = False  # stack the blocks and scan over depth (attention/layers.py)
+  config.model.remat = 'none'  # none, full, dots_saveable, dots_with_no_batch_dims_saveable
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.name = 'adamw'

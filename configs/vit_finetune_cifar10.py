@@ -84,6 +84,8 @@ def get_config():
   config.model.pre_logits = 0
   config.model.sincos2d_layout = 'rows_cols'
   config.model.dtype = 'bfloat16'
+  config.model.scan_layers = False  # stack the blocks and scan over depth (attention/layers.py)
+  config.model.remat = 'none'  # none, full, dots_saveable, dots_with_no_batch_dims_saveable
 
   config.init_from = ml_collections.ConfigDict()
   config.init_from.path = 'imagenet21k/ViT-B_16.npz'

@@ -7,13 +7,16 @@ Variants are strings: ``'tiny'`` and ``'small'`` (CPU-sized), ``'base'`` and ``'
 more stable, no learning-rate care) with a GELU MLP (``activation='gelu'``); the paper's
 recipe is ``norm_placement='post'`` (``x = LN(x + sublayer(x))``, no final LayerNorm) and
 ``activation='relu'``. ``use_bias=False`` drops the biases of the attention projections (as
-in the Flax WMT example). Token embeddings are scaled by sqrt(features); the source and
+in the Flax WMT example). ``scan_layers`` and ``remat`` (``attention.layers``) scan both stacks
+over depth and rematerialise their blocks; decoding runs the layers one by one either way.
+Token embeddings are scaled by sqrt(features); the source and
 target may share one embedding table (``share_embeddings``, which needs one vocabulary),
 and the output projection may reuse the target embedding (``tie_output``). Any 1-D
 positional encoding of ``attention.positional`` serves both stacks.
 
-Token id ``PAD_ID`` (0) is padding everywhere: source keys that are padding are masked, and the
-decoder's self-attention is causal and masks padded keys. The forward pass returns
+Token id ``PAD_ID`` (0) is padding everywhere, and it comes after a sequence's tokens: source keys
+from a sequence's length on are masked, and the decoder's self-attention is causal and masks padded
+keys (given to the fused attention as sequence lengths and ``is_causal``). The forward pass returns
 ``(logits, intermediates)``; the intermediates hold the attention weights of every layer
 (``cross_attention_weights``: ``[batch, heads, target, source]`` per decoder layer) when
 asked. ``encode``, ``init_decode_cache`` and ``decode_step`` serve incremental decoding
@@ -27,7 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from attention import Decoder, Encoder, padding_mask, resolve_dtype
+from attention import Decoder, Encoder, Mask, resolve_dtype, sequence_lengths
 from seq2seq.tokenizer import PAD_ID
 
 # name -> (features, encoder_layers, decoder_layers, num_heads, mlp_features)
@@ -55,6 +58,12 @@ def decode_variant(variant: str) -> dict[str, int]:
   )
 
 
+def _padding(valid: jax.Array) -> Mask:
+  """Keys masked from each sequence's length on: padding comes after the tokens, so the fused
+  attention is given lengths, not a dense mask."""
+  return Mask(key_lengths=sequence_lengths(valid))
+
+
 class Transformer(nnx.Module):
   def __init__(
     self,
@@ -77,6 +86,8 @@ class Transformer(nnx.Module):
     activation: str = 'gelu',
     norm_placement: str = 'pre',
     use_bias: bool = True,
+    scan_layers: bool = False,
+    remat: str = 'none',
     dtype: str = 'float32',
     rngs: nnx.Rngs,
   ):
@@ -109,6 +120,8 @@ class Transformer(nnx.Module):
       activation=activation,
       norm_placement=norm_placement,
       use_bias=use_bias,
+      scan_layers=scan_layers,
+      remat=remat,
       dtype=compute_dtype,
       rngs=rngs,
     )
@@ -146,7 +159,7 @@ class Transformer(nnx.Module):
     ``return_weights``).
     """
     self._check_length(src_ids.shape[1], 'The source')
-    mask = padding_mask(None, src_ids != PAD_ID)
+    mask = _padding(src_ids != PAD_ID)
     encoded, intermediates = self.encoder(
       self._embed(self.source_embedding, src_ids),
       mask=mask,
@@ -171,8 +184,8 @@ class Transformer(nnx.Module):
     x, weights = self.decoder(
       self._embed(self.target_embedding, tgt_in_ids),
       encoded,
-      target_mask=padding_mask(None, tgt_in_ids != PAD_ID),
-      cross_mask=padding_mask(None, src_ids != PAD_ID),
+      target_mask=_padding(tgt_in_ids != PAD_ID),
+      cross_mask=_padding(src_ids != PAD_ID),
       deterministic=deterministic,
       rngs=rngs,
       return_weights=return_weights,
@@ -223,7 +236,7 @@ class Transformer(nnx.Module):
     """``tokens`` ``[batch, step_len]`` at the cache's position -> logits ``[batch, step_len, vocab]``
     and the updated cache. ``src_mask`` ``[batch, source]`` is True at real source tokens; the
     encoder output itself is already in the cache."""
-    cross_mask = padding_mask(None, src_mask)
+    cross_mask = _padding(src_mask)
     x, cache = self.decoder.decode_step(
       self._embed(self.target_embedding, tokens), cache, cross_mask=cross_mask
     )
@@ -231,7 +244,9 @@ class Transformer(nnx.Module):
 
 
 # Model fields that config files written before them may lack; such files get these values.
-OPTIONAL_FIELDS = dict(activation='gelu', norm_placement='pre', use_bias=True)
+OPTIONAL_FIELDS = dict(
+  activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none'
+)
 
 
 def default_model_config() -> ml_collections.ConfigDict:

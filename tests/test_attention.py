@@ -10,9 +10,11 @@ from attention import (
   MIN_COSINE_TEMPERATURE,
   SCORES,
   AttentionScore,
+  Mask,
   MultiHeadAttention,
   Rotary,
   causal_mask,
+  combine_masks,
   masked_softmax,
   padding_mask,
 )
@@ -99,20 +101,32 @@ def test_projections_without_bias_have_no_bias_parameters():
   with_bias = MultiHeadAttention(H, 12, rngs=nnx.Rngs(0))
   without = MultiHeadAttention(H, 12, use_bias=False, rngs=nnx.Rngs(0))
   names = {'/'.join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(without, nnx.Param))}
-  assert names == {f'{layer}/kernel' for layer in ('query', 'key', 'value', 'out')}
-  for layer in ('query', 'key', 'value', 'out'):
+  assert names == {f'{layer}/kernel' for layer in ('qkv', 'out')}
+  for layer in ('qkv', 'out'):
     getattr(without, layer).kernel[...] = getattr(with_bias, layer).kernel[...]
     getattr(with_bias, layer).bias[...] = jnp.zeros_like(getattr(with_bias, layer).bias[...])
   np.testing.assert_allclose(without(x)[0], with_bias(x)[0], atol=1e-6)
 
 
+def numpy_projections(mha, xq, xkv):
+  """Queries, keys and values ``[batch, length, heads, head_dim]`` from ``mha``'s stored kernels."""
+
+  def project(layer, x, part=None):
+    kernel, bias = np.asarray(layer.kernel[...]), np.asarray(layer.bias[...])
+    if part is not None:
+      kernel, bias = kernel[:, part], bias[part]
+    return np.einsum('bti,ihd->bthd', x, kernel) + bias
+
+  if mha.cross_attention:
+    return project(mha.query, xq), project(mha.kv, xkv, 0), project(mha.kv, xkv, 1)
+  return project(mha.qkv, xq, 0), project(mha.qkv, xkv, 1), project(mha.qkv, xkv, 2)
+
+
 def _numpy_mha(mha, xq, xkv, mask):
   def linear(layer, x):
-    return x @ np.asarray(layer.kernel[...]) + np.asarray(layer.bias[...])
+    return x @ np.asarray(layer.kernel[...]).reshape(x.shape[-1], -1) + np.asarray(layer.bias[...])
 
-  q = linear(mha.query, xq).reshape(B, -1, H, D)
-  k = linear(mha.key, xkv).reshape(B, -1, H, D)
-  v = linear(mha.value, xkv).reshape(B, -1, H, D)
+  q, k, v = numpy_projections(mha, xq, xkv)
   logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(D)
   logits = np.where(mask, logits, -np.inf)
   weights = np.exp(logits - logits.max(-1, keepdims=True))
@@ -128,7 +142,7 @@ def test_cross_attention_matches_numpy(return_weights):
   xkv = rng.normal(size=(B, TK, 10)).astype(np.float32)
   key_valid = np.ones((B, TK), bool)
   key_valid[1, 4:] = False
-  mha = MultiHeadAttention(H, 12, kv_features=10, rngs=nnx.Rngs(0))
+  mha = MultiHeadAttention(H, 12, kv_features=10, cross_attention=True, rngs=nnx.Rngs(0))
   mask = padding_mask(None, jnp.asarray(key_valid))
   out, weights = mha(jnp.asarray(xq), jnp.asarray(xkv), mask=mask, return_weights=return_weights)
   expected_out, expected_weights = _numpy_mha(mha, xq, xkv, np.asarray(mask))
@@ -272,3 +286,72 @@ def test_unknown_score_names_the_allowed_values():
 def test_heads_must_divide_features():
   with pytest.raises(ValueError, match='divisible by num_heads'):
     MultiHeadAttention(5, 12, rngs=nnx.Rngs(0))
+
+
+def _recording_fused_attention(monkeypatch):
+  """Records the keyword arguments that ``jax.nn.dot_product_attention`` is called with."""
+  calls, real_attention = [], jax.nn.dot_product_attention
+
+  def recording(*args, **kwargs):
+    calls.append(kwargs)
+    return real_attention(*args, **kwargs)
+
+  monkeypatch.setattr(jax.nn, 'dot_product_attention', recording)
+  return calls
+
+
+@pytest.mark.parametrize('kind', ['dot', 'scaled_dot'])
+def test_structured_masks_reach_the_fused_kernel_as_is_causal_and_lengths(kind, monkeypatch):
+  rng = np.random.default_rng(4)
+  x = jnp.asarray(rng.normal(size=(B, TK, 12)).astype(np.float32))
+  lengths = jnp.asarray([4, 0], jnp.int32)  # example 1: every key is padding
+  masks = {
+    'causal+keys': Mask(causal=True, key_lengths=lengths),
+    'keys+queries': Mask(key_lengths=lengths, query_lengths=jnp.asarray([3, 7], jnp.int32)),
+    'causal+dense': combine_masks(
+      Mask(causal=True), padding_mask(None, jnp.asarray(rng.random((B, TK)) > 0.3))
+    ),
+  }
+  mha = MultiHeadAttention(H, 12, score=kind, fused_kernel=True, rngs=nnx.Rngs(0))
+  calls = _recording_fused_attention(monkeypatch)
+  for name, mask in masks.items():
+    dense = mask.as_array(TK, TK)
+    explicit, _ = mha(x, mask=dense, return_weights=True)
+    calls.clear()
+    fused, _ = mha(x, mask=mask)
+    (call,) = calls
+    assert call['is_causal'] == mask.causal, name
+    assert (call['key_value_seq_lengths'] is None) == (mask.key_lengths is None), name
+    assert (call['query_seq_lengths'] is None) == (mask.query_lengths is None), name
+    assert (call['mask'] is None) == (mask.dense is None), name  # a dense mask only for the dense part
+    np.testing.assert_allclose(fused, explicit, atol=1e-5, err_msg=name)
+    mha.fused_kernel = False
+    np.testing.assert_allclose(mha(x, mask=mask)[0], explicit, atol=1e-6, err_msg=name)
+    mha.fused_kernel = True
+
+
+def test_the_translator_gives_the_fused_kernel_lengths_and_is_causal_not_dense_masks(monkeypatch):
+  from seq2seq.model import Transformer
+
+  model = Transformer(
+    source_vocab_size=11, target_vocab_size=11, features=16, encoder_layers=1, decoder_layers=1,
+    num_heads=2, mlp_features=32, dropout=0.0, rngs=nnx.Rngs(0),
+  )  # fmt: skip
+  src = jnp.asarray([[3, 4, 5, 0, 0], [6, 7, 0, 0, 0]])
+  tgt = jnp.asarray([[1, 8, 9, 0], [1, 5, 0, 0]])
+  explicit, _ = model(src, tgt)
+  for _, layer in nnx.iter_graph(model):
+    if isinstance(layer, MultiHeadAttention):
+      layer.fused_kernel = True
+  calls = _recording_fused_attention(monkeypatch)
+  fused, _ = model(src, tgt)
+  assert len(calls) == 3 and all(call['mask'] is None for call in calls)
+  assert [call['is_causal'] for call in calls] == [False, True, False]  # encoder, decoder self, cross
+  for call in calls:
+    np.testing.assert_array_equal(call['key_value_seq_lengths'], [3, 2])
+  np.testing.assert_allclose(fused, explicit, atol=1e-5)
+  cache = model.init_decode_cache(model.encode(src), 4)
+  calls.clear()
+  model.decode_step(tgt[:, :1], cache, src != 0)
+  assert len(calls) == 2 and all(call['mask'] is None for call in calls)  # one new token: lengths only
+  np.testing.assert_array_equal(calls[0]['key_value_seq_lengths'], [1, 1])

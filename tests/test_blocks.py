@@ -34,12 +34,14 @@ def _layer_norm(norm, x):
 
 
 def _linear(layer, x):
-  return x @ _np(layer.kernel) + _np(layer.bias)
+  """A dense layer on the last axis of ``x``, whatever the kernel's stored shape (``[in..., out...]``)."""
+  return x @ _np(layer.kernel).reshape(x.shape[-1], -1) + _np(layer.bias).reshape(-1)
 
 
 def _attention(mha, x):
   split = lambda y: y.reshape(*y.shape[:2], HEADS, -1).transpose(0, 2, 1, 3)
-  q, k, v = (split(_linear(layer, x)) for layer in (mha.query, mha.key, mha.value))
+  packed = _linear(mha.qkv, x).reshape(*x.shape[:2], 3, -1)  # [D, 3, H, Dh] kernel: q, k, v side by side
+  q, k, v = (split(packed[:, :, i]) for i in range(3))
   logits = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
   weights = np.exp(logits - logits.max(-1, keepdims=True))
   weights /= weights.sum(-1, keepdims=True)

@@ -2,7 +2,8 @@
 
 A tiny ViT trains for a few steps under ``data=8``, ``data=2, fsdp=2, model=2`` and
 ``data=4, model=2``: the losses must agree, the attention and MLP kernels (and their Adam
-moments) must be cut by the path rule so that each device holds a share of them, and the
+moments) must be cut by the logical-axis rules (heads, MLP units) so that each device holds a
+share of them, and the
 checkpoint saved under ``data=2, fsdp=2, model=2`` must restore under ``data=8`` and on one
 device with the values it was saved with.
 """
@@ -27,17 +28,17 @@ pytestmark = pytest.mark.slow  # runs on 8 host devices in a subprocess
 SHORT = dict(WIDE, total_steps=4, eval_every_steps=4, checkpoint_every_steps=4)
 MESHES = {
   'data8': dict(data=8),
+  'fsdp8': dict(data=1, fsdp=8),
   'tp': dict(data=2, fsdp=2, model=2),
   'data_model': dict(data=4, model=2),
 }
-# The tensor-parallel kernels of the tiny ViT's one block: (name, dimension cut over model).
-KERNELS = {
-  'query': 1,
-  'key': 1,
-  'value': 1,
-  'out': 0,
-  'fc1': 1,
-  'fc2': 0,
+# The tensor-parallel arrays of the tiny ViT's one block: layer -> (kernel, bias) dimension cut over
+# model: the heads of the [D, 3, H, Dh] qkv kernel and [H, Dh, D] out kernel, the MLP's hidden units.
+CUT = {
+  'qkv': (2, 1),
+  'out': (0, None),
+  'fc1': (1, 0),
+  'fc2': (0, None),
 }
 
 
@@ -46,7 +47,7 @@ def runs(tmp_path_factory):
   """Trains under each of ``MESHES`` on 8 devices; returns the workdirs and what the subprocess saw."""
   root = tmp_path_factory.mktemp('tensor_parallel')
   out = _run_on_eight_devices(f"""
-      import json, pathlib
+      import collections, json, pathlib, re
       import numpy as np
       import jax
       from flax import nnx
@@ -58,13 +59,28 @@ def runs(tmp_path_factory):
       from trainer.partitioning import make_mesh, state_shardings
 
       root = pathlib.Path({str(root)!r})
-      seen = {{'held': {{}}}}
+      seen = {{'held': {{}}, 'collectives': {{}}}}
       original = loop._Training.run
+      op = re.compile(r' (all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(-start)?[(]')
+
+      def recording_collectives(self):
+        step = self.train_step
+
+        def first(*args):  # the compiled train step's HLO: which collectives it runs, and how many
+          hlo = step.lower(*args).compile().as_text()
+          seen['collectives'][self.workdir.name] = dict(collections.Counter(
+            match.group(1) for match in map(op.search, hlo.splitlines()) if match
+          ))
+          self.train_step = step
+          return step(*args)
+
+        self.train_step = first
 
       def flat(tree):
         return jax.tree_util.tree_flatten_with_path(tree)[0]
 
       def run(self, stop):
+        recording_collectives(self)
         seen['held'][self.workdir.name] = {{
           jax.tree_util.keystr(path): [
             list(a.sharding.spec), a.nbytes, a.addressable_shards[0].data.nbytes
@@ -92,15 +108,18 @@ def runs(tmp_path_factory):
         replicated=all(not any(a.sharding.spec) for _, a in restored),
       )
 
+      from attention import DecoderBlock
+
+      class NewFamily(nnx.Module):  # a model the trainer has never heard of, naming its axes
+        def __init__(self):
+          self.block = DecoderBlock(64, 4, 128, rngs=nnx.Rngs(0))
+          self.odd_heads = DecoderBlock(48, 3, 96, rngs=nnx.Rngs(0))  # 3 heads: model=2 cannot cut them
+          self.mixer = nnx.Param(np.zeros((64, 256), np.float32), out_sharding=(None, 'mlp'), eager_sharding=False)
+          self.head = nnx.Linear(64, 32, rngs=nnx.Rngs(0))
+
       def table(mesh):
-        z = np.zeros
-        tree = {{'blocks': {{0: {{
-          'attention': {{'query': {{'kernel': z((64, 64)), 'bias': z(64)}}, 'out': {{'kernel': z((64, 64)), 'bias': z(64)}}}},
-          'mlp': {{'fc1': {{'kernel': z((64, 128)), 'bias': z(128)}}, 'fc2': {{'kernel': z((128, 64)), 'bias': z(64)}}}},
-          'cross_attention': {{'value': {{'kernel': z((48, 63))}}}},
-          'norm1': {{'scale': z(64)}},
-        }}}}, 'head': {{'kernel': z((64, 32))}}}}
-        return {{jax.tree_util.keystr(p): list(s.spec) for p, s in flat(state_shardings(tree, mesh))}}
+        tree = nnx.state(nnx.eval_shape(NewFamily), nnx.Param)
+        return {{jax.tree_util.keystr(p).removesuffix('.value'): list(s.spec) for p, s in flat(state_shardings(tree, mesh))}}
 
       seen['specs'] = {{'tp': table(make_mesh(data=2, fsdp=2, model=2)), 'model8': table(make_mesh(model=8))}}
       seen['errors'] = []
@@ -118,7 +137,7 @@ def test_tensor_parallel_trains_like_data_parallel(runs):
   root, _ = runs
   reference = _losses(root / 'data8')
   assert sorted(reference) == [1, 2, 3, 4]
-  for name in ('tp', 'data_model'):
+  for name in ('tp', 'data_model', 'fsdp8'):
     losses = _losses(root / name)
     assert sorted(losses) == sorted(reference)
     np.testing.assert_allclose([losses[s] for s in reference], list(reference.values()), rtol=2e-5)
@@ -127,12 +146,10 @@ def test_tensor_parallel_trains_like_data_parallel(runs):
 def _expected_model_dim(path: str) -> int | None:
   """Which dimension of the tiny ViT's array at ``path`` should be cut over ``model``."""
   names = re.findall(r"\['(\w+)'\]", path)
-  if len(names) < 2:
+  if len(names) < 2 or names[-2] not in CUT:
     return None
-  layer, param = names[-2:]
-  if param == 'kernel':
-    return KERNELS.get(layer)
-  return 0 if param == 'bias' and layer in ('query', 'key', 'value', 'fc1') else None
+  kernel_dim, bias_dim = CUT[names[-2]]
+  return {'kernel': kernel_dim, 'bias': bias_dim}.get(names[-1])
 
 
 def test_attention_and_mlp_arrays_and_their_moments_are_split_over_model(runs):
@@ -141,7 +158,7 @@ def test_attention_and_mlp_arrays_and_their_moments_are_split_over_model(runs):
   for name, fsdp in (('data_model', 1), ('tp', 2)):
     held = seen['held'][name]
     cut = [path for path in held if path.startswith('.params') and _expected_model_dim(path) is not None]
-    assert len(cut) == 10  # 6 kernels, 4 biases
+    assert len(cut) == 6  # 4 kernels, 2 biases
     for path, (spec, nbytes, shard) in held.items():
       dim = _expected_model_dim(path) if path.endswith('.value') else None
       if dim is None:
@@ -155,26 +172,47 @@ def test_attention_and_mlp_arrays_and_their_moments_are_split_over_model(runs):
         assert held[path.replace('.params', f'.opt_state[1][0].{moment}', 1)] == held[path]
 
 
-def test_the_rule_table(runs):
+def test_the_rules_read_logical_axis_names_not_module_names(runs):
   _, seen = runs
-  block = "['blocks'][0]['{}']['{}']['{}']".format
-  assert seen['specs']['tp'] == {
-    block('attention', 'query', 'kernel'): ['fsdp', 'model'],
-    block('attention', 'query', 'bias'): ['model'],
-    block('attention', 'out', 'kernel'): ['model', 'fsdp'],
-    block('attention', 'out', 'bias'): [],
-    block('mlp', 'fc1', 'kernel'): ['fsdp', 'model'],
-    block('mlp', 'fc1', 'bias'): ['model'],
-    block('mlp', 'fc2', 'kernel'): ['model', 'fsdp'],
-    block('mlp', 'fc2', 'bias'): [],
-    block('cross_attention', 'value', 'kernel'): ['fsdp', None],  # 63 columns: not cut over model
-    "['blocks'][0]['norm1']['scale']": [],
-    "['head']['kernel']": ['fsdp', None],
-  }
+  attention = "['{}']['{}_attention']['{}']['{}']".format
+  mlp = "['{}']['mlp']['{}']['{}']".format
+  tp = seen['specs']['tp']
+  assert tp[attention('block', 'self', 'qkv', 'kernel')] == ['fsdp', None, 'model', None]
+  assert tp[attention('block', 'self', 'qkv', 'bias')] == [None, 'model', None]
+  assert tp[attention('block', 'cross', 'query', 'kernel')] == ['fsdp', 'model', None]
+  assert tp[attention('block', 'cross', 'kv', 'kernel')] == ['fsdp', None, 'model', None]
+  assert tp[attention('block', 'cross', 'kv', 'bias')] == [None, 'model', None]
+  assert tp[attention('block', 'self', 'out', 'kernel')] == ['model', None, 'fsdp']
+  assert tp[attention('block', 'self', 'out', 'bias')] == []
+  assert tp[mlp('block', 'fc1', 'kernel')] == ['fsdp', 'model']
+  assert tp[mlp('block', 'fc1', 'bias')] == ['model']
+  assert tp[mlp('block', 'fc2', 'kernel')] == ['model', 'fsdp']
+  assert tp[mlp('block', 'fc2', 'bias')] == []
+  assert tp[attention('odd_heads', 'self', 'qkv', 'kernel')] == ['fsdp', None, None, None]  # 3 heads: whole
+  assert tp["['block']['norm1']['scale']"] == []
+  assert tp["['mixer']"] == ['fsdp', 'model']  # any parameter that names an axis 'mlp'
+  assert tp["['head']['kernel']"] == ['fsdp', None]
   model8 = seen['specs']['model8']
-  assert model8[block('attention', 'query', 'kernel')] == [None, 'model']
-  assert model8[block('mlp', 'fc2', 'kernel')] == ['model', None]
+  assert model8[attention('block', 'self', 'qkv', 'kernel')] == []  # 4 heads: model=8 cannot cut them
+  assert model8[mlp('block', 'fc2', 'kernel')] == ['model', None]
   assert model8["['head']['kernel']"] == []
+
+
+def test_each_mesh_axis_adds_the_collectives_it_should_and_model_no_all_to_all(runs):
+  _, seen = runs
+  kinds = {name: set(counts) for name, counts in seen['collectives'].items()}
+  assert kinds['data8'] == {'all-reduce'}  # the gradients (and metrics) summed over data
+  assert (
+    'all-gather' in kinds['fsdp8'] <= {'all-gather', 'all-reduce', 'reduce-scatter'}
+  )  # parameters gathered
+  # model: the row-parallel outputs (attention's out, the MLP's fc2) summed; the heads stay where the
+  # [D, 3, H, Dh] kernel put them, so nothing is exchanged around attention (no all-to-all, no permute).
+  assert 'all-reduce' in kinds['data_model'] <= {'all-reduce', 'all-gather'}
+  assert seen['collectives']['data_model']['all-reduce'] > seen['collectives']['data8']['all-reduce']
+  # fsdp and model together: XLA also reshards some arrays by collective-permute, but no all-to-all.
+  assert (
+    'all-to-all' not in kinds['tp'] <= {'all-gather', 'all-reduce', 'reduce-scatter', 'collective-permute'}
+  )
 
 
 def test_a_tensor_parallel_checkpoint_restores_under_data_parallel_and_one_device(runs):

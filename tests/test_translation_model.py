@@ -211,7 +211,8 @@ def test_the_papers_recipe_has_no_attention_biases_and_no_final_norms():
   ours, papers = parameter_names(), parameter_names(**PAPER_RECIPE)
   attention_biases = {name for name in ours if 'attention/' in name and name.endswith('/bias')}
   final_norms = {name for name in ours if name.startswith(('encoder/norm/', 'decoder/norm/'))}
-  assert len(attention_biases) == 4 * (1 + 2 * 2) and len(final_norms) == 4
+  # qkv and out per self-attention (1 encoder, 2 decoder layers), query, kv and out per cross-attention
+  assert len(attention_biases) == 2 * (1 + 2) + 3 * 2 and len(final_norms) == 4
   assert papers == ours - attention_biases - final_norms
   assert all(name.startswith(('encoder/blocks/', 'decoder/blocks/')) for name in attention_biases)
 
@@ -229,12 +230,14 @@ def test_model_configs_without_the_newer_fields_get_our_defaults():
   build = lambda config: nnx.eval_shape(
     lambda: make_transformer(config, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(0))
   )
-  assert OPTIONAL_FIELDS == dict(activation='gelu', norm_placement='pre', use_bias=True)
+  assert OPTIONAL_FIELDS == dict(
+    activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none'
+  )
   assert build(config).encoder.blocks[0].mlp.activation == 'gelu'
   config.update(PAPER_RECIPE)
   model = build(config)
   assert model.encoder.blocks[0].mlp.activation == 'relu' and model.decoder.blocks[0].norm_placement == 'post'
-  assert model.decoder.blocks[0].self_attention.query.bias is None
+  assert model.decoder.blocks[0].self_attention.qkv.bias is None
   config.activation = 'tanh'
   with pytest.raises(ValueError, match="Unknown activation 'tanh'; allowed values: gelu, gelu_exact, relu"):
     build(config)

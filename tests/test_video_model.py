@@ -61,13 +61,15 @@ def layer_norm(norm, x):
 
 
 def linear(layer, x):
-  return x @ _np(layer.kernel[...]) + _np(layer.bias[...])
+  """A dense layer on the last axis of ``x``, whatever the kernel's stored shape (``[in..., out...]``)."""
+  return x @ _np(layer.kernel[...]).reshape(x.shape[-1], -1) + _np(layer.bias[...]).reshape(-1)
 
 
 def attention(mha, x, bias=None):
   """Self-attention of one sequence ``x`` ``[L, D]``; ``bias`` ``[heads, L, L]``."""
   heads = mha.num_heads
-  q, k, v = (linear(layer, x).reshape(len(x), heads, -1) for layer in (mha.query, mha.key, mha.value))
+  packed = linear(mha.qkv, x).reshape(len(x), 3, heads, -1)  # [D, 3, H, Dh] kernel
+  q, k, v = packed[:, 0], packed[:, 1], packed[:, 2]
   logits = np.einsum('qhd,khd->hqk', q, k) / np.sqrt(q.shape[-1])
   if bias is not None:
     logits = logits + bias

@@ -3,33 +3,39 @@
 The mesh has three axes, ``data``, ``fsdp`` and ``model`` (``config.mesh``; the default
 ``data=-1, fsdp=1, model=1`` puts every device on ``data``). The batch is split over ``data``
 and ``fsdp`` and its rows are replicated over ``model``. Parameters and optimizer state are
-replicated over ``data``; two rules shard them over the other axes:
+replicated over ``data``; two rules shard them over the other axes, and neither knows any
+module or parameter name:
 
-- ``model`` > 1 (tensor parallelism, Megatron-style), by parameter path
-  (``model_parallel_dim``): the query, key and value projections and the MLP's ``fc1`` are
-  column-parallel (the output features, i.e. the heads or the hidden units, kernels and
-  biases), the attention output projection and ``fc2`` row-parallel (the input features;
-  their biases stay whole). A dimension that ``model`` does not divide, and every other
-  parameter (embeddings, norms, classifier heads, RNNs), stays whole on ``model``. For layers
-  too wide for one device, over devices with fast links between them; the ``model`` axis stays
-  within one process. Tested on 8 CPU host devices (``tests/test_tensor_parallel.py``); its
-  speed on accelerators has not been measured.
+- ``model`` > 1 (tensor parallelism, Megatron-style), by the logical axis names that a model
+  gives its parameters as sharding metadata (``nnx.with_partitioning(init, ('embed', 'mlp'),
+  ...)``, Flax's ``out_sharding``) and the rules that map logical names to mesh axes
+  (``LOGICAL_RULES``: ``heads`` and ``mlp`` go to ``model``). The attention modules name the
+  head axis of their ``[D, 3, H, Dh]`` query-key-value kernels and ``[H, Dh, D]`` output
+  kernels, the MLP its hidden units, so attention is cut by heads (column-parallel into the
+  heads, row-parallel out of them) and the MLP by hidden units. A new model family gets
+  tensor parallelism by naming its parameters' axes, without a change here. A dimension that
+  ``model`` does not divide, and every array without names (embeddings, norms, classifier
+  heads, RNNs), stays whole on ``model``. For layers too wide for one device, over devices with
+  fast links between them; the ``model`` axis stays within one process. Tested on 8 CPU host
+  devices (``tests/test_tensor_parallel.py``); its speed on accelerators has not been measured.
 - ``fsdp`` > 1 (fully sharded data parallelism, ZeRO-3), by shape: each array of at least
   ``FSDP_MIN_SIZE`` elements is cut along its largest dimension that ``fsdp`` divides, other
   than the ``model`` one; smaller ones (biases, norms) and those with no such dimension stay
   whole.
 
-Adam's moments have the paths of their parameters and are sharded alike. Only the parameters
-are annotated: XLA (GSPMD) propagates the shardings through the step and inserts the
-all-gathers, reduce-scatters and all-reduces, so the numbers are those of one device whatever
-the mesh. Every process feeds only its own rows; ``jax.make_array_from_process_local_data``
-assembles the global array, so one code path serves one CPU, one GPU and a pod.
+Adam's moments are built by mapping over the parameters, so they carry the same names and
+are sharded alike. Only the parameters are annotated: XLA (GSPMD) propagates the shardings
+through the step and inserts the all-gathers, reduce-scatters and all-reduces, so the numbers
+are those of one device whatever the mesh. Every process feeds only its own rows;
+``jax.make_array_from_process_local_data`` assembles the global array, so one code path serves
+one CPU, one GPU and a pod.
 """
 
 import math
 
 import jax
 import numpy as np
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from trainer.errors import ConfigError
@@ -38,13 +44,8 @@ AXES = ('data', 'fsdp', 'model')
 BATCH_AXES = ('data', 'fsdp')
 #: arrays smaller than this stay replicated under fsdp: gathering them costs more than they weigh
 FSDP_MIN_SIZE = 1024
-#: (parent module, layer) -> the tensor-parallel kind of its parameters
-_TENSOR_PARALLEL = {
-  **{('attention', name): 'column' for name in ('query', 'key', 'value')},
-  ('attention', 'out'): 'row',
-  ('mlp', 'fc1'): 'column',
-  ('mlp', 'fc2'): 'row',
-}
+#: logical axis name (a parameter's ``out_sharding`` metadata) -> the mesh axis that cuts it
+LOGICAL_RULES = (('heads', 'model'), ('mlp', 'model'))
 
 
 def make_mesh(data: int = -1, fsdp: int = 1, model: int = 1) -> Mesh:
@@ -82,48 +83,32 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
 
 
-def _names(path) -> tuple[str, ...]:
-  """A tree path as names: ``.params['mlp']['fc1']['kernel'].value`` -> ``('params', 'mlp', 'fc1', 'kernel')``."""
-  names = tuple(str(getattr(key, 'key', getattr(key, 'name', getattr(key, 'idx', key)))) for key in path)
-  if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and names[-1] == 'value':
-    names = names[:-1]  # the array inside an nnx.Variable
-  return names
-
-
-def model_parallel_dim(path, ndim: int) -> int | None:
-  """The dimension of the array at ``path`` (a tree path) that the ``model`` axis cuts, or ``None``.
-
-  Decided by the last names of the path, so parameters and the optimizer state that mirrors
-  them (Adam's ``mu`` and ``nu``) agree: ``...attention.{query,key,value}.{kernel,bias}`` and
-  ``...mlp.fc1.{kernel,bias}`` cut their last dimension (output features: the heads, the
-  hidden units), ``...attention.out.kernel`` and ``...mlp.fc2.kernel`` the one before it
-  (input features). A parent named ``*attention`` (``self_attention``, ``cross_attention``)
-  counts as ``attention``.
-  """
-  names = _names(path)
-  if len(names) < 3 or names[-1] not in ('kernel', 'bias'):
+def logical_axes(leaf) -> tuple | None:
+  """The logical axis names of a parameter (an ``nnx.Variable``'s ``out_sharding``), or ``None``."""
+  if not isinstance(leaf, nnx.Variable):
     return None
-  parent = 'attention' if names[-3].endswith('attention') else names[-3]
-  kind = _TENSOR_PARALLEL.get((parent, names[-2]))
-  if kind == 'column':
-    return ndim - 1
-  if kind == 'row' and names[-1] == 'kernel':
-    return ndim - 2
-  return None
+  names = leaf.get_metadata().get('out_sharding')
+  return tuple(names) if names else None
 
 
-def array_sharding(mesh: Mesh, shape: tuple[int, ...], model_dim: int | None = None) -> NamedSharding:
+def array_sharding(
+  mesh: Mesh, shape: tuple[int, ...], names: tuple | None = None, rules=LOGICAL_RULES
+) -> NamedSharding:
   """The sharding of one parameter or optimizer array of ``shape`` (see the module docstring).
 
-  ``model_dim`` (from ``model_parallel_dim``) is cut over ``model`` when ``model`` divides it;
-  fsdp then takes the largest other dimension it divides.
+  ``names`` (one logical name or ``None`` per dimension) are mapped by ``rules`` onto mesh
+  axes, each dimension that its mesh axis divides (and each mesh axis once); fsdp then takes
+  the largest other dimension it divides.
   """
   spec = [None] * len(shape)
-  model = mesh.shape.get('model', 1)
-  if model > 1 and model_dim is not None and shape[model_dim] % model == 0:
-    spec[model_dim] = 'model'
+  mesh_axis = dict(rules)
+  if names is not None and len(names) == len(shape):
+    for dim, name in enumerate(names):
+      axis = mesh_axis.get(name)
+      if axis and mesh.shape.get(axis, 1) > 1 and shape[dim] % mesh.shape[axis] == 0 and axis not in spec:
+        spec[dim] = axis
   fsdp = mesh.shape['fsdp']
-  if fsdp > 1 and math.prod(shape) >= FSDP_MIN_SIZE:
+  if fsdp > 1 and math.prod(shape) >= FSDP_MIN_SIZE and 'fsdp' not in spec:
     for axis in sorted(range(len(shape)), key=lambda axis: -shape[axis]):
       if spec[axis] is None and shape[axis] % fsdp == 0:
         spec[axis] = 'fsdp'
@@ -131,14 +116,16 @@ def array_sharding(mesh: Mesh, shape: tuple[int, ...], model_dim: int | None = N
   return NamedSharding(mesh, PartitionSpec(*spec)) if any(spec) else replicated(mesh)
 
 
-def state_shardings(tree, mesh: Mesh):
-  """``array_sharding`` for every array of ``tree`` (parameters, optimizer state, a whole train state)."""
+def state_shardings(tree, mesh: Mesh, rules=LOGICAL_RULES):
+  """``array_sharding`` for every array of ``tree`` (parameters, optimizer state, a whole train state),
+  a tree of the same structure (``nnx.Variable`` nodes kept, holding their sharding)."""
 
-  def sharding(path, x):
-    shape = tuple(np.shape(x))
-    return array_sharding(mesh, shape, model_parallel_dim(path, len(shape)))
+  def sharding(leaf):
+    if isinstance(leaf, nnx.Variable):
+      return leaf.replace(array_sharding(mesh, tuple(np.shape(leaf.get_value())), logical_axes(leaf), rules))
+    return array_sharding(mesh, tuple(np.shape(leaf)), None, rules)
 
-  return jax.tree_util.tree_map_with_path(sharding, tree)
+  return jax.tree.map(sharding, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def check_batch_size(global_batch_size: int, mesh: Mesh, what: str = 'batch_size') -> None:

@@ -21,6 +21,8 @@ folded into ``cls`` (exact: the stem only adds it to the class token) and the po
 as ``(N, D)``. ``canonical_to_model`` then checks every key against the model, naming the key
 and both shapes on a mismatch, and adapts what fine-tuning changes (a new head, a new grid).
 ``model_to_official`` writes the official layout, which reads back to the same parameters.
+A model with a scanned encoder (``model.scan_layers``) reads and writes the same files: its
+stacked blocks are unstacked into ``encoderblock_{i}`` and back.
 """
 
 import collections
@@ -35,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, traverse_util
 
+from attention.layers import layer_of, stack_blocks, unstack_blocks
 from attention.resample import resample_grid_table
 from trainer.errors import CheckpointError, MissingFileError
 
@@ -154,25 +157,46 @@ def _official_block_key(layer: int, rest: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Entry:
-  """One of our parameters and its canonical key, with the reshapes between the two layouts."""
+  """One of our parameters (or one part of it) and its canonical key, with the reshapes between the two.
+
+  ``part`` (with ``axis``) says that the key holds ``ours[..., part, ...]`` (index ``part`` of
+  ``axis``): our self-attention keeps query, key and value in one ``[D, 3, H, Dh]`` kernel where
+  the published layouts keep three.
+  """
 
   path: tuple
   key: str
   official_shape: tuple[int, ...] | None = None  # None: the same shape as ours
+  part: int | None = None
+  axis: int = 0
 
-  def to_ours(self, value: np.ndarray, our_shape: tuple) -> np.ndarray:
-    return value.reshape(our_shape)
+  def to_ours(self, value: np.ndarray, ours: np.ndarray) -> np.ndarray:
+    if self.part is None:
+      return value.reshape(ours.shape)
+    full = np.array(ours)
+    index = (slice(None),) * self.axis + (self.part,)
+    full[index] = value.reshape(full[index].shape)
+    return full
 
   def to_official(self, value: np.ndarray) -> np.ndarray:
+    if self.part is not None:
+      value = np.take(value, self.part, axis=self.axis)
     return value.reshape(self.official_shape or value.shape)
 
 
-def _attention_entries(path: tuple, prefix: str, width: int, heads: int) -> list[_Entry]:
+def _attention_entries(path: tuple, prefix: str, width: int, heads: int, cross: bool) -> list[_Entry]:
+  """Official ``query``/``key``/``value``/``out`` of one attention layer <-> our ``qkv`` (self-attention)
+  or ``query`` and ``kv`` (cross-attention), and ``out``."""
   head_dim = width // heads
+  kernel_shape, bias_shape = (width, heads, head_dim), (heads, head_dim)
+  if cross:
+    packed = {'query': (('query',), None), 'key': (('kv',), 0), 'value': (('kv',), 1)}
+  else:
+    packed = {name: (('qkv',), part) for part, name in enumerate(('query', 'key', 'value'))}
   entries = []
-  for name in ('query', 'key', 'value'):
-    entries.append(_Entry((*path, name, 'kernel'), f'{prefix}/{name}/kernel', (width, heads, head_dim)))
-    entries.append(_Entry((*path, name, 'bias'), f'{prefix}/{name}/bias', (heads, head_dim)))
+  for name, ((layer,), part) in packed.items():
+    entries.append(_Entry((*path, layer, 'kernel'), f'{prefix}/{name}/kernel', kernel_shape, part, 1))
+    entries.append(_Entry((*path, layer, 'bias'), f'{prefix}/{name}/bias', bias_shape, part, 0))
   entries.append(_Entry((*path, 'out', 'kernel'), f'{prefix}/out/kernel', (heads, head_dim, width)))
   entries.append(_Entry((*path, 'out', 'bias'), f'{prefix}/out/bias'))
   return entries
@@ -189,17 +213,17 @@ def _dense_entries(path: tuple, key: str) -> list[_Entry]:
 def model_entries(model) -> list[_Entry]:
   """Every parameter of ``model`` (a ``VisionTransformer``) with its canonical key."""
   width = model.patch_embedding.kernel.shape[-1]
-  heads = model.encoder.blocks[0].attention.num_heads
+  heads = layer_of(model.encoder.blocks, 0).attention.num_heads
   entries = _dense_entries(('patch_embedding',), 'embedding')
   if model.pool == 'cls':
     entries.append(_Entry(('class_token',), 'cls'))
   if model.encoder.positional.kind == 'learn1d' and model.encoder.positional.injection == 'stem':
     entries.append(_Entry(('encoder', 'positional', 'tables', 0, 'table'), POSEMB_KEY))
-  for layer in range(len(model.encoder.blocks)):
+  for layer in range(model.encoder.depth):
     ours, theirs = ('encoder', 'blocks', layer), f'Transformer/encoderblock_{layer}'
     entries += _norm_and_mlp_entries((*ours, 'norm1'), f'{theirs}/LayerNorm_0')
     entries += _attention_entries(
-      (*ours, 'attention'), f'{theirs}/MultiHeadDotProductAttention_1', width, heads
+      (*ours, 'attention'), f'{theirs}/MultiHeadDotProductAttention_1', width, heads, cross=False
     )
     entries += _norm_and_mlp_entries((*ours, 'norm2'), f'{theirs}/LayerNorm_2')
     entries += _dense_entries((*ours, 'mlp', 'fc1'), f'{theirs}/MlpBlock_3/Dense_0')
@@ -208,7 +232,7 @@ def model_entries(model) -> list[_Entry]:
   if model.pool == 'map':
     entries.append(_Entry(('pooling', 'probe'), 'MAPHead_0/probe'))
     entries += _attention_entries(
-      ('pooling', 'attention'), 'MAPHead_0/MultiHeadDotProductAttention_0', width, heads
+      ('pooling', 'attention'), 'MAPHead_0/MultiHeadDotProductAttention_0', width, heads, cross=True
     )
     entries += _norm_and_mlp_entries(('pooling', 'norm'), 'MAPHead_0/LayerNorm_0')
     entries += _dense_entries(('pooling', 'mlp', 'fc1'), 'MAPHead_0/MlpBlock_0/Dense_0')
@@ -220,10 +244,9 @@ def model_entries(model) -> list[_Entry]:
 
 
 def _model_params(model) -> dict[tuple, np.ndarray]:
-  return {
-    path: np.asarray(value)
-    for path, value in traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(model, nnx.Param))).items()
-  }
+  """Our parameters by path, a scanned encoder's unstacked into layers (as the published layouts number them)."""
+  params = unstack_blocks(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+  return {path: np.asarray(value) for path, value in traverse_util.flatten_dict(params).items()}
 
 
 def _check_every_param_mapped(model, entries: list[_Entry]) -> None:
@@ -322,7 +345,7 @@ def canonical_to_model(
     if source.shape != expected:
       problems.append(f'checkpoint {entry.key!r} has shape {source.shape}; the model needs {expected}')
       continue
-    params[entry.path] = entry.to_ours(source, ours.shape).astype(ours.dtype)
+    params[entry.path] = entry.to_ours(source, ours).astype(ours.dtype)
     report.loaded.append(entry.key)
   known = {entry.key for entry in entries}
   for key in sorted(set(canonical) - known):
@@ -335,9 +358,8 @@ def canonical_to_model(
     raise CheckpointError(f'init_from: {problems[0]}{more}.')
   report.skipped += problems
   state = nnx.state(model, nnx.Param)
-  nnx.replace_by_pure_dict(
-    state, traverse_util.unflatten_dict({p: jnp.asarray(v) for p, v in params.items()})
-  )
+  loaded = traverse_util.unflatten_dict({p: jnp.asarray(v) for p, v in params.items()})
+  nnx.replace_by_pure_dict(state, stack_blocks(loaded) if model.encoder.scan_layers else loaded)
   nnx.update(model, state)
   return report
 

@@ -14,6 +14,8 @@ approximation of the ViT and big_vision code; ``'gelu_exact'``, erf), ``layernor
 ``pre_logits`` (a Dense + tanh of that size before the head, as the ImageNet-21k ViT
 checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_cols'``, ours, or
 ``'big_vision'``: ``[sin(x w), cos(x w), sin(y w), cos(y w)]``, ``w_i = 10000^(-i/(D/4-1))``).
+``scan_layers`` and ``remat`` (``attention.layers``) scan the encoder over depth and
+rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``.
 """
 
 import jax
@@ -107,7 +109,7 @@ class AttentionPoolingHead(nnx.Module):
     self, width: int, num_heads: int, mlp_dim: int, *, activation: str = 'gelu', dtype=None, rngs: nnx.Rngs
   ):
     self.probe = nnx.Param(nnx.initializers.xavier_uniform()(rngs.params(), (1, 1, width)))
-    self.attention = MultiHeadAttention(num_heads, width, dtype=dtype, rngs=rngs)
+    self.attention = MultiHeadAttention(num_heads, width, cross_attention=True, dtype=dtype, rngs=rngs)
     self.norm = nnx.LayerNorm(width, epsilon=1e-6, dtype=dtype, rngs=rngs)
     self.mlp = Mlp(width, mlp_dim, activation=activation, dtype=dtype, rngs=rngs)
 
@@ -141,6 +143,8 @@ class VisionTransformer(nnx.Module):
     layernorm_epsilon: float = 1e-6,
     pre_logits: int = 0,
     sincos2d_layout: str = 'rows_cols',
+    scan_layers: bool = False,
+    remat: str = 'none',
     dtype: str = 'float32',
     rngs: nnx.Rngs,
   ):
@@ -178,6 +182,8 @@ class VisionTransformer(nnx.Module):
       attention_dropout_rate=attention_dropout,
       drop_path_rate=drop_path,
       activation=activation,
+      scan_layers=scan_layers,
+      remat=remat,
       dtype=compute_dtype,
       rngs=rngs,
     )
@@ -250,6 +256,8 @@ def default_model_config() -> ml_collections.ConfigDict:
       layernorm_epsilon=1e-6,
       pre_logits=0,
       sincos2d_layout='rows_cols',
+      scan_layers=False,
+      remat='none',
       dtype='float32',
     )
   )
@@ -288,6 +296,8 @@ def make_vit(
     layernorm_epsilon=model_config.get('layernorm_epsilon', 1e-6),
     pre_logits=model_config.get('pre_logits', 0),
     sincos2d_layout=model_config.get('sincos2d_layout', 'rows_cols'),
+    scan_layers=model_config.get('scan_layers', False),
+    remat=model_config.get('remat', 'none'),
     dtype=model_config.dtype,
     rngs=rngs,
     **shape,

@@ -62,6 +62,11 @@ class ImageClassification(Task):
       raise NotApplicable(
         f"model.posemb {posemb!r} has no {injection!r} injection; only 'stem' exists for it."
       )
+    if config.model.get('scan_layers', False) and config.get('optimizer', {}).get('layer_decay', 1.0) != 1.0:
+      raise ConfigError(
+        'config.optimizer.layer_decay needs one parameter per layer: set model.scan_layers=False '
+        '(a scanned encoder stacks its layers into one array).'
+      )
     self.init_from = config.get('init_from')
     pretrained.check_init_from(self.init_from)
     self.fewshot = config.get('fewshot')

@@ -1,0 +1,179 @@
+"""Scanned and rematerialised stacks (``model.scan_layers``, ``model.remat``) compute what the unrolled stack does.
+
+A ViT and a translator are built unrolled and scanned from the same seed; the scanned one's
+parameters are the unrolled one's stacked (``stack_blocks``), and the loss and every gradient
+agree for each remat policy, with positional tables added before every layer and relative
+biases in every layer (per-layer inputs of the scan). Cached decoding of a scanned translator
+matches the unrolled one's; the ViT ``.npz`` files read and write the same arrays either way.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention.layers import REMAT_POLICIES, stack_blocks, unstack_blocks
+from seq2seq.model import Transformer
+from vit import checkpoint_npz
+from vit.model import VisionTransformer
+
+VIT = dict(num_classes=5, image_shape=(8, 8, 1), patch_size=4, width=16, depth=3, num_heads=2, mlp_dim=32)
+TRANSLATOR = dict(
+  source_vocab_size=13, target_vocab_size=13, features=16, encoder_layers=2, decoder_layers=3,
+  num_heads=2, mlp_features=32, max_length=8, dropout=0.1, posemb='relative',
+)  # fmt: skip
+
+
+def _vit(**options):
+  return VisionTransformer(
+    **VIT, posemb='learn1d', posemb_injection='every_layer', rngs=nnx.Rngs(0), **options
+  )
+
+
+def _params(model):
+  return nnx.to_pure_dict(nnx.state(model, nnx.Param))
+
+
+def _loss_and_grads(model, *inputs):
+  def loss(model):
+    logits, _ = model(*inputs)
+    return jnp.sum(jnp.sin(logits))
+
+  value, grads = nnx.value_and_grad(loss)(model)
+  return value, nnx.to_pure_dict(grads)
+
+
+def _assert_trees_close(actual, expected, atol):
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=1e-5)
+
+
+def _images():
+  return jax.random.normal(jax.random.key(1), (2, 8, 8, 1))
+
+
+def _sentences():
+  src = jnp.asarray([[3, 4, 5, 6, 0], [7, 8, 0, 0, 0]])
+  tgt = jnp.asarray([[1, 9, 10, 0], [1, 11, 0, 0]])
+  return src, tgt
+
+
+@pytest.mark.parametrize('remat', sorted(REMAT_POLICIES))
+@pytest.mark.parametrize('scan_layers', [False, True])
+def test_vit_scanned_and_rematerialised_gives_the_unrolled_numbers(scan_layers, remat):
+  reference = _vit()
+  model = _vit(scan_layers=scan_layers, remat=remat)
+  converted = stack_blocks(_params(reference)) if scan_layers else _params(reference)
+  _assert_trees_close(_params(model), converted, atol=0)  # same seed: the same parameters, stacked
+  value, grads = _loss_and_grads(model, _images())
+  expected_value, expected_grads = _loss_and_grads(reference, _images())
+  np.testing.assert_allclose(value, expected_value, rtol=1e-5)
+  _assert_trees_close(grads, stack_blocks(expected_grads) if scan_layers else expected_grads, atol=1e-5)
+
+
+@pytest.mark.parametrize('remat', ['none', 'dots_with_no_batch_dims_saveable'])
+def test_translator_scanned_gives_the_unrolled_numbers_and_decodes_alike(remat):
+  reference = Transformer(**TRANSLATOR, rngs=nnx.Rngs(0))
+  model = Transformer(**TRANSLATOR, scan_layers=True, remat=remat, rngs=nnx.Rngs(0))
+  _assert_trees_close(_params(model), stack_blocks(_params(reference)), atol=0)
+  src, tgt = _sentences()
+  value, grads = _loss_and_grads(model, src, tgt)
+  expected_value, expected_grads = _loss_and_grads(reference, src, tgt)
+  np.testing.assert_allclose(value, expected_value, rtol=1e-5)
+  _assert_trees_close(grads, stack_blocks(expected_grads), atol=1e-5)
+  # Cached decoding: the layers one by one, each a slice of the stack.
+  steps = []
+  for translator in (reference, model):
+    cache = translator.init_decode_cache(translator.encode(src), 4)
+    logits, _ = translator.decode_step(tgt[:, :1], cache, src != 0)
+    steps.append(logits)
+  np.testing.assert_allclose(steps[1], steps[0], atol=1e-5)
+  # Dropout and stochastic depth run in a scanned training pass (each layer with its own key).
+  out, _ = model(src, tgt, deterministic=False, rngs=nnx.Rngs(dropout=0))
+  assert out.shape == (2, 4, 13) and np.all(np.isfinite(out))
+
+
+def test_stack_and_unstack_convert_checkpoints_both_ways():
+  unrolled = _params(_vit())
+  scanned = stack_blocks(unrolled)
+  assert sorted(unrolled['encoder']['blocks']) == [0, 1, 2]
+  assert scanned['encoder']['blocks']['attention']['qkv']['kernel'].shape == (3, 16, 3, 2, 8)
+  _assert_trees_close(unstack_blocks(scanned), unrolled, atol=0)
+  scanned_model = _vit(scan_layers=True)
+  nnx.update(scanned_model, nnx.State(scanned))
+  _assert_trees_close(_params(scanned_model), scanned, atol=0)
+
+
+def test_scanned_parameters_name_their_layers_axis_for_the_partitioning_rules():
+  model = _vit(scan_layers=True)
+  kernel = model.encoder.blocks.attention.qkv.kernel
+  assert kernel.get_metadata()['out_sharding'] == ('layers', 'embed', 'qkv', 'heads', 'head_dim')
+
+
+def test_vit_npz_reads_and_writes_the_same_arrays_scanned_or_not(tmp_path):
+  unrolled = VisionTransformer(**VIT, rngs=nnx.Rngs(0))
+  scanned = VisionTransformer(**VIT, scan_layers=True, rngs=nnx.Rngs(0))
+  written, written_scanned = (
+    checkpoint_npz.model_to_official(unrolled),
+    checkpoint_npz.model_to_official(scanned),
+  )
+  assert sorted(written) == sorted(written_scanned)
+  for key in written:
+    np.testing.assert_array_equal(written_scanned[key], written[key])
+  # big_vision's scanned layout (Transformer/encoderblock/... with a leading depth axis) into a scanned model.
+  layers = [
+    {key.partition('/')[2].partition('/')[2]: value for key, value in written.items() if key.startswith(f'Transformer/encoderblock_{i}/')}
+    for i in range(3)
+  ]  # fmt: skip
+  big_vision = {f'params/{key}': value for key, value in written.items() if 'encoderblock_' not in key}
+  big_vision['params/pos_embedding'] = big_vision.pop('params/Transformer/posembed_input/pos_embedding')[
+    :, 1:
+  ]
+  big_vision['params/cls'] = written['cls'] + written['Transformer/posembed_input/pos_embedding'][:, :1]
+  names = {
+    'LayerNorm_2': 'LayerNorm_1',
+    'MultiHeadDotProductAttention_1': 'MultiHeadDotProductAttention_0',
+    'MlpBlock_3': 'MlpBlock_0',
+  }
+  for rest in layers[0]:
+    module, _, tail = rest.partition('/')
+    big_vision[f'params/Transformer/encoderblock/{names.get(module, module)}/{tail}'] = np.stack(
+      [layer[rest] for layer in layers]
+    )
+  loaded = VisionTransformer(**VIT, scan_layers=True, rngs=nnx.Rngs(1))
+  checkpoint_npz.canonical_to_model(loaded, checkpoint_npz.to_canonical(big_vision))
+  np.testing.assert_allclose(loaded(_images())[0], unrolled(_images())[0], atol=1e-5)
+
+
+def test_an_unknown_remat_is_a_one_line_error_naming_the_field():
+  with pytest.raises(
+    ValueError, match=r"^model\.remat: unknown value 'some'; allowed values: none, full, dots_saveable, "
+  ):
+    _vit(remat='some')
+
+
+def test_a_scanned_rematerialised_vit_trains_and_its_checkpoint_evaluates(tmp_path):
+  from tests.vit_test_configs import tiny_vit_config
+  from trainer.evaluation import evaluate_workdir
+  from trainer.loop import train_and_evaluate
+
+  config = tiny_vit_config(
+    **{'model.depth': 2, 'model.scan_layers': True, 'model.remat': 'full', 'model.drop_path': 0.1}
+  )
+  config.update(total_steps=4, eval_every_steps=4, checkpoint_every_steps=4)
+  train_and_evaluate(config, tmp_path)
+  result = evaluate_workdir(tmp_path)
+  assert result['step'] == 4 and 0.0 <= result['accuracy'] <= 1.0
+
+
+def test_layer_decay_with_a_scanned_encoder_is_refused_in_one_line():
+  from tests.vit_test_configs import tiny_vit_config
+  from trainer.errors import ConfigError
+  from trainer.task import load_task
+
+  config = tiny_vit_config(**{'model.scan_layers': True})
+  config.optimizer.layer_decay = 0.75
+  with pytest.raises(ConfigError, match=r'^config\.optimizer\.layer_decay needs one parameter per layer'):
+    load_task(config)
