@@ -29,6 +29,7 @@ order, rewritten at each evaluation).
 
 import functools
 import pathlib
+import types
 
 import flax
 import jax
@@ -116,7 +117,7 @@ class Translation(Task):
   eval_metrics = TranslationEvalMetrics
   percent_metrics = ('accuracy', 'exact_match')
 
-  def __init__(self, config: ml_collections.ConfigDict):
+  def __init__(self, config: ml_collections.ConfigDict, vocab_size: int | None = None):
     super().__init__(config)
     data, model = config.data, config.model
     self.label_smoothing = config.get('label_smoothing', 0.0)
@@ -162,11 +163,34 @@ class Translation(Task):
       )
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+    self._training_batches = {}
+    if vocab_size is not None:  # without data (``without_data``): only the vocabulary's size
+      self.source = None
+      self.source_tokenizer = self.target_tokenizer = types.SimpleNamespace(vocab_size=vocab_size)
+      return
     self.source = open_source(data)
     self.source.read(config.eval_split)  # a missing or mismatched evaluation split fails here
     self.source_tokenizer = self.target_tokenizer = None
-    self._training_batches = {}
     self._eval_tokens = {}
+
+  @classmethod
+  def without_data(cls, config, sizes):
+    """``sizes['vocab_size']`` (0: ``data.tokenizer.vocab_size``) for the source and the target."""
+    vocab_size = sizes.get('vocab_size') or config.data.tokenizer.get('vocab_size') or 0
+    if vocab_size < 1:
+      raise ConfigError(
+        'Set a vocabulary size (data.tokenizer.vocab_size) to build the task without its data.'
+      )
+    return cls(config, vocab_size=vocab_size)
+
+  def batch_shapes(self, batch_size):
+    data = self.config.data
+    source, target = (batch_size, data.max_source_length), (batch_size, data.max_target_length)
+    return {
+      'src': jax.ShapeDtypeStruct(source, jnp.int32),
+      'tgt_in': jax.ShapeDtypeStruct(target, jnp.int32),
+      'tgt_out': jax.ShapeDtypeStruct(target, jnp.int32),
+    }
 
   # Data -------------------------------------------------------------------------
 

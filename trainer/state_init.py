@@ -16,6 +16,7 @@ only) and compiling for hardware that is not here (``benchmarks.compile_for``, a
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
@@ -82,5 +83,7 @@ class StateInit:
     """The model's variables other than parameters, computed without the parameters (XLA drops them)."""
     return jax.jit(lambda: self._split()[1], out_shardings=self._rest_sharding)()
 
-  def abstract_params(self):
-    return self.abstract_state.params
+  def host_rest(self):
+    """``rest()`` as numpy arrays computed on this host's default device: for compiling for devices
+    that are not here, where they are constants of the compiled step."""
+    return jax.tree.map(np.asarray, jax.jit(lambda: self._split()[1])())
