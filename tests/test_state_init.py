@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.test_fsdp import _interrupting
 from tests.vit_test_configs import tiny_vit_config
 from trainer import state_init
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
+from vit.input_pipeline import ImageData
 from vit.task import ImageClassification
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -63,16 +65,18 @@ def _params(workdir):
 
 
 def test_no_run_builds_a_whole_random_model_and_a_resume_restores_bit_identically(
-  tmp_path, model_builds, creations
+  tmp_path, monkeypatch, model_builds, creations
 ):
   reference = tmp_path / 'reference'
   train_and_evaluate(tiny_vit_config(), reference)
   assert creations == [1] and model_builds and not any(model_builds)  # traced or abstract, never concrete
   workdir = tmp_path / 'resumed'
-  train_and_evaluate(tiny_vit_config(total_steps=4), workdir)
+  with monkeypatch.context() as patch:
+    patch.setattr(ImageData, 'train_batches', _interrupting(ImageData.train_batches, 3))
+    assert train_and_evaluate(tiny_vit_config(), workdir).interrupted
   model_builds.clear()
   creations.clear()
-  assert train_and_evaluate(tiny_vit_config(), workdir).step == 8  # resumes from step 4
+  assert train_and_evaluate(tiny_vit_config(), workdir).step == 8  # resumes from step 4 or 5
   assert not creations and model_builds and not any(model_builds)
   model_builds.clear()
   (step, resumed), (reference_step, expected) = _params(workdir), _params(reference)
@@ -86,7 +90,8 @@ def test_the_compiled_initialisation_holds_a_shard_per_device():
   script = textwrap.dedent(f"""
       import json
       import jax
-      from tests.vit_test_configs import tiny_vit_config
+      from tests.test_fsdp import _interrupting
+from tests.vit_test_configs import tiny_vit_config
       from trainer.optim import make_optimizer
       from trainer.partitioning import make_mesh
       from trainer.state_init import StateInit
