@@ -6,8 +6,9 @@
 
 libtpu compiles for a TPU topology on a machine without TPUs (``jax.experimental.topologies``);
 it is kept out of the project's environment, since JAX probes for TPUs at start-up whenever
-libtpu is importable. ``--libtpu_dir`` (or ``LIBTPU_DIR``) names the folder it was installed
-into; this command puts it on ``sys.path`` and runs JAX on the CPU (``JAX_PLATFORMS=cpu``).
+libtpu is importable. ``--libtpu_dir`` (or ``LIBTPU_DIR``; default: ``.libtpu`` in the
+repository, where ``.ci/run`` installs it) names the folder it was installed into; this command
+puts it on ``sys.path`` and runs JAX on the CPU (``JAX_PLATFORMS=cpu``).
 
 Nothing is read from the data: the task is built with ``Task.without_data`` (classes, image
 channels and vocabulary size from the flags below, image size and sequence lengths from the
@@ -36,8 +37,12 @@ _CONFIG = config_flags.DEFINE_config_file('config', None, 'An experiment config 
 _TOPOLOGY = flags.DEFINE_string(
   'topology', None, "A TPU slice, e.g. 'v5e:2x2', 'v5e:4x4', 'v4:2x2x4', 'v5p:4x4x4'."
 )
+#: where ``.ci/run`` installs libtpu (ignored by git)
+REPOSITORY_LIBTPU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), '.libtpu')
 _LIBTPU_DIR = flags.DEFINE_string(
-  'libtpu_dir', os.environ.get('LIBTPU_DIR'), 'Folder holding the libtpu package (default: $LIBTPU_DIR).'
+  'libtpu_dir',
+  os.environ.get('LIBTPU_DIR') or REPOSITORY_LIBTPU,
+  "Folder holding the libtpu package (default: $LIBTPU_DIR, else the repository's .libtpu).",
 )
 _NUM_CLASSES = flags.DEFINE_integer(
   'num_classes', 1000, 'Classes of a classifier (no data is read).', lower_bound=1
