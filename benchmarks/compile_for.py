@@ -121,6 +121,9 @@ def _load_libtpu(folder: str | None) -> None:
     )
   sys.path.insert(0, os.path.abspath(folder))
   os.environ['JAX_PLATFORMS'] = 'cpu'  # the TPUs are only compiled for
+  os.environ.setdefault(
+    'ALLOW_MULTIPLE_LIBTPU_LOAD', '1'
+  )  # no TPU to guard: several compiles may run at once
   if 'jax' in sys.modules:
     raise RuntimeError('compile_for must put libtpu on sys.path before JAX is imported.')
 
