@@ -26,7 +26,8 @@ from vit.input_pipeline import ImageData
 from vit.task import ImageClassification
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-WIDE = {'model.width': 64, 'model.mlp_dim': 128, 'model.num_heads': 2}
+# Wide enough that the arrays fsdp leaves whole (biases, norms: under FSDP_MIN_SIZE) weigh little.
+WIDE = {'model.width': 128, 'model.mlp_dim': 256, 'model.num_heads': 2}
 
 
 @pytest.fixture
@@ -90,8 +91,7 @@ def test_the_compiled_initialisation_holds_a_shard_per_device():
   script = textwrap.dedent(f"""
       import json
       import jax
-      from tests.test_fsdp import _interrupting
-from tests.vit_test_configs import tiny_vit_config
+      from tests.vit_test_configs import tiny_vit_config
       from trainer.optim import make_optimizer
       from trainer.partitioning import make_mesh
       from trainer.state_init import StateInit
@@ -120,5 +120,5 @@ from tests.vit_test_configs import tiny_vit_config
   assert replicated['compiled'] >= replicated['total']  # every device makes the whole state
   assert replicated['held'] == replicated['total']
   # fsdp=8: each device's program makes about 1/8 (biases and norms stay whole) and holds what it made
-  assert replicated['compiled'] / sharded['compiled'] > 6
-  assert sharded['held'] <= sharded['compiled'] < replicated['compiled'] / 6
+  assert replicated['compiled'] / sharded['compiled'] > 7
+  assert sharded['held'] <= sharded['compiled'] < replicated['compiled'] / 7
