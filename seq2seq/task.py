@@ -34,6 +34,7 @@ import dataclasses
 import functools
 import os
 import pathlib
+import types
 
 import flax
 import jax
@@ -132,7 +133,7 @@ class Translation(Task):
   # the SentencePiece files may move; what they hold is checked against the workdir's copy
   not_identity_fields = ('data.tokenizer.model_file', 'data.tokenizer.target_model_file')
 
-  def __init__(self, config: ml_collections.ConfigDict):
+  def __init__(self, config: ml_collections.ConfigDict, vocab_size: int | None = None):
     super().__init__(config)
     data, model = config.data, config.model
     self.label_smoothing = config.get('label_smoothing', 0.0)
@@ -181,6 +182,11 @@ class Translation(Task):
       )
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+    self._training_batches = {}
+    if vocab_size is not None:  # without data (``without_data``): only the vocabulary's size
+      self.source = None
+      self.source_tokenizer = self.target_tokenizer = types.SimpleNamespace(vocab_size=vocab_size)
+      return
     self.source = open_source(data)
     split_names = self.source.split_names()
     eval_split = resolve_split(config.eval_split, split_names)
@@ -190,8 +196,26 @@ class Translation(Task):
       )
     self.source.read(eval_split)  # a missing or mismatched evaluation split fails here
     self.source_tokenizer = self.target_tokenizer = None
-    self._training_batches = {}
     self._eval_tokens = {}
+
+  @classmethod
+  def without_data(cls, config, sizes):
+    """``sizes['vocab_size']`` (0: ``data.tokenizer.vocab_size``) for the source and the target."""
+    vocab_size = sizes.get('vocab_size') or config.data.tokenizer.get('vocab_size') or 0
+    if vocab_size < 1:
+      raise ConfigError(
+        'Set a vocabulary size (data.tokenizer.vocab_size) to build the task without its data.'
+      )
+    return cls(config, vocab_size=vocab_size)
+
+  def batch_shapes(self, batch_size):
+    data = self.config.data
+    source, target = (batch_size, data.max_source_length), (batch_size, data.max_target_length)
+    return {
+      'src': jax.ShapeDtypeStruct(source, jnp.int32),
+      'tgt_in': jax.ShapeDtypeStruct(target, jnp.int32),
+      'tgt_out': jax.ShapeDtypeStruct(target, jnp.int32),
+    }
 
   # Data -------------------------------------------------------------------------
 

@@ -9,14 +9,13 @@ import pathlib
 import tempfile
 
 import jax
-from flax import nnx
 
-from trainer import random_streams, storage
+from trainer import storage
 from trainer import workdir as workdir_lib
-from trainer.checkpoints import Checkpoints, abstract_like
+from trainer.checkpoints import Checkpoints
 from trainer.errors import CheckpointError
-from trainer.partitioning import make_mesh, state_shardings
-from trainer.state import ModelParts
+from trainer.partitioning import make_mesh
+from trainer.state_init import StateInit
 from trainer.task import load_task
 
 
@@ -47,12 +46,9 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
       )
     task = load_task(config)
     task.prepare(workdir)
-    parts = ModelParts(
-      task.make_model(nnx.Rngs(params=random_streams.key(config.seed, random_streams.PARAMS)))
-    )
-    abstract = abstract_like(parts.params, state_shardings(parts.params, mesh))
-    parts.params = None
-    restored = [checkpoints.restore_params(s, abstract) for s in steps]
+    init = StateInit(task, None, mesh, config.seed)  # abstract: no random model is made first
+    restored = [checkpoints.restore_params(s, init.abstract_state.params) for s in steps]
+    parts = init.parts(init.rest())
   finally:
     checkpoints.close()
   params = jax.tree.map(lambda *p: sum(p) / len(p), *restored) if len(restored) > 1 else restored[0]

@@ -1,9 +1,10 @@
 """``train_and_evaluate(config, workdir)``: the one training loop for every task.
 
 Order of work: build the task (which validates the config and finds the data),
-check and lock the workdir (``trainer/workdir_lock.py``), build the model (with the
-task's initial parameters, ``Task.load_initial``, when not resuming), restore the
-latest checkpoint if there is one, then train. Evaluation runs every
+check and lock the workdir (``trainer/workdir_lock.py``), build the model and optimizer
+state abstractly, then either restore the latest checkpoint into it or create it sharded
+(with the task's initial parameters, ``Task.load_initial``; ``trainer/state_init.py``),
+then train. Evaluation runs every
 ``eval_every_steps`` and at the end; a checkpoint is written every
 ``checkpoint_every_steps``, after each evaluation (with its metrics, for
 keep-best), at the end, and on SIGTERM or Ctrl-C (``trainer/stop.py``), never
@@ -20,29 +21,22 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
-from trainer import random_streams, storage
+from trainer import storage
 from trainer import workdir as workdir_lib
-from trainer.checkpoints import Checkpoints, abstract_like, count_non_finite
+from trainer.checkpoints import Checkpoints, count_non_finite
 from trainer.devices import Devices
 from trainer.errors import CheckpointError, DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
 from trainer.optim import describe_weight_decay, frozen_paths, make_optimizer
-from trainer.partitioning import (
-  check_batch_size,
-  check_micro_batches,
-  global_batch,
-  make_mesh,
-  replicated,
-  state_shardings,
-)
-from trainer.state import ModelParts, TrainState, make_eval_step, make_train_step, train_metrics
+from trainer.partitioning import check_batch_size, check_micro_batches, global_batch, make_mesh, replicated
+from trainer.state import ModelParts, make_eval_step, make_train_step, train_metrics
+from trainer.state_init import StateInit
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
 from trainer.workdir_lock import make_lock
@@ -184,19 +178,14 @@ class _Training:
       workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
     )
     self.start_step = self.checkpoints.latest_step() or 0
-    model = task.make_model(nnx.Rngs(params=random_streams.key(config.seed, random_streams.PARAMS)))
-    if not self.start_step:
-      task.load_initial(model)
-    self.parts = ModelParts(model)
-    state = TrainState(
-      step=jnp.zeros((), jnp.int32), params=self.parts.params, opt_state=optimizer.init(self.parts.params)
-    )
-    self.state_sharding = state_shardings(state, mesh)
-    self.state = jax.device_put(state, self.state_sharding)
-    self.parts.params = None  # the state holds them from now on
-    if self.start_step:
-      self.state = self.checkpoints.restore(self.start_step, abstract_like(self.state, self.state_sharding))
+    init = StateInit(task, optimizer, mesh, config.seed)
+    self.state_sharding = init.state_sharding
+    if self.start_step:  # restored into the abstract state: no random one is made first
+      self.state = self.checkpoints.restore(self.start_step, init.abstract_state)
+      self.parts = init.parts(init.rest())
       logging.info('Resumed from the checkpoint at step %d.', self.start_step)
+    else:
+      self.state, self.parts = init.create()
     self.is_main = jax.process_index() == 0
     if self.is_main:
       workdir_lib.save_config(workdir, config)

@@ -48,9 +48,9 @@ FSDP_MIN_SIZE = 1024
 LOGICAL_RULES = (('heads', 'model'), ('mlp', 'model'))
 
 
-def make_mesh(data: int = -1, fsdp: int = 1, model: int = 1) -> Mesh:
-  """A ``data`` x ``fsdp`` x ``model`` mesh of all devices (``data=-1``: as many as are left)."""
-  devices = jax.devices()
+def make_mesh(data: int = -1, fsdp: int = 1, model: int = 1, devices=None) -> Mesh:
+  """A ``data`` x ``fsdp`` x ``model`` mesh of ``devices`` (default: all; ``data=-1``: as many as are left)."""
+  devices = jax.devices() if devices is None else list(devices)
   count = len(devices)
   for name, size in (('fsdp', fsdp), ('model', model)):
     if size < 1 or count % size:
@@ -70,7 +70,8 @@ def make_mesh(data: int = -1, fsdp: int = 1, model: int = 1) -> Mesh:
   if any(len({device.process_index for device in group}) > 1 for group in grid.reshape(-1, model)):
     raise ConfigError(
       f'config.mesh.model is {model}; the model axis must stay within one process '
-      f'(this one has {jax.local_device_count()} devices), since each process feeds its own rows.'
+      f'(this one has {sum(d.process_index == devices[0].process_index for d in devices)} devices), '
+      'since each process feeds its own rows.'
     )
   return Mesh(grid, AXES)
 

@@ -37,6 +37,13 @@ class ModelParts:
   def __init__(self, model: nnx.Module):
     self.graphdef, self.params, self.rest = nnx.split(model, nnx.Param, ...)
 
+  @classmethod
+  def from_split(cls, graphdef, params, rest) -> 'ModelParts':
+    """The parts of a model already split (``trainer.state_init`` makes them without a whole model)."""
+    parts = cls.__new__(cls)
+    parts.graphdef, parts.params, parts.rest = graphdef, params, rest
+    return parts
+
   def merge(self, params) -> nnx.Module:
     return nnx.merge(self.graphdef, params, self.rest)
 

@@ -67,6 +67,20 @@ class Task(abc.ABC):
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     """A freshly initialised model."""
 
+  @classmethod
+  def without_data(cls, config: ml_collections.ConfigDict, sizes: dict[str, int]) -> 'Task':
+    """The task with the sizes its data would give taken from ``sizes`` (``num_classes``,
+    ``channels``, ``vocab_size``: each task reads those it needs), reading no file: enough to
+    build the model and the train step (``make_model``, ``loss_and_outputs``, ``batch_shapes``)
+    to compile them for hardware that is not here (``benchmarks/compile_for.py``)."""
+    del config, sizes
+    raise NotImplementedError(f'{cls.__name__} cannot be built without its data.')
+
+  def batch_shapes(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shape and dtype of each array of a global training batch (the widest, where widths vary)."""
+    del batch_size
+    raise NotImplementedError(f'{type(self).__name__} does not describe its batches.')
+
   @abc.abstractmethod
   def train_batches(
     self, *, batch_size: int, seed: int, start_step: int, process_index: int, process_count: int

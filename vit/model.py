@@ -1,7 +1,7 @@
 """The Vision Transformer (Dosovitskiy et al. 2021) on the shared attention modules.
 
 Variants are strings ``'<size>/<patch>'`` (``'Ti/16'``, ``'S/16'``, ``'B/16'``,
-``'L/16'``, ``'H/14'``, any patch size such as ``'S/4'``), or ``'custom'`` with
+``'L/16'``, ``'H/14'``, ``'g/14'``, ``'G/14'``, any patch size such as ``'S/4'``), or ``'custom'`` with
 explicit ``width``, ``depth``, ``num_heads``, ``mlp_dim`` and ``patch_size``.
 Heads: ``cls`` (class token), ``gap`` (global average pooling), ``map``
 (attention pooling with a learned probe). The forward pass returns
@@ -34,6 +34,8 @@ VARIANTS = {
   'B': (768, 12, 3072, 12),
   'L': (1024, 24, 4096, 16),
   'H': (1280, 32, 5120, 16),
+  'g': (1408, 40, 6144, 16),  # big_vision's larger variants (Zhai et al. 2022)
+  'G': (1664, 48, 8192, 16),
 }
 POOLS = ('cls', 'gap', 'map')
 SINCOS2D_LAYOUTS = ('rows_cols', 'big_vision')

@@ -1,9 +1,11 @@
 """Image classification as a trainer task: the ViT, its data, its loss and its metrics."""
 
+import dataclasses
 import os
 import pathlib
 
 import flax
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -37,6 +39,14 @@ def default_fewshot_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(shots=(), seeds=3, held_out_per_class=10, train_examples=5000))
 
 
+@dataclasses.dataclass(frozen=True)
+class ImageShapes:
+  """What the model needs to know of a data set, when there is none (``Task.without_data``)."""
+
+  num_classes: int
+  image_shape: tuple[int, int, int]
+
+
 class ImageClassification(Task):
   """Config: ``data`` (see ``vit.input_pipeline``), ``model`` (see ``vit.model``), ``label_smoothing``;
   optional sections ``init_from`` (see ``vit.pretrained``) and ``fewshot`` (few-shot linear
@@ -52,7 +62,7 @@ class ImageClassification(Task):
   eval_metrics = ClassificationMetrics
   percent_metrics = ('accuracy',)
 
-  def __init__(self, config: ml_collections.ConfigDict):
+  def __init__(self, config: ml_collections.ConfigDict, shapes: ImageShapes | None = None):
     super().__init__(config)
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
@@ -73,12 +83,30 @@ class ImageClassification(Task):
     if self.fewshot is not None and any(k < 1 for k in self.fewshot.shots):
       raise ConfigError(f'config.fewshot.shots is {self.fewshot.shots}; each must be >= 1.')
     self._initial = None
-    self.data = load_image_data(config.data)
+    self.data = load_image_data(config.data) if shapes is None else shapes
     # Build the model abstractly now, so a bad model option fails before any real work.
     try:
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+
+  @classmethod
+  def without_data(cls, config, sizes):
+    """``sizes['num_classes']`` and ``sizes['channels']``; the image size is ``config.data.image_size``."""
+    image_size = config.data.get('image_size')
+    if not image_size or len(image_size) != 2:
+      raise ConfigError('data.image_size must be (height, width) to build the task without its data.')
+    return cls(config, ImageShapes(sizes['num_classes'], (*image_size, sizes['channels'])))
+
+  def batch_shapes(self, batch_size):
+    shapes = {
+      'image': jax.ShapeDtypeStruct((batch_size, *self.data.image_shape), jnp.float32),
+      'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
+    }
+    if self.config.data.get('augment', {}).get('mixup_alpha', 0.0) > 0:
+      shapes['mix_label'] = jax.ShapeDtypeStruct((batch_size,), jnp.int32)
+      shapes['mix_weight'] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
+    return shapes
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     return make_vit(

@@ -1,0 +1,286 @@
+"""Compile a config's train step for a TPU slice that is not here, and say what it needs per chip.
+
+  pip install --target ~/libtpu 'libtpu==0.0.42.*'      # once; the version jax's tpu extra pins
+  python -m benchmarks.compile_for --libtpu_dir ~/libtpu --topology v5e:4x4 \\
+    --config configs/vit_b16_imagenet.py --config.mesh.fsdp=16
+
+libtpu compiles for a TPU topology on a machine without TPUs (``jax.experimental.topologies``);
+it is kept out of the project's environment, since JAX probes for TPUs at start-up whenever
+libtpu is importable. ``--libtpu_dir`` (or ``LIBTPU_DIR``; default: ``.libtpu`` in the
+repository, where ``.ci/run`` installs it) names the folder it was installed into; this command
+puts it on ``sys.path`` and runs JAX on the CPU (``JAX_PLATFORMS=cpu``).
+
+Nothing is read from the data: the task is built with ``Task.without_data`` (classes, image
+channels and vocabulary size from the flags below, image size and sequence lengths from the
+config), the model and optimizer state abstractly (``trainer.state_init``: shapes, dtypes and
+shardings), then the trainer's own train step is compiled for a mesh (``config.mesh``) over the
+slice's chips. It prints per-chip bytes (parameters, optimizer state, batch, XLA's temporaries
+and the total) against the chip's HBM, XLA's FLOPs per step, the collectives in the compiled
+program (count and bytes of each kind; those inside a loop, such as the micro-batch loop, are
+counted once), the compile time, and XLA's own estimate of the step time only when it gives a
+positive one. The last line is one JSON object with the same figures. A step that does not fit
+(XLA's RESOURCE_EXHAUSTED) is one line saying what it needs and what to try, the JSON line with
+``"fits": false``, and exit status 1; a bad flag or config is ``error: ...`` and status 2.
+"""
+
+import os
+import re
+import sys
+import time
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from trainer import cli
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'An experiment config file.', lock_config=True)
+_TOPOLOGY = flags.DEFINE_string(
+  'topology', None, "A TPU slice, e.g. 'v5e:2x2', 'v5e:4x4', 'v4:2x2x4', 'v5p:4x4x4'."
+)
+#: where ``.ci/run`` installs libtpu (ignored by git)
+REPOSITORY_LIBTPU = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), '.libtpu')
+_LIBTPU_DIR = flags.DEFINE_string(
+  'libtpu_dir',
+  os.environ.get('LIBTPU_DIR') or REPOSITORY_LIBTPU,
+  "Folder holding the libtpu package (default: $LIBTPU_DIR, else the repository's .libtpu).",
+)
+_NUM_CLASSES = flags.DEFINE_integer(
+  'num_classes', 1000, 'Classes of a classifier (no data is read).', lower_bound=1
+)
+_CHANNELS = flags.DEFINE_integer('channels', 3, 'Image channels.', lower_bound=1)
+_VOCAB_SIZE = flags.DEFINE_integer(
+  'vocab_size',
+  0,
+  "A translator's vocabulary size (0: the config's data.tokenizer.vocab_size).",
+  lower_bound=0,
+)
+flags.mark_flags_as_required(['config', 'topology'])
+
+GIB = 2**30
+#: bytes of high-bandwidth memory per chip, and the dense bfloat16 peak in TFLOP/s, by TPU generation
+CHIPS = {
+  'v4': (32 * GIB, 275.0),
+  'v5e': (16 * GIB, 197.0),
+  'v5p': (95 * GIB, 459.0),
+  'v6e': (32 * GIB, 918.0),
+}
+COLLECTIVES = ('all-gather', 'reduce-scatter', 'all-reduce', 'all-to-all', 'collective-permute')
+_DTYPE_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 'bf16': 2, 'f16': 2, 's16': 2, 'u16': 2, 's32': 4, 'u32': 4}
+_DTYPE_BYTES.update({'f32': 4, 'f64': 8, 's64': 8, 'u64': 8, 'c64': 8, 'c128': 16})
+_COLLECTIVE_LINE = re.compile(
+  r'=\s+(?P<shape>.+?)\s+(?P<op>' + '|'.join(COLLECTIVES) + r')(?P<start>-start)?\('
+)
+_ARRAY = re.compile(r'\b([a-z]+\d*(?:e\d+m\d+\w*)?)\[([\d,]*)\]')
+
+
+def _array_bytes(dtype: str, dims: str) -> int:
+  count = 1
+  for size in filter(None, dims.split(',')):
+    count *= int(size)
+  return count * _DTYPE_BYTES.get(dtype, 1)
+
+
+def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
+  """Count and result bytes of each kind of collective in an HLO module's text (asynchronous ones
+  counted at their ``-start``; a ``-start``'s tuple counts its largest array, the result)."""
+  found = {op: {'count': 0, 'bytes': 0} for op in COLLECTIVES}
+  for match in _COLLECTIVE_LINE.finditer(hlo_text):
+    sizes = [_array_bytes(dtype, dims) for dtype, dims in _ARRAY.findall(match['shape'])]
+    found[match['op']]['count'] += 1
+    found[match['op']]['bytes'] += (max(sizes) if match['start'] else sum(sizes)) if sizes else 0
+  return found
+
+
+def _chip(topology: str) -> tuple[int | None, float | None]:
+  generation = topology.split(':', 1)[0].lower().replace('litepod', 'e').replace('v5lite', 'v5e')
+  return CHIPS.get(generation, (None, None))
+
+
+def _per_chip_bytes(tree) -> int:
+  """Bytes one chip holds of the abstract arrays of ``tree`` (each a ``ShapeDtypeStruct`` with a sharding)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  return sum(
+    int(np.prod(x.sharding.shard_shape(x.shape))) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)
+  )
+
+
+def _gib(size: float | None) -> str:
+  return 'unknown' if size is None else f'{size / GIB:.2f} GiB'
+
+
+def _load_libtpu(folder: str | None) -> None:
+  if not folder:
+    cli.fail(
+      '--libtpu_dir (or LIBTPU_DIR) must name the folder libtpu was installed into (pip install --target).'
+    )
+  if not os.path.isdir(os.path.join(folder, 'libtpu')):
+    cli.fail(
+      f'--libtpu_dir {folder} holds no libtpu package (pip install --target {folder} "libtpu==0.0.42.*").'
+    )
+  sys.path.insert(0, os.path.abspath(folder))
+  os.environ['JAX_PLATFORMS'] = 'cpu'  # the TPUs are only compiled for
+  os.environ.setdefault(
+    'ALLOW_MULTIPLE_LIBTPU_LOAD', '1'
+  )  # no TPU to guard: several compiles may run at once
+  if 'jax' in sys.modules:
+    raise RuntimeError('compile_for must put libtpu on sys.path before JAX is imported.')
+
+
+def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
+  """Compiles ``config``'s train step for ``topology``; the figures printed, as a dict (``fits`` and all)."""
+  import jax  # pylint: disable=g-import-not-at-top  (after libtpu is on sys.path)
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+
+  from trainer import validation  # pylint: disable=g-import-not-at-top
+  from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  from trainer.optim import make_optimizer  # pylint: disable=g-import-not-at-top
+  from trainer.partitioning import batch_sharding, check_batch_size, make_mesh, replicated  # pylint: disable=g-import-not-at-top
+  from trainer.state import make_train_step  # pylint: disable=g-import-not-at-top
+  from trainer.state_init import StateInit  # pylint: disable=g-import-not-at-top
+  from trainer.task import task_class  # pylint: disable=g-import-not-at-top
+
+  validation.check_trainer_fields(config)
+  try:
+    devices = topologies.get_topology_desc(platform='tpu', topology_name=topology).devices
+  except Exception as error:  # pylint: disable=broad-except  (libtpu's own message names the problem)
+    raise ConfigError(f'--topology {topology!r}: {str(error).splitlines()[0]}') from None
+  mesh = make_mesh(**config.get('mesh', {}), devices=devices)
+  check_batch_size(config.batch_size, mesh)
+  task = task_class(config.task).without_data(config, sizes)
+  total_steps = config.get('total_steps') or 1_000_000  # only the schedule's length: no shape depends on it
+  optimizer = make_optimizer(config.optimizer, max(total_steps, config.optimizer.get('warmup_steps', 0) + 1))
+  init = StateInit(task, optimizer, mesh, config.seed)
+  step = make_train_step(
+    task,
+    init.parts(init.host_rest()),
+    optimizer,
+    mesh,
+    seed=config.seed,
+    grad_accum_steps=config.grad_accum_steps,
+    state_sharding=init.state_sharding,
+  )
+  metrics = jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated(mesh)), task.train_metrics.empty()
+  )
+  batch = {
+    name: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=batch_sharding(mesh))
+    for name, shape in task.batch_shapes(config.batch_size).items()
+  }
+  hbm, peak_tflops = _chip(topology)
+  state = init.abstract_state
+  result = {
+    'topology': topology,
+    'chips': len(devices),
+    'mesh': dict(mesh.shape),
+    'batch_size': config.batch_size,
+    'grad_accum_steps': config.grad_accum_steps,
+    'parameters': sum(x.size for x in jax.tree.leaves(state.params)),
+    'per_chip_bytes': {
+      'parameters': _per_chip_bytes(state.params),
+      'optimizer_state': _per_chip_bytes(state.opt_state),
+      'batch': _per_chip_bytes(batch),
+    },
+    'hbm_bytes': hbm,
+  }
+  start = time.perf_counter()
+  try:
+    compiled = step.lower(state, metrics, batch).compile()
+  except Exception as error:  # pylint: disable=broad-except
+    if 'RESOURCE_EXHAUSTED' not in str(error):
+      raise
+    result.update(fits=False, compile_seconds=time.perf_counter() - start, error=_exhausted(str(error)))
+    return result
+  result['compile_seconds'] = time.perf_counter() - start
+  memory = compiled.memory_analysis()
+  total = (
+    memory.argument_size_in_bytes
+    + memory.output_size_in_bytes
+    - memory.alias_size_in_bytes
+    + memory.temp_size_in_bytes
+    + memory.generated_code_size_in_bytes
+  )
+  result['per_chip_bytes'].update(
+    arguments=memory.argument_size_in_bytes,
+    outputs_not_aliased=memory.output_size_in_bytes - memory.alias_size_in_bytes,
+    temporaries=memory.temp_size_in_bytes,
+    code=memory.generated_code_size_in_bytes,
+    total=total,
+  )
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, list | tuple) else cost
+  flops = float(cost.get('flops', 0.0))
+  estimate = float(cost.get('optimal_seconds', -1.0))
+  result.update(
+    fits=hbm is None or total <= hbm,
+    flops_per_chip=flops,
+    flops=flops * len(devices),
+    collectives=collectives(compiled.as_text()),
+    estimated_seconds=estimate if estimate > 0 else None,
+    estimated_utilisation=flops / estimate / (peak_tflops * 1e12) if estimate > 0 and peak_tflops else None,
+  )
+  return result
+
+
+def _exhausted(message: str) -> str:
+  """XLA's RESOURCE_EXHAUSTED message, from that word to the end of its sentence."""
+  found = message[message.index('RESOURCE_EXHAUSTED') :].split('\n')[0]
+  return ' '.join(found.split())
+
+
+def report(result: dict) -> list[str]:
+  """The lines printed before the JSON line."""
+  bytes_ = result['per_chip_bytes']
+  lines = [
+    f'{result["topology"]}: {result["chips"]} chips, mesh {result["mesh"]}, batch {result["batch_size"]} '
+    f'({result["grad_accum_steps"]} micro-batches), {result["parameters"] / 1e6:.1f}M parameters',
+    f'per chip: parameters {_gib(bytes_["parameters"])}, optimizer state {_gib(bytes_["optimizer_state"])}, '
+    f'batch {_gib(bytes_["batch"])}',
+  ]
+  if not result['fits'] and 'error' in result:
+    lines.append(
+      f'does not fit: {result["error"]} (a chip of {result["topology"]} has {_gib(result["hbm_bytes"])}); '
+      'try sharding parameters and optimizer state (--config.mesh.fsdp=N), fewer examples per '
+      'micro-batch (--config.grad_accum_steps=N) or rematerialisation (model.remat)'
+    )
+    return lines
+  lines.append(
+    f'per chip, from XLA: arguments {_gib(bytes_["arguments"])}, temporaries {_gib(bytes_["temporaries"])}, '
+    f'total {_gib(bytes_["total"])} of {_gib(result["hbm_bytes"])} HBM'
+    + ('' if result['fits'] else ' (does not fit)')
+  )
+  lines.append(
+    f'FLOPs per step (XLA): {result["flops"]:.4g} ({result["flops_per_chip"]:.4g} per chip); '
+    f'compiled in {result["compile_seconds"]:.1f} s'
+  )
+  found = [f'{op} {c["count"]} ({_gib(c["bytes"])})' for op, c in result['collectives'].items() if c['count']]
+  lines.append('collectives: ' + (', '.join(found) if found else 'none'))
+  if result['estimated_seconds']:
+    line = (
+      f'XLA estimate of the step time (the compiler, not a measurement): {result["estimated_seconds"]:.4g} s'
+    )
+    if result['estimated_utilisation']:
+      line += f", implying {100 * result['estimated_utilisation']:.1f}% of the chips' bfloat16 peak"
+    lines.append(line)
+  return lines
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  import json  # pylint: disable=g-import-not-at-top
+
+  _load_libtpu(_LIBTPU_DIR.value)
+  cli.quiet_library_logs()
+  sizes = {'num_classes': _NUM_CLASSES.value, 'channels': _CHANNELS.value, 'vocab_size': _VOCAB_SIZE.value}
+  result = cli.run_reporting_user_errors(compile_for, _CONFIG.value, _TOPOLOGY.value, sizes)
+  for line in report(result):
+    print(line)
+  print(json.dumps(result, sort_keys=True), flush=True)
+  if not result['fits']:
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.parse_flags)
