@@ -62,7 +62,7 @@ class _Stack(nnx.Module):
   def _keep_blocks(self, make_block, drop_path_rate, scan_layers, remat):
     """Builds the blocks (``make_block(rate)``) as a list, or stacked for scanning."""
     self.scan_layers, self.remat = scan_layers, check_remat(remat)
-    self.drop_path_rates = [drop_path_rate * i / max(self.depth - 1, 1) for i in range(self.depth)]
+    self.drop_path_rates = tuple(drop_path_rate * i / max(self.depth - 1, 1) for i in range(self.depth))
     if scan_layers:  # one static rate for the structure; each layer's own rate is a scanned input
       self.blocks = stack_modules([make_block(drop_path_rate) for _ in range(self.depth)])
     else:

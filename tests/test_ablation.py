@@ -56,7 +56,7 @@ def no_training(monkeypatch):
   """Records the runs the sweep would train instead of training them."""
   trained = []
 
-  def fake_train_and_evaluate(config, workdir):
+  def fake_train_and_evaluate(config, workdir, task=None):
     trained.append(pathlib.Path(workdir).name)
     return TrainResult(
       step=config.total_steps, interrupted=False, eval_metrics={'accuracy': 0.5, 'loss': 1.0}

@@ -146,7 +146,7 @@ def test_weight_decay_applies_to_kernels_only_by_default():
   assert decayed['class_token'] is False
   assert decayed['patch_embedding.bias'] is False and decayed['encoder.norm.scale'] is False
   assert decayed['patch_embedding.kernel'] and decayed['head.kernel']
-  assert decayed['encoder.blocks.0.attention.query.kernel'] and decayed['encoder.blocks.2.mlp.fc2.kernel']
+  assert decayed['encoder.blocks.0.attention.qkv.kernel'] and decayed['encoder.blocks.2.mlp.fc2.kernel']
   embeddings = {
     'source_embedding': {'embedding': jnp.ones((5, 4))},
     'output_projection': {'kernel': jnp.ones((4, 5))},

@@ -64,9 +64,9 @@ def pad_prefix(bias: jax.Array, num_prefix: int) -> jax.Array:
   return jnp.pad(bias, ((0, 0), (0, 0), (num_prefix, 0), (num_prefix, 0)))
 
 
-def drop_path_ramp(drop_path: float, depth: int) -> list[float]:
+def drop_path_ramp(drop_path: float, depth: int) -> tuple[float, ...]:
   """Stochastic-depth rates rising linearly from 0 at the first block to ``drop_path`` at the last."""
-  return [drop_path * i / max(depth - 1, 1) for i in range(depth)]
+  return tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))  # hashable: part of the graph
 
 
 def _time_biases(num_heads, num_frames, depth, rngs):

@@ -12,11 +12,6 @@ from absl import app, flags
 
 from trainer import cli
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py with a ViT config.')
-_OUT = flags.DEFINE_string('out', None, 'The .npz file to write.')
-_CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
-flags.mark_flags_as_required(['workdir', 'out'])
-
 
 def export(workdir: str, out: str, checkpoint: str = 'latest') -> str:
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top  (JAX: not for --help)
@@ -28,12 +23,21 @@ def export(workdir: str, out: str, checkpoint: str = 'latest') -> str:
   return f'wrote step {step} of {workdir} to {out}'
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  cli.quiet_library_logs()
-  print(cli.run_reporting_user_errors(export, _WORKDIR.value, _OUT.value, _CHECKPOINT.value))
+def run() -> None:
+  """The command; its flags are defined here, so importing ``export`` defines none."""
+  workdir = flags.DEFINE_string('workdir', None, 'A workdir written by train.py with a ViT config.')
+  out = flags.DEFINE_string('out', None, 'The .npz file to write.')
+  checkpoint = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
+  flags.mark_flags_as_required(['workdir', 'out'])
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    cli.quiet_library_logs()
+    print(cli.run_reporting_user_errors(export, workdir.value, out.value, checkpoint.value))
+
+  app.run(main)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  run()
