@@ -6,8 +6,9 @@
 # Arguments: the TPU VM's name and zone, the config file, the workdir, then any --config.*
 # overrides. Every host trains one process (`train.py --distributed`: jax.distributed.initialize()
 # finds the slice's hosts from the TPU VM's metadata) that drives its local chips and reads its
-# own rows of every batch. The workdir must be a folder every host writes to, a file system
-# mounted on every host (e.g. Filestore over NFS); gs:// workdirs are not supported yet.
+# own rows of every batch. The workdir must be a folder every host writes to: a gs:// bucket
+# (docs/trainer.md, "Workdirs in a bucket"; tested against a local emulator with one host, not
+# yet on a pod) or a file system mounted on every host (e.g. Filestore over NFS).
 # Before the first run, copy the repository onto every host and install (once):
 #   gcloud compute tpus tpu-vm scp --recurse . TPU_NAME:~/attention --zone=ZONE --worker=all
 #   gcloud compute tpus tpu-vm ssh TPU_NAME --zone=ZONE --worker=all \
