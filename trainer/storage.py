@@ -11,6 +11,7 @@ so (TensorStore, TensorFlow and the cloud clients report it in their own excepti
 """
 
 import errno
+import os
 import pathlib
 
 from etils import epath
@@ -36,6 +37,10 @@ def is_remote(path) -> bool:
 def as_path(path) -> pathlib.Path | epath.Path:
   """``path`` as a path object: ``epath.Path`` for a URL, ``pathlib.Path`` otherwise."""
   if isinstance(path, epath.Path) or is_remote(path):
+    # With TensorFlow installed, epath would send gs:// through TensorFlow's GCS client; gcsfs is
+    # the client the bucket tests exercise (and can be pointed at an emulator). Unless the user
+    # chose otherwise, every gs:// access of this process (orbax's too) goes through gcsfs.
+    os.environ.setdefault('EPATH_USE_TF', 'false')
     return epath.Path(path)
   return pathlib.Path(path)
 
