@@ -21,7 +21,7 @@ from flax import nnx
 
 from trainer import workdir as workdir_lib
 from trainer.evaluation import restore_checkpoint
-from trainer.task import PredictOptions
+from trainer.task import PredictOptions, prediction_rows
 
 __all__ = ['Predictor', 'load_predictor', 'compiled_logits', 'top_classes', 'present_classes', 'picture_name']
 
@@ -53,6 +53,20 @@ def top_classes(logits: np.ndarray, k: int, class_names: list[str] | None) -> li
     }
     for index in order
   ]
+
+
+def classify(model, inputs, options, input_shape, prepare) -> list[dict[str, Any]]:
+  """``{'classes': top_classes(...)}`` for each input, in padded batches of ``options.batch_size``
+  (one compiled forward): ``prepare`` turns a stack of raw inputs into the model's float inputs."""
+  logits_of = compiled_logits(model)
+  predictions = []
+  for start in range(0, len(inputs), options.batch_size):
+    chunk = inputs[start : start + options.batch_size]
+    batch = np.zeros((prediction_rows(len(chunk), options.batch_size), *input_shape), np.float32)
+    batch[: len(chunk)] = prepare(np.stack(chunk))
+    logits = np.asarray(logits_of(batch))[: len(chunk)]
+    predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
+  return predictions
 
 
 def present_classes(name: str, prediction: dict[str, Any]) -> str:

@@ -20,8 +20,8 @@ from flax import nnx
 
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
-from trainer.predictor import compiled_logits, present_classes, top_classes
-from trainer.task import Task, prediction_rows
+from trainer.predictor import classify, present_classes
+from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
 from video.input_pipeline import load_video_data
@@ -112,15 +112,7 @@ class VideoClassification(Task):
 
   def predict(self, model, inputs, options):
     """The ``options.top_k`` most probable classes of each clip, as ``ImageClassification.predict``."""
-    logits_of = compiled_logits(model)
-    predictions = []
-    for start in range(0, len(inputs), options.batch_size):
-      chunk = inputs[start : start + options.batch_size]
-      clips = np.zeros((prediction_rows(len(chunk), options.batch_size), *self.data.clip_shape), np.float32)
-      clips[: len(chunk)] = self.data.prepare_clips(np.stack(chunk))
-      logits = np.asarray(logits_of(clips))[: len(chunk)]
-      predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
-    return predictions
+    return classify(model, inputs, options, self.data.clip_shape, self.data.prepare_clips)
 
   def present(self, name, prediction):
     return present_classes(name, prediction)

@@ -18,8 +18,8 @@ from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
 from trainer.partitioning import check_batch_size
-from trainer.predictor import compiled_logits, present_classes, top_classes
-from trainer.task import NotApplicable, Task, prediction_rows
+from trainer.predictor import classify, present_classes
+from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
 from vit.input_pipeline import load_image_data
@@ -186,15 +186,7 @@ class ImageClassification(Task):
   def predict(self, model, inputs, options):
     """The ``options.top_k`` most probable classes of each image: ``{'classes': [{index, name,
     probability}, ...]}``, the first being the argmax of the logits that evaluation scores."""
-    logits_of = compiled_logits(model)
-    predictions = []
-    for start in range(0, len(inputs), options.batch_size):
-      chunk = inputs[start : start + options.batch_size]
-      images = np.zeros((prediction_rows(len(chunk), options.batch_size), *self.data.image_shape), np.float32)
-      images[: len(chunk)] = self.data.prepare_images(np.stack(chunk))
-      logits = np.asarray(logits_of(images))[: len(chunk)]
-      predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
-    return predictions
+    return classify(model, inputs, options, self.data.image_shape, self.data.prepare_images)
 
   def present(self, name, prediction):
     return present_classes(name, prediction)
