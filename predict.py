@@ -1,13 +1,14 @@
 """Predict with a trained model on your own inputs: ``python predict.py --workdir runs/vit_digits digit.png``.
 
 Inputs are what the workdir's task reads (``Task.read_input``): image files or folders of them for an
-image classifier, sentences for a translator, ``.npy`` clips or folders of frames for a video classifier.
+image classifier, sentences for a translator, ``.npy`` clips, video files (``.mp4``...) or folders of frames
+for a video classifier.
 They come from the arguments, from ``--input FILE`` (one per line; ``-`` is standard input), or, with
 neither, from standard input one per line, each answered as it comes.
 
   python predict.py --workdir runs/vit_digits digit.png photos/ --explain out/
   echo "jump twice" | python predict.py --workdir runs/transformer_scan --beam_size 1
-  python predict.py --workdir runs/video_digits clip.npy --json
+  python predict.py --workdir runs/video_digits clip.npy clip.mp4 --json
 
 One line per input on stdout (``--json``: one JSON object), in the order given. An input that cannot
 be read prints ``error: <input>: <problem>`` on stderr (and ``{"input": ..., "error": ...}`` with
