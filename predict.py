@@ -17,6 +17,7 @@ used (no checkpoint, not a workdir) is one ``error:`` line and status 2. ``--exp
 picture of the attention per input (``DIR/<position>_<name>.png``).
 """
 
+import gc
 import json
 import pathlib
 import sys
@@ -122,9 +123,15 @@ def _error(message: str, json_out, name: str | None = None) -> None:
 
 def main(argv):
   cli.quiet_library_logs()
+  # Loading makes millions of objects that live to the end (modules, traced programs, the model):
+  # the garbage collector's passes over them took about a fifth of the start-up, and its pass at
+  # exit seconds more (benchmarks/predict_latency.py). Frozen, they are never looked at again.
+  gc.disable()
   from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 
   predictor = cli.run_reporting_user_errors(load_predictor, _WORKDIR.value, _CHECKPOINT.value)
+  gc.freeze()
+  gc.enable()
   note = missing_class_names_note(predictor)
   if note:
     print(note, file=sys.stderr)
@@ -150,6 +157,7 @@ def main(argv):
       except (OSError, UnicodeDecodeError) as error:
         cli.fail(f'--input {_INPUT.value}: {getattr(error, "strerror", None) or error}')
     failed = answer(predictor, names, options, **kwargs)
+  gc.freeze()
   sys.exit(1 if failed else 0)
 
 

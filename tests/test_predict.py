@@ -1,6 +1,7 @@
 """Predictions on a user's own inputs (``predict.py``, ``trainer.predictor``) for every family: they
 agree with evaluation, bad inputs are one line each, and read-only workdirs still answer."""
 
+import contextlib
 import io
 import json
 import os
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -239,6 +241,53 @@ def test_bad_sentences_are_one_line_each_and_the_rest_are_answered(scan_workdir,
     '001_jump_twice.png',
     '005_walk_left.png',
   ]
+
+
+@contextlib.contextmanager
+def counted_compilations():
+  """A list that gets one entry per XLA compilation made inside the block."""
+  compiles = []
+
+  def on_event(event, duration, **kwargs):
+    del duration, kwargs
+    if event == '/jax/core/compile/backend_compile_duration':
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(on_event)
+  try:
+    yield compiles
+  finally:
+    jax.monitoring.unregister_event_duration_listener(on_event)
+
+
+def test_loading_a_predictor_compiles_nothing_and_its_first_answer_compiles_once(digits_workdir, tmp_path):
+  """Start-up time: restoring and checking the parameters of a model without constants needs no XLA program."""
+  Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / 'digit.png')
+  with counted_compilations() as compiles:
+    predictor = load_predictor(digits_workdir)
+  assert not compiles
+  with counted_compilations() as compiles:
+    predictor([str(tmp_path / 'digit.png')])
+    predictor([np.ones((8, 8), np.uint8)])  # the same padded batch shape: compiled already
+  assert len(compiles) == 1
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_predicting_imports_no_training_only_library(digits_workdir, tmp_path):
+  """TensorFlow (metric writers), grain (batches), scipy.ndimage (resampling), matplotlib (pictures)."""
+  Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / 'digit.png')
+  script = f"""
+import sys
+import trainer.predictor, vit.task
+print('scipy.ndimage' in sys.modules)  # the models' modules, before the digits data set brings scipy
+trainer.predictor.load_predictor({str(digits_workdir)!r})([{str(tmp_path / 'digit.png')!r}])
+print(sorted({{name.split('.')[0] for name in sys.modules}} & {{'tensorflow', 'grain', 'matplotlib'}}))
+"""
+  result = subprocess.run(
+    [sys.executable, '-c', script], cwd=ROOT, capture_output=True, text=True, timeout=300
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.splitlines() == ['False', '[]'], result.stdout
 
 
 # Clips --------------------------------------------------------------------------
