@@ -1,13 +1,14 @@
 """Predict with a trained model on your own inputs: ``python predict.py --workdir runs/vit_digits digit.png``.
 
 Inputs are what the workdir's task reads (``Task.read_input``): image files or folders of them for an
-image classifier, sentences for a translator, ``.npy`` clips or folders of frames for a video classifier.
+image classifier, sentences for a translator, ``.npy`` clips, video files (``.mp4``...) or folders of frames
+for a video classifier.
 They come from the arguments, from ``--input FILE`` (one per line; ``-`` is standard input), or, with
 neither, from standard input one per line, each answered as it comes.
 
   python predict.py --workdir runs/vit_digits digit.png photos/ --explain out/
   echo "jump twice" | python predict.py --workdir runs/transformer_scan --beam_size 1
-  python predict.py --workdir runs/video_digits clip.npy --json
+  python predict.py --workdir runs/video_digits clip.npy clip.mp4 --json
 
 One line per input on stdout (``--json``: one JSON object), in the order given. An input that cannot
 be read prints ``error: <input>: <problem>`` on stderr (and ``{"input": ..., "error": ...}`` with
@@ -16,6 +17,7 @@ used (no checkpoint, not a workdir) is one ``error:`` line and status 2. ``--exp
 picture of the attention per input (``DIR/<position>_<name>.png``).
 """
 
+import gc
 import json
 import pathlib
 import sys
@@ -121,9 +123,15 @@ def _error(message: str, json_out, name: str | None = None) -> None:
 
 def main(argv):
   cli.quiet_library_logs()
+  # Loading makes millions of objects that live to the end (modules, traced programs, the model):
+  # the garbage collector's passes over them took about a fifth of the start-up, and its pass at
+  # exit seconds more (benchmarks/predict_latency.py). Frozen, they are never looked at again.
+  gc.disable()
   from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 
   predictor = cli.run_reporting_user_errors(load_predictor, _WORKDIR.value, _CHECKPOINT.value)
+  gc.freeze()
+  gc.enable()
   note = missing_class_names_note(predictor)
   if note:
     print(note, file=sys.stderr)
@@ -149,6 +157,7 @@ def main(argv):
       except (OSError, UnicodeDecodeError) as error:
         cli.fail(f'--input {_INPUT.value}: {getattr(error, "strerror", None) or error}')
     failed = answer(predictor, names, options, **kwargs)
+  gc.freeze()
   sys.exit(1 if failed else 0)
 
 

@@ -17,7 +17,6 @@ they also differ in antialiasing (``tests/test_positional.py`` shows both).
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.ndimage
 
 RESAMPLE_METHODS = ('bilinear', 'bicubic', 'scipy_zoom')
 
@@ -30,6 +29,8 @@ def _check_method(method: str) -> None:
 def _resize(array: jax.Array, shape: tuple[int, ...], method: str) -> jax.Array:
   """``array`` resized to ``shape`` (the last axis, the features, keeps its size) in float32."""
   if method == 'scipy_zoom':
+    import scipy.ndimage  # pylint: disable=g-import-not-at-top  (only when resampling this way)
+
     values = np.asarray(array, np.float32)
     zoomed = scipy.ndimage.zoom(values, [new / old for new, old in zip(shape, values.shape)], order=1)
     return jnp.asarray(zoomed.reshape(shape))

@@ -5,10 +5,16 @@
 
 Runs ``predict.py --workdir W INPUT...`` ``--repeats`` times as a fresh process and prints, for each
 run, the seconds from starting the process to its first line on stdout (the first answer), and to its
-end; then the median of each. The inputs are whatever the workdir's task reads (image files,
-sentences, clips).
+end, and the CPU seconds the process used (user and system, all its threads: on a machine shared with
+other jobs the wall-clock seconds grow with their load, the CPU seconds much less); then the median of
+each. The inputs are whatever the workdir's task reads (image files, sentences, clips).
+
+Last measured (docs/results.md, "Predict start-up"): a ``vit_digits`` workdir on a 2-core AMD EPYC
+shared with other jobs (load average 13 to 15), median of six: 20.2 s to the first answer, 20.7 s to
+the end, 3.28 CPU seconds.
 """
 
+import resource
 import statistics
 import subprocess
 import sys
@@ -21,8 +27,10 @@ _REPEATS = flags.DEFINE_integer('repeats', 3, 'Fresh processes to time.', lower_
 flags.mark_flag_as_required('workdir')
 
 
-def time_one_run(workdir: str, inputs: list[str]) -> tuple[float, float, str]:
-  """(seconds to the first stdout line, seconds to the end, that line) of one ``predict.py`` process."""
+def time_one_run(workdir: str, inputs: list[str]) -> tuple[float, float, float, str]:
+  """(seconds to the first stdout line, seconds to the end, CPU seconds, that line) of one ``predict.py``
+  process."""
+  before = resource.getrusage(resource.RUSAGE_CHILDREN)
   start = time.perf_counter()
   process = subprocess.Popen(
     [sys.executable, 'predict.py', f'--workdir={workdir}', '--', *inputs],
@@ -34,24 +42,30 @@ def time_one_run(workdir: str, inputs: list[str]) -> tuple[float, float, str]:
   first = time.perf_counter() - start
   _, errors = process.communicate()
   total = time.perf_counter() - start
+  after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
   if process.returncode != 0 or not first_line:
     raise SystemExit(f'predict.py failed (status {process.returncode}): {errors.strip().splitlines()[-1:]}')
-  return first, total, first_line.rstrip('\n')
+  return first, total, cpu, first_line.rstrip('\n')
 
 
 def main(argv):
   inputs = argv[1:]
   if not inputs:
     raise app.UsageError('Give one or more inputs for the workdir (image files, sentences or clips).')
-  firsts, totals = [], []
+  firsts, totals, cpus = [], [], []
   for run in range(_REPEATS.value):
-    first, total, answer = time_one_run(_WORKDIR.value, inputs)
+    first, total, cpu, answer = time_one_run(_WORKDIR.value, inputs)
     firsts.append(first)
     totals.append(total)
-    print(f'run {run + 1}: first answer after {first:.2f} s, done after {total:.2f} s: {answer}', flush=True)
+    cpus.append(cpu)
+    print(
+      f'run {run + 1}: first answer after {first:.2f} s, done after {total:.2f} s, {cpu:.2f} CPU s: {answer}',
+      flush=True,
+    )
   print(
     f'median of {len(firsts)}: first answer after {statistics.median(firsts):.2f} s, '
-    f'done after {statistics.median(totals):.2f} s'
+    f'done after {statistics.median(totals):.2f} s, {statistics.median(cpus):.2f} CPU s'
   )
 
 

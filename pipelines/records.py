@@ -26,10 +26,12 @@ import json
 import pathlib
 import struct
 from collections.abc import Sequence
-
-import grain
+from typing import TYPE_CHECKING
 
 from trainer.errors import DataError, MissingFileError
+
+if TYPE_CHECKING:
+  import grain  # read only when a records folder is opened: start-ups that read none skip it
 
 FORMAT = 'attention-lab-records'
 VERSION = 1
@@ -132,6 +134,8 @@ def _open_split(root: pathlib.Path, name: str, entry: dict) -> RecordSplit:
   path = root / entry['file']
   if not path.is_file():
     raise MissingFileError(f'records file {path} of split {name!r} does not exist')
+  import grain  # pylint: disable=g-import-not-at-top
+
   try:
     source = grain.sources.ArrayRecordDataSource(str(path))
     size = len(source)

@@ -15,7 +15,6 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import grain
 import numpy as np
 
 # Tags the example-order random stream, apart from the families' augmentation streams (tag 1).
@@ -43,6 +42,8 @@ def step_batches(
   stop = _ENDLESS if stop_step is None else stop_step
   if stop <= start_step:
     return iter(())
+  import grain  # pylint: disable=g-import-not-at-top  (not for prediction, which reads no batches)
+
   steps = grain.MapDataset.range(start_step, stop).map(make_batch)
   options = grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch_batches)
   return iter(steps.to_iter_dataset(options))

@@ -17,7 +17,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.vit_test_configs import tiny_vit_config
-from trainer.checkpoints import Checkpoints, abstract_like
+from trainer import checkpoints as checkpoints_lib
+from trainer.checkpoints import Checkpoints, abstract_like, count_non_finite
 from trainer.errors import CheckpointError
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
@@ -197,6 +198,27 @@ def test_a_checkpoint_with_non_finite_parameters_is_not_restored(tmp_path):
   with pytest.raises(CheckpointError, match=refused):
     checkpoints.restore_params(3, _abstract(state.params))
   checkpoints.close()
+
+
+def test_host_arrays_are_checked_for_non_finite_values_without_compiling(monkeypatch):
+  floats = {'w': np.ones((3, 7), np.float32), 'b': np.full(5, np.nan, np.float32), 'h': np.ones((2, 11))}
+  floats['h'][1, 3] = -np.inf
+  tree = {**jax.device_put(floats), 'count': jax.device_put(np.arange(4)), 'host': np.ones(2)}
+  compiles = []
+
+  def on_event(event, duration, **kwargs):
+    del duration, kwargs
+    if event == '/jax/core/compile/backend_compile_duration':
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(on_event)
+  try:
+    assert count_non_finite(tree) == 2
+  finally:
+    jax.monitoring.unregister_event_duration_listener(on_event)
+  assert not compiles
+  monkeypatch.setattr(checkpoints_lib, '_on_this_host', lambda x: False)  # as on an accelerator
+  assert count_non_finite(tree) == 2
 
 
 def test_items_are_saved_apart_and_the_parameters_restore_alone(tmp_path):

@@ -1,6 +1,7 @@
 """Predictions on a user's own inputs (``predict.py``, ``trainer.predictor``) for every family: they
 agree with evaluation, bad inputs are one line each, and read-only workdirs still answer."""
 
+import contextlib
 import io
 import json
 import os
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -241,6 +243,53 @@ def test_bad_sentences_are_one_line_each_and_the_rest_are_answered(scan_workdir,
   ]
 
 
+@contextlib.contextmanager
+def counted_compilations():
+  """A list that gets one entry per XLA compilation made inside the block."""
+  compiles = []
+
+  def on_event(event, duration, **kwargs):
+    del duration, kwargs
+    if event == '/jax/core/compile/backend_compile_duration':
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(on_event)
+  try:
+    yield compiles
+  finally:
+    jax.monitoring.unregister_event_duration_listener(on_event)
+
+
+def test_loading_a_predictor_compiles_nothing_and_its_first_answer_compiles_once(digits_workdir, tmp_path):
+  """Start-up time: restoring and checking the parameters of a model without constants needs no XLA program."""
+  Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / 'digit.png')
+  with counted_compilations() as compiles:
+    predictor = load_predictor(digits_workdir)
+  assert not compiles
+  with counted_compilations() as compiles:
+    predictor([str(tmp_path / 'digit.png')])
+    predictor([np.ones((8, 8), np.uint8)])  # the same padded batch shape: compiled already
+  assert len(compiles) == 1
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_predicting_imports_no_training_only_library(digits_workdir, tmp_path):
+  """TensorFlow (metric writers), grain (batches), scipy.ndimage (resampling), matplotlib (pictures)."""
+  Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / 'digit.png')
+  script = f"""
+import sys
+import trainer.predictor, vit.task
+print('scipy.ndimage' in sys.modules)  # the models' modules, before the digits data set brings scipy
+trainer.predictor.load_predictor({str(digits_workdir)!r})([{str(tmp_path / 'digit.png')!r}])
+print(sorted({{name.split('.')[0] for name in sys.modules}} & {{'tensorflow', 'grain', 'matplotlib'}}))
+"""
+  result = subprocess.run(
+    [sys.executable, '-c', script], cwd=ROOT, capture_output=True, text=True, timeout=300
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.splitlines() == ['False', '[]'], result.stdout
+
+
 # Clips --------------------------------------------------------------------------
 
 
@@ -271,6 +320,75 @@ def test_clip_predictions_from_npy_arrays_and_frame_folders(clip_predictor, tmp_
   assert path.stat().st_size > 0
 
 
+def write_video(path, frames, codec='libx264rgb', pix_fmt='rgb24', **options):
+  """Grey uint8 frames [T, H, W, 1] as a video file (libx264rgb with crf 0 and ffv1 are lossless)."""
+  import av  # pylint: disable=g-import-not-at-top
+
+  with av.open(str(path), 'w') as container:
+    stream = container.add_stream(codec, rate=4, options=options)
+    stream.height, stream.width, stream.pix_fmt = frames.shape[1], frames.shape[2], pix_fmt
+    for frame in frames:
+      container.mux(stream.encode(av.VideoFrame.from_ndarray(np.repeat(frame, 3, -1), format='rgb24')))
+    container.mux(stream.encode())
+  return path
+
+
+@pytest.mark.parametrize(
+  'name, codec, pix_fmt, options',
+  [('clip.mp4', 'libx264rgb', 'rgb24', {'crf': '0'}), ('clip.mkv', 'ffv1', 'bgr0', {})],
+)
+def test_clip_predictions_from_lossless_videos_match_the_frames(
+  clip_predictor, tmp_path, name, codec, pix_fmt, options
+):
+  data = clip_predictor.task.data
+  clip = data.clip_set.splits['test'].clips[0]  # a moving digit
+  video = write_video(tmp_path / name, clip, codec, pix_fmt, **options)
+  frames = tmp_path / 'frames'
+  frames.mkdir()
+  for step, frame in enumerate(clip):
+    Image.fromarray(frame[..., 0]).save(frames / f'{step:02d}.png')
+  np.testing.assert_array_equal(clip_predictor.read(str(video)), clip)
+  predictions = clip_predictor([str(video), str(frames), clip], top_k=3)
+  assert predictions[0] == predictions[1] == predictions[2]
+
+
+def test_longer_videos_and_folders_give_their_first_frames(clip_predictor, tmp_path):
+  clip = clip_predictor.task.data.clip_set.splits['test'].clips[0]
+  longer = np.concatenate([clip, clip[::-1]])
+  frames = tmp_path / 'frames'
+  frames.mkdir()
+  for step, frame in enumerate(longer):
+    Image.fromarray(frame[..., 0]).save(frames / f'{step:02d}.png')
+  video = write_video(tmp_path / 'long.mp4', longer, crf='0')
+  np.testing.assert_array_equal(clip_predictor.read(str(video)), clip)
+  np.testing.assert_array_equal(clip_predictor.read(str(frames)), clip)
+
+
+def test_a_lossy_video_reads_close_to_its_frames(clip_predictor, tmp_path):
+  clip = clip_predictor.task.data.clip_set.splits['test'].clips[0]
+  video = write_video(tmp_path / 'clip.mp4', clip, 'libx264', 'yuv420p')  # what phones and ffmpeg write
+  difference = np.abs(clip_predictor.read(str(video)).astype(np.int32) - clip)
+  assert difference.mean() < 4 and difference.max() < 32
+
+
+def _truncated_video(folder):
+  noise = np.random.default_rng(0).integers(0, 256, (4, 24, 24, 1), np.uint8)  # frames of many bytes
+  data = write_video(folder / 'full.mp4', noise, crf='0').read_bytes()
+  (folder / 'x.mp4').write_bytes(data[: len(data) // 2])
+  return folder / 'x.mp4'
+
+
+def _video_without_frames(folder):
+  import av  # pylint: disable=g-import-not-at-top
+
+  with av.open(str(folder / 'x.mp4'), 'w') as container:
+    stream = container.add_stream('libx264rgb', rate=4)
+    stream.height, stream.width, stream.pix_fmt = 24, 24, 'rgb24'
+    container.start_encoding()
+    container.mux(stream.encode())
+  return folder / 'x.mp4'
+
+
 @pytest.mark.parametrize(
   'make, message',
   [
@@ -282,13 +400,23 @@ def test_clip_predictions_from_npy_arrays_and_frame_folders(clip_predictor, tmp_
     (lambda d: (d / 'x.npy').write_bytes(b'garbage') and d / 'x.npy', 'cannot read the .npy clip'),
     (lambda d: Image.fromarray(np.zeros((8, 8), np.uint8)).save(d / 'x.png') or d / 'x.png', 'one image'),
     (lambda d: d / 'missing.npy', 'no such file'),
+    (lambda d: (d / 'x.mp4').write_bytes(b'garbage') and d / 'x.mp4', 'cannot read the video'),
+    (_truncated_video, 'cannot read the video'),
+    (_video_without_frames, 'no video stream'),
+    (
+      lambda d: write_video(d / 'x.webm', np.zeros((3, 24, 24, 1), np.uint8), 'libvpx-vp9', 'yuv420p'),
+      'a video of 3 frames',
+    ),
+    (lambda d: (d / 'frames').mkdir() or d / 'frames', 'a folder of 0 frames'),
   ],
 )
-def test_bad_clips_are_one_line_naming_the_input(clip_predictor, tmp_path, make, message):
+def test_bad_clips_are_one_line_naming_the_input(clip_predictor, tmp_path, capfd, make, message):
   path = make(tmp_path)
+  capfd.readouterr()
   with pytest.raises(InputError, match=re.escape(message)) as raised:
     clip_predictor.read(str(path))
   assert str(path) in str(raised.value) and '\n' not in str(raised.value)
+  assert capfd.readouterr() == ('', '')  # nothing else printed (FFmpeg's own log stays quiet)
 
 
 def test_rnn_translator_explains_its_single_attention(tmp_path):

@@ -42,6 +42,7 @@ class StateInit:
     #: shape, dtype and sharding of every array of the state: what a checkpoint restores into
     self.abstract_state = abstract_like(shapes, self.state_sharding)
     self._rest_sharding = jax.tree.map(lambda _: replicated(mesh), rest)
+    self._abstract_rest = rest
 
   def _make_model(self) -> nnx.Module:
     return self.task.make_model(nnx.Rngs(params=random_streams.key(self.seed, random_streams.PARAMS)))
@@ -81,7 +82,10 @@ class StateInit:
     return state, parts
 
   def rest(self):
-    """The model's variables other than parameters, computed without the parameters (XLA drops them)."""
+    """The model's variables other than parameters, computed without the parameters (XLA drops them);
+    a model without any (learned position tables) has nothing to compute or compile."""
+    if not jax.tree.leaves(self._abstract_rest):
+      return self._abstract_rest
     return jax.jit(lambda: self._split()[1], out_shardings=self._rest_sharding)()
 
   def host_rest(self):

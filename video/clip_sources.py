@@ -17,7 +17,10 @@ sees the frames as a set cannot tell left from right or up from down.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
 import pathlib
+from collections.abc import Callable, Iterable
 
 import ml_collections
 import numpy as np
@@ -25,6 +28,7 @@ import numpy as np
 from pipelines import image_sources
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.tfds_import import import_tfds_on_cpu
+from video import video_files
 
 DIRECTIONS = ('right', 'left', 'down', 'up')
 _STEPS = {'right': (0, 1), 'left': (0, -1), 'down': (1, 0), 'up': (-1, 0)}  # (dy, dx)
@@ -138,9 +142,11 @@ def _read_npy_split(folder: pathlib.Path, class_names: list[str]) -> LabelledCli
 
 def read_clip(item: str | np.ndarray, clip_shape: tuple[int, int, int, int]) -> np.ndarray:
   """One clip as a data set of ``clip_shape`` (T, H, W, C) holds it, uint8 ``[T, H, W, C]``: a uint8
-  array or ``.npy`` file ``[T, H, W, C]`` (``[T, H, W]`` for one channel) of exactly that shape, or a
-  folder of T frames (PNG or JPEG, in sorted order), each read as an image of the data set's size."""
-  steps, height, width, channels = clip_shape
+  array or ``.npy`` file ``[T, H, W, C]`` (``[T, H, W]`` for one channel) of exactly that shape, or the
+  first T frames of a folder of frames (PNG or JPEG, in sorted order) or of a video file (``.mp4``,
+  ``.mov``, ``.avi``, ``.mkv``, ``.webm``), as the TFDS source keeps the first frames of its videos;
+  frames are read as images of the data set's size (``clip_from_frames``)."""
+  steps = clip_shape[0]
   expected = f'uint8 [T, H, W, C] = {list(clip_shape)}'
   if isinstance(item, np.ndarray):
     clip, name = item, 'the array'
@@ -148,11 +154,13 @@ def read_clip(item: str | np.ndarray, clip_shape: tuple[int, int, int, int]) -> 
     frames = sorted(
       p for p in pathlib.Path(item).iterdir() if p.suffix.lower() in image_sources.IMAGE_SUFFIXES
     )
-    if len(frames) != steps:
-      raise DataError(
-        f'{item}: a folder of {len(frames)} frames (.png, .jpg); this model takes clips of {steps}'
-      )
-    return np.stack([image_sources.read_image_pixels(frame, (height, width, channels)) for frame in frames])
+    return clip_from_frames(
+      frames, clip_shape, lambda count: f'{item}: a folder of {count} frames (.png, .jpg)'
+    )
+  elif str(item).lower().endswith(video_files.VIDEO_SUFFIXES):
+    return clip_from_frames(
+      video_files.video_frames(str(item)), clip_shape, lambda count: f'{item}: a video of {count} frames'
+    )
   elif str(item).lower().endswith('.npy'):
     try:
       clip, name = np.load(item, allow_pickle=False), str(item)
@@ -162,14 +170,35 @@ def read_clip(item: str | np.ndarray, clip_shape: tuple[int, int, int, int]) -> 
     what = (
       'one image'
       if str(item).lower().endswith(image_sources.IMAGE_SUFFIXES)
-      else 'neither a .npy file nor a folder'
+      else 'neither a .npy file, a video file nor a folder'
     )
-    raise DataError(f'{item}: {what}; a clip is a .npy array {expected} or a folder of {steps} frames')
-  if clip.ndim == 3 and channels == 1:
+    raise DataError(
+      f'{item}: {what}; a clip is a .npy array {expected}, a video ({", ".join(video_files.VIDEO_SUFFIXES)}) '
+      f'or a folder of {steps} frames'
+    )
+  if clip.ndim == 3 and clip_shape[-1] == 1:
     clip = clip[..., None]
   if clip.dtype != np.uint8 or tuple(clip.shape) != tuple(clip_shape):
     raise DataError(f'{name}: a {clip.dtype} clip of shape {list(clip.shape)}; this model takes {expected}')
   return clip
+
+
+def clip_from_frames(
+  frames: Iterable[str | os.PathLike | np.ndarray],
+  clip_shape: tuple[int, int, int, int],
+  too_few: Callable[[int], str],
+) -> np.ndarray:
+  """The first T frames (files or uint8 arrays), each read as an image of the data set's size and
+  channels (``image_sources.read_image_pixels``), as uint8 ``[T, H, W, C]``. Fewer than T frames raise
+  ``DataError`` starting with ``too_few(count)``, then what the model takes."""
+  steps, height, width, channels = clip_shape
+  clip = [
+    image_sources.read_image_pixels(frame, (height, width, channels))
+    for frame in itertools.islice(frames, steps)
+  ]
+  if len(clip) < steps:
+    raise DataError(f'{too_few(len(clip))}; this model takes clips of {steps}')
+  return np.stack(clip)
 
 
 def load_tfds_videos(config: ml_collections.ConfigDict) -> ClipSet:

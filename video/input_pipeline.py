@@ -153,7 +153,7 @@ class VideoData:
     )
 
   def read_clip(self, item) -> np.ndarray:
-    """One clip (an array, a ``.npy`` file or a folder of frames) as this data set holds its clips."""
+    """One clip (an array, a ``.npy`` file, a video file or a folder of frames) as this data set holds its clips."""
     return clip_sources.read_clip(item, self.clip_shape)
 
   def prepare_clips(self, clips: np.ndarray) -> np.ndarray:

@@ -99,11 +99,12 @@ class VideoClassification(Task):
   # Prediction ---------------------------------------------------------------------
 
   def read_input(self, item):
-    """A clip (``.npy`` file or array ``[T, H, W, C]`` of the model's shape, or a folder of frames) as the
-    data set holds its clips (``VideoData.read_clip``)."""
+    """A clip (``.npy`` file or array ``[T, H, W, C]`` of the model's shape, a video file or a folder of
+    frames) as the data set holds its clips (``VideoData.read_clip``)."""
     if not isinstance(item, np.ndarray) and not os.path.exists(item):
       raise InputError(
-        f'{item}: no such file or folder; this workdir classifies clips (.npy or folders of frames).'
+        f'{item}: no such file or folder; this workdir classifies clips (.npy, videos such as .mp4, '
+        'or folders of frames).'
       )
     try:
       return self.data.read_clip(item)
