@@ -4,6 +4,7 @@ predictions, ``init_from`` a workdir and exports build the task from it and read
 import json
 import shutil
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -159,10 +160,13 @@ def test_a_video_task_without_data_describes_its_batches_for_compiling():
   task = VideoClassification.without_data(config, {'num_classes': 40, 'channels': 1})
   shapes = task.batch_shapes(16)
   assert shapes['clip'].shape == (16, 4, 24, 24, 1) and shapes['label'].shape == (16,)
-  model = task.make_model(nnx.Rngs(0))
-  batch = {name: np.zeros(shape.shape, shape.dtype) for name, shape in shapes.items()}
-  loss, weight, _ = task.loss_and_outputs(model, batch, rngs=nnx.Rngs(0), deterministic=True)
-  assert np.isfinite(float(loss)) and int(weight) == 16
+  graphdef, state = nnx.split(nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0))))
+
+  def loss(state, batch):
+    return task.loss_and_outputs(nnx.merge(graphdef, state), batch, rngs=None, deterministic=True)[:2]
+
+  loss_sum, weight = jax.eval_shape(loss, state, shapes)
+  assert loss_sum.shape == weight.shape == ()
 
 
 def test_a_translator_workdir_predicts_without_its_data(tmp_path, monkeypatch):
