@@ -9,7 +9,8 @@ do not exist (it raises ``trainer.task.NotApplicable``) are not run; the tables 
 
 Every run is checked before the first one trains: its task is built (so a bad value fails with
 the task's own message, naming the allowed values) and its workdir, if there is one, must hold
-the same model. A run whose
+the same model. That task (one per combination, shared by its seeds) is the one the run trains
+with, never built again, and is dropped when the combination's runs are done. A run whose
 workdir has an evaluation at its last step and a checkpoint of that step is finished and is not
 trained again, whether ablate.py or train.py trained it; any other run starts, or resumes from its
 latest checkpoint, so rerunning a sweep continues where it stopped.
@@ -54,7 +55,7 @@ class Run:
   overrides: dict[str, Any]  # field path -> value, the seed last
   config: ml_collections.ConfigDict
   workdir: pathlib.Path
-  task: Task  # built once per combination, shared by its seeds
+  task: Task | None  # built once per combination, shared by its seeds; dropped once the run is done
 
 
 @dataclasses.dataclass
@@ -225,6 +226,7 @@ def run_sweep(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any] 
         return None
       metrics = _metrics_record(run.config, result.step, result.eval_metrics)
       log(f'{prefix}: trained in {time.perf_counter() - start:.0f} s: {_shown(metrics)}')
+    run.task = None  # its data is freed once the combination's last seed is done
     records.append(dict(overrides=run.overrides, name=run.name, workdir=str(run.workdir), metrics=metrics))
   return summarize(plan, records)
 

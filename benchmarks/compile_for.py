@@ -11,8 +11,8 @@ repository, where ``.ci/run`` installs it) names the folder it was installed int
 puts it on ``sys.path`` and runs JAX on the CPU (``JAX_PLATFORMS=cpu``).
 
 Nothing is read from the data: the task is built with ``Task.without_data`` (classes, image
-channels and vocabulary size from the flags below, image size and sequence lengths from the
-config), the model and optimizer state abstractly (``trainer.state_init``: shapes, dtypes and
+channels and vocabulary size from the flags below, image size, clip frames and sequence lengths
+from the config), the model and optimizer state abstractly (``trainer.state_init``: shapes, dtypes and
 shardings), then the trainer's own train step is compiled for a mesh (``config.mesh``) over the
 slice's chips. It prints per-chip bytes (parameters, optimizer state, batch, XLA's temporaries
 and the total) against the chip's HBM, XLA's FLOPs per step, the collectives in the compiled

@@ -52,9 +52,14 @@ from seq2seq.model import PAD_ID
 from seq2seq.sources import open_source
 from seq2seq.text_metrics import corpus_scores
 from seq2seq.tokenizer import EOS_ID, UNK_ID
-from seq2seq.workdir_tokenizers import check_tokenizer_config, default_tokenizer_config, prepare_tokenizers
+from seq2seq.workdir_tokenizers import (
+  check_tokenizer_config,
+  default_tokenizer_config,
+  load_saved_tokenizers,
+  prepare_tokenizers,
+)
 from trainer.devices import Devices
-from trainer.errors import ConfigError, DataError, InputError
+from trainer.errors import ConfigError, DataError, InputError, WorkdirError
 from trainer.losses import token_losses
 from trainer.task import NotApplicable, Task, prediction_rows
 from trainer.validation import check_split_name, resolve_split
@@ -133,7 +138,7 @@ class Translation(Task):
   # the SentencePiece files may move; what they hold is checked against the workdir's copy
   not_identity_fields = ('data.tokenizer.model_file', 'data.tokenizer.target_model_file')
 
-  def __init__(self, config: ml_collections.ConfigDict, vocab_size: int | None = None):
+  def __init__(self, config: ml_collections.ConfigDict, vocab_sizes: tuple[int, int] | None = None):
     super().__init__(config)
     data, model = config.data, config.model
     self.label_smoothing = config.get('label_smoothing', 0.0)
@@ -183,9 +188,13 @@ class Translation(Task):
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
     self._training_batches = {}
-    if vocab_size is not None:  # without data (``without_data``): only the vocabulary's size
+    self._eval_tokens = {}
+    self.vocab_sizes = vocab_sizes
+    if vocab_sizes is not None:  # without data (``without_data``): only the vocabularies' sizes
       self.source = None
-      self.source_tokenizer = self.target_tokenizer = types.SimpleNamespace(vocab_size=vocab_size)
+      self.source_tokenizer, self.target_tokenizer = (
+        types.SimpleNamespace(vocab_size=n) for n in vocab_sizes
+      )
       return
     self.source = open_source(data)
     split_names = self.source.split_names()
@@ -196,17 +205,27 @@ class Translation(Task):
       )
     self.source.read(eval_split)  # a missing or mismatched evaluation split fails here
     self.source_tokenizer = self.target_tokenizer = None
-    self._eval_tokens = {}
 
   @classmethod
   def without_data(cls, config, sizes):
-    """``sizes['vocab_size']`` (0: ``data.tokenizer.vocab_size``) for the source and the target."""
+    """``sizes['source_vocab_size']`` and ``sizes['target_vocab_size']`` (what ``data_sizes`` records),
+    else ``sizes['vocab_size']`` (0: ``data.tokenizer.vocab_size``) for both. ``prepare`` then loads the
+    workdir's tokenizers as saved, reading no data."""
+    if sizes.get('source_vocab_size') and sizes.get('target_vocab_size'):
+      return cls(config, vocab_sizes=(int(sizes['source_vocab_size']), int(sizes['target_vocab_size'])))
     vocab_size = sizes.get('vocab_size') or config.data.tokenizer.get('vocab_size') or 0
     if vocab_size < 1:
       raise ConfigError(
         'Set a vocabulary size (data.tokenizer.vocab_size) to build the task without its data.'
       )
-    return cls(config, vocab_size=vocab_size)
+    return cls(config, vocab_sizes=(vocab_size, vocab_size))
+
+  def data_sizes(self):
+    self._check_prepared()
+    return {
+      'source_vocab_size': self.source_tokenizer.vocab_size,
+      'target_vocab_size': self.target_tokenizer.vocab_size,
+    }
 
   def batch_shapes(self, batch_size):
     data = self.config.data
@@ -229,9 +248,20 @@ class Translation(Task):
       raise DataError(f'The training split {self.config.data.train_split!r} has no pairs.')
 
   def prepare(self, workdir: pathlib.Path) -> None:
-    self.source_tokenizer, self.target_tokenizer = prepare_tokenizers(
-      self.config.data.tokenizer, lambda: self.train_pairs, workdir
-    )
+    if self.source is None:  # built without data: the workdir's tokenizers as saved
+      self.source_tokenizer, self.target_tokenizer = load_saved_tokenizers(
+        self.config.data.tokenizer, workdir
+      )
+      found = (self.source_tokenizer.vocab_size, self.target_tokenizer.vocab_size)
+      if found != tuple(self.vocab_sizes):
+        raise WorkdirError(
+          f'{workdir}: its tokenizers have {found[0]} and {found[1]} entries, but it records '
+          f'{self.vocab_sizes[0]} and {self.vocab_sizes[1]}.'
+        )
+    else:
+      self.source_tokenizer, self.target_tokenizer = prepare_tokenizers(
+        self.config.data.tokenizer, lambda: self.train_pairs, workdir
+      )
     self._training_batches.clear()
     self._eval_tokens.clear()
 

@@ -18,7 +18,8 @@
 They are saved in ``<workdir>/tokenizer`` (``source/`` and ``target/`` when not shared).
 A later run, or ``evaluate.py``, loads them; a ``model_file``, or a word vocabulary built
 from today's data, whose fingerprint differs from the saved one is an error, because the
-checkpoints were trained with the saved one.
+checkpoints were trained with the saved one. Predictions load them as saved, reading no data
+(``load_saved_tokenizers``).
 """
 
 from __future__ import annotations
@@ -93,6 +94,18 @@ def prepare_tokenizers(
     config, directory / 'target', lambda: [target for _, target in train_pairs()], config.target_model_file
   )
   return source, target
+
+
+def load_saved_tokenizers(
+  config: ml_collections.ConfigDict, workdir: pathlib.Path
+) -> tuple[Tokenizer, Tokenizer]:
+  """``(source tokenizer, target tokenizer)`` as the workdir saved them, checked against nothing else
+  (no training split, no ``model_file``): for a trained workdir used without its data (predictions)."""
+  directory = pathlib.Path(workdir) / TOKENIZER_DIR
+  if config.shared:
+    tokenizer = load_tokenizer(directory)
+    return tokenizer, tokenizer
+  return load_tokenizer(directory / 'source'), load_tokenizer(directory / 'target')
 
 
 def _prepare(

@@ -106,6 +106,21 @@ def test_rerun_trains_only_what_is_not_finished(sweep_dir, no_training):
   assert [run for run in summary['runs'] if run['overrides']['seed'] == 0] == before
 
 
+def test_a_sweep_trains_with_the_task_it_checked_and_then_lets_it_go(tmp_path, monkeypatch):
+  built, trained_with = [], []
+  monkeypatch.setattr(sweep, 'load_task', lambda config: built.append(load_task(config)) or built[-1])
+
+  def fake_train_and_evaluate(config, workdir, task=None):
+    trained_with.append(task)
+    return TrainResult(step=config.total_steps, interrupted=False, eval_metrics={'accuracy': 0.5})
+
+  monkeypatch.setattr(sweep, 'train_and_evaluate', fake_train_and_evaluate)
+  plan = sweep.plan_sweep(tiny_config(), ['model.posemb=none,learn2d'], 2, tmp_path)
+  sweep.run_sweep(plan, log=quiet)
+  assert len(built) == 2 and trained_with == [built[0], built[0], built[1], built[1]]
+  assert all(run.task is None for run in plan.runs)  # the data of finished runs is not held
+
+
 def test_a_run_without_its_final_evaluation_is_not_finished(sweep_dir, tmp_path):
   shutil.copytree(sweep_dir / 'posemb=none,seed=0', tmp_path / 'posemb=none,seed=0')
   [run] = sweep.plan_sweep(tiny_config(), ['model.posemb=none'], 1, tmp_path).runs

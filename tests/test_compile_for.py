@@ -105,6 +105,28 @@ def test_a_tiny_vit_compiled_for_v5e_2x2_holds_a_quarter_of_its_parameters_per_c
   assert 'v5e:2x2: 4 chips' in printed and 'of 16.00 GiB HBM' in printed
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+  not os.path.isdir(os.path.join(LIBTPU, 'libtpu')),
+  reason=f'libtpu is not installed in {LIBTPU} (.ci/run installs it; or set LIBTPU_DIR)',
+)
+def test_a_tiny_video_model_compiles_for_v5e_2x2_without_its_clips():
+  status, result, printed = _compile(
+    '--topology=v5e:2x2',
+    '--config=configs/video_digits.py',
+    '--config.model.width=16',
+    '--config.model.depth=1',
+    '--config.model.temporal_depth=1',
+    '--config.model.num_heads=2',
+    '--config.model.mlp_dim=32',
+    '--config.batch_size=16',
+    '--num_classes=40',
+    '--channels=1',
+  )
+  assert status == 0 and result['fits'] and result['chips'] == 4, printed
+  assert result['per_chip_bytes']['batch'] == 16 * 4 * 24 * 24 * 4 // 4 + 16 * 4 // 4  # clips and labels
+
+
 def test_without_libtpu_the_command_says_where_to_put_it(tmp_path):
   status = subprocess.run(
     [

@@ -115,7 +115,7 @@ def test_eval_pass_covers_each_example_once_with_mask(digits, process_count):
   assert merged['mask'].sum() == 360 and merged['mask'].shape == (400,)
   np.testing.assert_array_equal(merged['mask'], np.arange(400) < 360)
   np.testing.assert_array_equal(merged['label'][:360], expected.labels)
-  np.testing.assert_array_equal(merged['image'][:360], digits._normalise(expected.images))
+  np.testing.assert_array_equal(merged['image'][:360], digits.prepare_images(expected.images))
 
 
 def test_mixup_adds_partner_labels_and_weights_in_unit_interval(digits):

@@ -76,14 +76,15 @@ def _read_only(monkeypatch, workdir: pathlib.Path):
 
 
 def test_predict_on_the_test_images_gives_evaluates_accuracy(digits_workdir, tmp_path):
-  predictor = load_predictor(digits_workdir)
-  data = predictor.task.data
+  predictor = load_predictor(digits_workdir)  # reads no data: built from the workdir's record
+  data = load_task(workdir_lib.load_config(digits_workdir)).data
   test = data._source.splits['test']
   files, labels = _save_split_as_files(test.images, test.labels, data.class_names, tmp_path)
   # One code path: a file read back and prepared is the evaluation batch's row, bit for bit.
   batch = next(iter(data.eval_batches('test', batch_size=4)))
   first_file = str(tmp_path / data.class_names[test.labels[0]] / '0000.png')
-  np.testing.assert_array_equal(data.prepare_images(predictor.read(first_file)[None])[0], batch['image'][0])
+  prepared = predictor.task.preparation.prepare_images(predictor.read(first_file)[None])[0]
+  np.testing.assert_array_equal(prepared, batch['image'][0])
 
   predictions = predictor(predictor.input_names(str(tmp_path)))
   predicted = np.asarray([p['classes'][0]['index'] for p in predictions])
@@ -216,7 +217,7 @@ def test_predict_on_a_splits_sentences_gives_evaluates_hypotheses(scan_workdir, 
   evaluate_workdir(scan_workdir)
   written = (scan_workdir / 'hypotheses_test.txt').read_text(encoding='utf-8').splitlines()
   predictor = load_predictor(scan_workdir)
-  sources = [source for source, _ in predictor.task.eval_pairs('test')]
+  sources = [source for source, _ in load_task(workdir_lib.load_config(scan_workdir)).eval_pairs('test')]
   out = io.StringIO()
   assert predict.answer(predictor, sources, {}, out=out, chunk_size=20) == 0
   assert out.getvalue().splitlines() == written

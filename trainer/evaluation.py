@@ -2,10 +2,13 @@
 
 The workdir's saved config rebuilds the task and the model; the parameters are
 restored onto whatever devices are present now, however many were used to train.
+What does not read examples (predictions, ``init_from`` a workdir, exports) builds
+the task from the data sizes the workdir recorded (``Task.without_data``), reading no data.
 """
 
 import json
 import pathlib
+import sys
 import tempfile
 
 import jax
@@ -13,18 +16,50 @@ import jax
 from trainer import storage
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints
-from trainer.errors import CheckpointError
+from trainer.errors import CheckpointError, WorkdirError
 from trainer.partitioning import make_mesh
 from trainer.state_init import StateInit
-from trainer.task import load_task
+from trainer.task import Task, load_task, task_class
 
 
-def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=None, average_last: int = 1):
+def workdir_task(workdir: pathlib.Path, config, read_data: bool = True) -> Task:
+  """The task of a workdir's saved ``config``: with ``read_data=False`` built from the data sizes
+  recorded in ``model.json`` (``Task.without_data``), reading no data; a workdir without that record
+  (written before runs saved it) builds it from its data, with a one-line note."""
+  if read_data:
+    return load_task(config)
+  sizes = workdir_lib.load_model_facts(workdir).get(workdir_lib.DATA_SIZES)
+  if sizes is None:
+    print(
+      f'note: {workdir / workdir_lib.MODEL_FACTS_FILE} does not record the data sizes (the workdir '
+      'predates them): the data is read to learn them.',
+      file=sys.stderr,
+      flush=True,
+    )
+    return load_task(config)
+  try:
+    return task_class(config.task).without_data(config, sizes)
+  except (KeyError, TypeError) as error:
+    raise WorkdirError(
+      f'{workdir / workdir_lib.MODEL_FACTS_FILE} is damaged: its {workdir_lib.DATA_SIZES} lack or mangle '
+      f'{error}; delete that entry to read the data instead.'
+    ) from None
+
+
+def restore_checkpoint(
+  workdir: pathlib.Path,
+  which: str | int = 'latest',
+  mesh=None,
+  average_last: int = 1,
+  *,
+  read_data: bool = True,
+):
   """``(task, model parts, params, step)`` for checkpoint ``which`` ('latest', 'best' or a step).
 
   Only the parameters are read: no optimizer state is built or restored. With
   ``average_last=N`` the parameters are the mean of the N latest intact
-  checkpoints ending at that step (Vaswani et al. averaged the last 5).
+  checkpoints ending at that step (Vaswani et al. averaged the last 5). ``read_data=False``: for
+  uses that read no examples (predictions, exports), the task reads no data (``workdir_task``).
   """
   workdir = storage.as_path(workdir)
   config = workdir_lib.load_config(workdir)
@@ -44,7 +79,7 @@ def restore_checkpoint(workdir: pathlib.Path, which: str | int = 'latest', mesh=
         f'Cannot average the last {average_last} checkpoints up to step {step}: '
         f'{checkpoints.directory} keeps {steps} intact.'
       )
-    task = load_task(config)
+    task = workdir_task(workdir, config, read_data)
     task.prepare(workdir)
     init = StateInit(task, None, mesh, config.seed)  # abstract: no random model is made first
     restored = [checkpoints.restore_params(s, init.abstract_state.params) for s in steps]

@@ -189,8 +189,7 @@ class _Training:
     self.is_main = jax.process_index() == 0
     if self.is_main:
       workdir_lib.save_config(workdir, config)
-      if not (workdir / workdir_lib.MODEL_FACTS_FILE).exists():
-        workdir_lib.save_model_facts(workdir, task.model_facts())
+      workdir_lib.record_model_facts(workdir, task)
       workdir_lib.save_class_names(workdir, task.class_names())
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
       print(describe_weight_decay(config.optimizer, self.state.params), flush=True)

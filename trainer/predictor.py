@@ -1,7 +1,8 @@
 """Use a trained model from Python: ``predictor = load_predictor(workdir); predictor(inputs)``.
 
 The parameters of one checkpoint are restored alone (``trainer.evaluation.restore_checkpoint``: no
-optimizer state) onto the devices present now. The workdir's task reads and prepares each input
+optimizer state) onto the devices present now; the task is built from the data sizes the workdir
+recorded, so no training or evaluation data is read. The workdir's task reads and prepares each input
 (``Task.read_input``: image files or arrays, sentences, clips), predicts (``Task.predict``) and draws
 the attention for one input (``Task.explain``); this module knows no model family.
 
@@ -133,7 +134,7 @@ class Predictor:
 def load_predictor(workdir, checkpoint: str | int = 'latest') -> Predictor:
   """Restores checkpoint ``checkpoint`` ('latest', 'best' or a step) of ``workdir`` for prediction."""
   workdir = pathlib.Path(workdir)
-  task, parts, params, step = restore_checkpoint(workdir, checkpoint)
+  task, parts, params, step = restore_checkpoint(workdir, checkpoint, read_data=False)
   class_names = workdir_lib.load_class_names(workdir)
   return Predictor(workdir, task, parts.merge(params), int(step), class_names)
 

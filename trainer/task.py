@@ -68,13 +68,21 @@ class Task(abc.ABC):
     """A freshly initialised model."""
 
   @classmethod
-  def without_data(cls, config: ml_collections.ConfigDict, sizes: dict[str, int]) -> 'Task':
-    """The task with the sizes its data would give taken from ``sizes`` (``num_classes``,
-    ``channels``, ``vocab_size``: each task reads those it needs), reading no file: enough to
+  def without_data(cls, config: ml_collections.ConfigDict, sizes: dict[str, Any]) -> 'Task':
+    """The task with what its data would give taken from ``sizes``, reading no data: enough to
     build the model and the train step (``make_model``, ``loss_and_outputs``, ``batch_shapes``)
-    to compile them for hardware that is not here (``benchmarks/compile_for.py``)."""
+    to compile them for hardware that is not here (``benchmarks/compile_for.py``: ``num_classes``,
+    ``channels``, ``vocab_size``; each task reads those it needs), and, given what ``data_sizes``
+    returned, to restore a checkpoint and predict (``trainer.evaluation.restore_checkpoint``)."""
     del config, sizes
     raise NotImplementedError(f'{cls.__name__} cannot be built without its data.')
+
+  def data_sizes(self) -> dict[str, Any] | None:
+    """What the data gave the model (class count, input shape, normalisation statistics, ...) as JSON
+    values that ``without_data`` accepts, or ``None`` (the default) when the task cannot be built
+    without its data. The trainer records it in the workdir's ``model.json`` (after ``prepare``), so
+    predictions, ``init_from`` a workdir and exports read no data."""
+    return None
 
   def batch_shapes(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """Shape and dtype of each array of a global training batch (the widest, where widths vary)."""

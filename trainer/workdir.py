@@ -19,6 +19,7 @@ from trainer.errors import MissingFileError, WorkdirError
 
 CONFIG_FILE = 'config.json'
 MODEL_FACTS_FILE = 'model.json'  # ``Task.model_facts``, saved when a run starts
+DATA_SIZES = 'data_sizes'  # model.json's record of ``Task.data_sizes``, for ``Task.without_data``
 CLASSES_FILE = 'classes.json'  # ``Task.class_names``, saved when a run starts
 IDENTITY_FIELDS = ('task', 'model', 'data')
 # Under IDENTITY_FIELDS, but they do not change what is learned; a task adds its own
@@ -48,7 +49,36 @@ def save_model_facts(workdir: pathlib.Path, facts: dict) -> None:
 def load_model_facts(workdir: pathlib.Path) -> dict:
   """The workdir's ``model.json``; ``{}`` for a workdir written before runs saved it."""
   path = storage.as_path(workdir) / MODEL_FACTS_FILE
-  return json.loads(path.read_text()) if path.exists() else {}
+  if not path.exists():
+    return {}
+  try:
+    facts = json.loads(path.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    raise WorkdirError(
+      f'{path} is damaged ({error}); delete it and the next training run writes it again.'
+    ) from None
+  if not isinstance(facts, dict):
+    raise WorkdirError(
+      f'{path} is damaged (not a JSON object); delete it and the next training run writes it again.'
+    )
+  return facts
+
+
+def record_model_facts(workdir: pathlib.Path, task) -> None:
+  """Saves ``model.json`` when a run starts: ``task.model_facts()`` (computed once, kept when resuming)
+  and, under ``DATA_SIZES``, ``task.data_sizes()`` (written again when it changed, or the workdir
+  predates it)."""
+  try:
+    saved = load_model_facts(workdir) if (storage.as_path(workdir) / MODEL_FACTS_FILE).exists() else None
+  except WorkdirError:
+    saved = None  # damaged: written anew
+  facts = dict(task.model_facts() if saved is None else saved)
+  facts.pop(DATA_SIZES, None)
+  sizes = task.data_sizes()
+  if sizes is not None:
+    facts[DATA_SIZES] = json.loads(json.dumps(sizes))  # as read back: lists, not tuples
+  if facts != saved:
+    save_model_facts(workdir, facts)
 
 
 def save_class_names(workdir: pathlib.Path, class_names: list[str] | None) -> None:

@@ -84,6 +84,25 @@ def load_video_data(data_config: ml_collections.ConfigDict) -> VideoData:
   return VideoData(clip_set, mean, std, data_config.augment.crop_padding, data_config.augment.flip)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClipPreparation:
+  """How a clip becomes the model's input, knowing no data set: read at ``clip_shape`` (``read_clip``),
+  then normalised (``prepare_clips``). Evaluation batches and predictions both go through it; a workdir
+  records its fields (``VideoClassification.data_sizes``), so predictions need no data."""
+
+  clip_shape: tuple[int, int, int, int]  # (T, H, W, C)
+  mean: float  # over all pixels of the train split, in [0, 1] units
+  std: float
+
+  def read_clip(self, item) -> np.ndarray:
+    """One clip (an array, a ``.npy`` file, a video file or a folder of frames) as the data set holds its clips."""
+    return clip_sources.read_clip(item, self.clip_shape)
+
+  def prepare_clips(self, clips: np.ndarray) -> np.ndarray:
+    """uint8 clips [n, T, H, W, C] -> the model's float32 input."""
+    return (clips.astype(np.float32) * (1 / 255) - self.mean) / self.std
+
+
 @dataclasses.dataclass
 class VideoData:
   clip_set: clip_sources.ClipSet
@@ -101,6 +120,19 @@ class VideoData:
     return tuple(self.clip_set.splits['train'].clips.shape[1:])
 
   @property
+  def class_names(self) -> list[str]:
+    return list(self.clip_set.class_names)
+
+  @property
+  def label_parts(self) -> tuple[tuple[str, int], ...]:
+    return self.clip_set.label_parts
+
+  @property
+  def preparation(self) -> ClipPreparation:
+    """How this data set's clips become the model's input (``read_clip``, ``prepare_clips``)."""
+    return ClipPreparation(self.clip_shape, self.mean, self.std)
+
+  @property
   def num_train(self) -> int:
     return len(self.clip_set.splits['train'].labels)
 
@@ -116,7 +148,7 @@ class VideoData:
     offsets = rng.integers(0, 2 * self.crop_padding + 1, size=(batch_size, 2))[rows]
     flips = (rng.random(batch_size) < 0.5)[rows] if self.flip else np.zeros(len(ids), bool)
     clips = augment_clips(train.clips[ids], offsets, flips, self.crop_padding)
-    return {'clip': self._normalise(clips), 'label': train.labels[ids]}
+    return {'clip': self.prepare_clips(clips), 'label': train.labels[ids]}
 
   def train_batches(
     self, *, batch_size: int, seed: int, start_step: int = 0, process_index: int = 0, process_count: int = 1
@@ -154,14 +186,11 @@ class VideoData:
 
   def read_clip(self, item) -> np.ndarray:
     """One clip (an array, a ``.npy`` file, a video file or a folder of frames) as this data set holds its clips."""
-    return clip_sources.read_clip(item, self.clip_shape)
+    return self.preparation.read_clip(item)
 
   def prepare_clips(self, clips: np.ndarray) -> np.ndarray:
     """uint8 clips [n, T, H, W, C] -> the model's float32 input, exactly as evaluation batches are made."""
-    return self._normalise(clips)
-
-  def _normalise(self, clips: np.ndarray) -> np.ndarray:
-    return (clips.astype(np.float32) * (1 / 255) - self.mean) / self.std
+    return self.preparation.prepare_clips(clips)
 
 
 def augment_clips(clips: np.ndarray, offsets: np.ndarray, flips: np.ndarray, padding: int) -> np.ndarray:

@@ -8,6 +8,7 @@ is that loss. The evaluation ``loss`` is the unsmoothed negative log-likelihood 
 every family.
 """
 
+import dataclasses
 import os
 
 import flax
@@ -24,7 +25,7 @@ from trainer.predictor import classify, present_classes
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
-from video.input_pipeline import load_video_data
+from video.input_pipeline import ClipPreparation, load_video_data
 from video.model import check_options, make_video_model, token_grid
 
 
@@ -42,12 +43,27 @@ class MovingDigitMetrics(clu_metrics.Collection):
   direction_accuracy: clu_metrics.Average.from_output('direction_correct')
 
 
+@dataclasses.dataclass(frozen=True)
+class ClipShapes:
+  """What the model needs to know of a clip set, when there is none (``Task.without_data``), and how a
+  clip is prepared for it (``None``: not known, so the task cannot predict)."""
+
+  num_classes: int
+  clip_shape: tuple[int, int, int, int]
+  label_parts: tuple[tuple[str, int], ...] = ()
+  preparation: ClipPreparation | None = None
+
+  @property
+  def class_names(self) -> list[str]:
+    return [str(index) for index in range(self.num_classes)]
+
+
 class VideoClassification(Task):
   """Config: ``data`` (see ``video.input_pipeline``), ``model`` (see ``video.model``), ``label_smoothing``."""
 
   percent_metrics = ('accuracy', 'digit_accuracy', 'direction_accuracy')
 
-  def __init__(self, config: ml_collections.ConfigDict):
+  def __init__(self, config: ml_collections.ConfigDict, shapes: ClipShapes | None = None):
     super().__init__(config)
     self.label_smoothing = config.label_smoothing
     if not 0.0 <= self.label_smoothing < 1.0:
@@ -59,15 +75,48 @@ class VideoClassification(Task):
       temporal_posemb=model.temporal_posemb,
       pool=model.pool,
     )
-    self.data = load_video_data(config.data)
+    self.data = load_video_data(config.data) if shapes is None else shapes
+    self.preparation = self.data.preparation
     token_grid(self.data.clip_shape, model.tubelet)
-    self.label_parts = self.data.clip_set.label_parts
+    self.label_parts = self.data.label_parts
     metrics = MovingDigitMetrics if self.label_parts else ClipMetrics
     self.train_metrics = self.eval_metrics = metrics
     try:  # build abstractly, so any other bad model option fails before real work
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+
+  @classmethod
+  def without_data(cls, config, sizes):
+    """``sizes['num_classes']``, ``sizes['clip_shape']`` ``[T, H, W, C]`` (or ``sizes['channels']`` with
+    ``config.data.num_frames`` and ``frame_size``), ``sizes['label_parts']`` (a moving-digit label's
+    parts, ``[[name, count], ...]``; none if absent) and the normalisation ``sizes['mean']`` and
+    ``sizes['std']`` (without them the task cannot predict): what ``data_sizes`` records."""
+    if sizes.get('clip_shape'):
+      clip_shape = tuple(int(size) for size in sizes['clip_shape'])
+    else:
+      data = config.data
+      clip_shape = (data.num_frames, data.frame_size, data.frame_size, sizes['channels'])
+    label_parts = tuple((str(name), int(count)) for name, count in sizes.get('label_parts', ()))
+    preparation = None
+    if sizes.get('mean') is not None and sizes.get('std') is not None:
+      preparation = ClipPreparation(clip_shape, float(sizes['mean']), float(sizes['std']))
+    return cls(config, ClipShapes(int(sizes['num_classes']), clip_shape, label_parts, preparation))
+
+  def data_sizes(self):
+    return {
+      'num_classes': self.data.num_classes,
+      'clip_shape': list(self.data.clip_shape),
+      'label_parts': [list(part) for part in self.label_parts],
+      'mean': self.preparation.mean,
+      'std': self.preparation.std,
+    }
+
+  def batch_shapes(self, batch_size):
+    return {
+      'clip': jax.ShapeDtypeStruct((batch_size, *self.data.clip_shape), jnp.float32),
+      'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
+    }
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     return make_video_model(
@@ -93,27 +142,29 @@ class VideoClassification(Task):
   def class_names(self) -> list[str]:
     """The data set's class names; moving digits as ``'7, moving left'``."""
     if self.label_parts:
-      return [name.replace('/', ', moving ') for name in self.data.clip_set.class_names]
-    return list(self.data.clip_set.class_names)
+      return [name.replace('/', ', moving ') for name in self.data.class_names]
+    return list(self.data.class_names)
 
   # Prediction ---------------------------------------------------------------------
 
   def read_input(self, item):
     """A clip (``.npy`` file or array ``[T, H, W, C]`` of the model's shape, a video file or a folder of
-    frames) as the data set holds its clips (``VideoData.read_clip``)."""
+    frames) as the data set holds its clips (``ClipPreparation.read_clip``)."""
     if not isinstance(item, np.ndarray) and not os.path.exists(item):
       raise InputError(
         f'{item}: no such file or folder; this workdir classifies clips (.npy, videos such as .mp4, '
         'or folders of frames).'
       )
+    if self.preparation is None:
+      raise InputError('this task was built without its data and its normalisation: it cannot predict.')
     try:
-      return self.data.read_clip(item)
+      return self.preparation.read_clip(item)
     except DataError as error:
       raise InputError(str(error)) from None
 
   def predict(self, model, inputs, options):
     """The ``options.top_k`` most probable classes of each clip, as ``ImageClassification.predict``."""
-    return classify(model, inputs, options, self.data.clip_shape, self.data.prepare_clips)
+    return classify(model, inputs, options, self.data.clip_shape, self.preparation.prepare_clips)
 
   def present(self, name, prediction):
     return present_classes(name, prediction)
@@ -123,7 +174,9 @@ class VideoClassification(Task):
 
     best = prediction['classes'][0]
     caption = f'predicted\n{best["name"]}\n({100 * best["probability"]:.1f}%)'
-    return pictures.plot_clip_attention(model, self.data.prepare_clips(item[None]), caption, title, path)
+    return pictures.plot_clip_attention(
+      model, self.preparation.prepare_clips(item[None]), caption, title, path
+    )
 
   def eval_split_names(self) -> tuple[str, ...]:
     return self.data.split_names

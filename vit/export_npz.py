@@ -18,7 +18,7 @@ def export(workdir: str, out: str, checkpoint: str = 'latest') -> str:
   from vit.checkpoint_npz import write_official_npz  # pylint: disable=g-import-not-at-top
 
   which = int(checkpoint) if checkpoint.isdigit() else checkpoint
-  _, parts, params, step = restore_checkpoint(pathlib.Path(workdir), which)
+  _, parts, params, step = restore_checkpoint(pathlib.Path(workdir), which, read_data=False)
   write_official_npz(parts.merge(params), out)
   return f'wrote step {step} of {workdir} to {out}'
 

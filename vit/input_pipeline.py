@@ -171,6 +171,34 @@ def _with_defaults(data_config: ml_collections.ConfigDict) -> ml_collections.Con
   return config
 
 
+@dataclasses.dataclass(frozen=True)
+class ImagePreparation:
+  """How an image becomes the model's input, knowing no data set: read at ``image_shape``
+  (``read_image``), then normalised (``prepare_images``). Evaluation batches and predictions both go
+  through it; a workdir records its fields (``ImageClassification.data_sizes``), so predictions
+  prepare images exactly as evaluation did without the data."""
+
+  image_shape: tuple[int, int, int]  # (H, W, C) as the model sees it
+  mean: tuple[float, ...]  # per channel, in [0, 1] pixel units
+  std: tuple[float, ...]
+
+  def read_image(self, image) -> np.ndarray:
+    """One image file or uint8 array as the data set holds its images (``image_sources.read_image_pixels``)."""
+    return image_sources.read_image_pixels(image, self.image_shape)
+
+  def prepare_images(self, images: np.ndarray) -> np.ndarray:
+    """Pixels [n, H, W, C] in 0..255 -> float32 (pixel / 255 - mean) / std; float32
+    input is normalised in place."""
+    # Per-channel constants tiled along a whole row: numpy is slow on 3-long inner loops.
+    width = images.shape[2]
+    scale = np.tile(1 / (255 * np.asarray(self.std)), width).astype(np.float32)
+    shift = np.tile(-np.asarray(self.mean) / np.asarray(self.std), width).astype(np.float32)
+    rows = images.reshape(*images.shape[:2], -1).astype(np.float32, copy=False)
+    rows *= scale
+    rows += shift
+    return rows.reshape(images.shape)
+
+
 @dataclasses.dataclass
 class ImageData:
   """A loaded data set that makes training and evaluation batches (see module docstring)."""
@@ -264,14 +292,19 @@ class ImageData:
       prefetch_batches=self._prefetch_batches,
     )
 
+  @property
+  def preparation(self) -> ImagePreparation:
+    """How this data set's images become the model's input (``read_image``, ``prepare_images``)."""
+    return ImagePreparation(self.image_shape, self.mean, self.std)
+
   def read_image(self, image) -> np.ndarray:
-    """One image file or uint8 array as this data set holds its images (``image_sources.read_image_pixels``)."""
-    return image_sources.read_image_pixels(image, self.image_shape)
+    """One image file or uint8 array as this data set holds its images."""
+    return self.preparation.read_image(image)
 
   def prepare_images(self, images: np.ndarray) -> np.ndarray:
     """uint8 images [n, H, W, C] as this data set holds them -> the model's float32 input, exactly as
     evaluation batches are made."""
-    return self._normalise(images)
+    return self.preparation.prepare_images(images)
 
   def _check_split(self, split: str) -> None:
     if split not in self.split_names:
@@ -314,7 +347,7 @@ class ImageData:
     """Augments `examples` (global batch rows `positions`, sorted); returns rows `own`."""
     images = self._augmentation.apply(examples.images, draw, positions, decoded_with_crop=decoded_with_crop)
     if partner is None:  # then positions are exactly the own rows
-      return {'image': self._normalise(images), 'label': examples.labels}
+      return {'image': self.prepare_images(images), 'label': examples.labels}
     own_at = np.searchsorted(positions, own)
     partner_at = np.searchsorted(positions, partner)
     weight = draw.mix_weight[own]
@@ -327,7 +360,7 @@ class ImageData:
     mixed *= weight[:, None]
     mixed += partner_images
     return {
-      'image': self._normalise(mixed.reshape(len(own), *images.shape[1:])),
+      'image': self.prepare_images(mixed.reshape(len(own), *images.shape[1:])),
       'label': examples.labels[own_at],
       'mix_label': examples.labels[partner_at],
       'mix_weight': weight,
@@ -346,18 +379,6 @@ class ImageData:
     batch['label'][:count] = global_batch.labels[real]
     batch['mask'][:count] = 1
     return batch
-
-  def _normalise(self, images: np.ndarray) -> np.ndarray:
-    """Pixels [n, H, W, C] in 0..255 -> float32 (pixel / 255 - mean) / std; float32
-    input is normalised in place."""
-    # Per-channel constants tiled along a whole row: numpy is slow on 3-long inner loops.
-    width = images.shape[2]
-    scale = np.tile(1 / (255 * np.asarray(self.std)), width).astype(np.float32)
-    shift = np.tile(-np.asarray(self.mean) / np.asarray(self.std), width).astype(np.float32)
-    rows = images.reshape(*images.shape[:2], -1).astype(np.float32, copy=False)
-    rows *= scale
-    rows += shift
-    return rows.reshape(images.shape)
 
 
 def _normalisation(

@@ -52,7 +52,7 @@ def _workdir_arrays(workdir: pathlib.Path, checkpoint: str) -> dict[str, np.ndar
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top  (import cycle)
 
   which = int(checkpoint) if str(checkpoint).isdigit() else checkpoint
-  _, parts, params, _ = restore_checkpoint(workdir, which)
+  _, parts, params, _ = restore_checkpoint(workdir, which, read_data=False)
   return checkpoint_npz.model_to_official(parts.merge(params))
 
 

@@ -22,7 +22,7 @@ from trainer.predictor import classify, present_classes
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
-from vit.input_pipeline import load_image_data
+from vit.input_pipeline import ImagePreparation, load_image_data
 from vit.model import make_vit
 
 
@@ -41,10 +41,16 @@ def default_fewshot_config() -> ml_collections.ConfigDict:
 
 @dataclasses.dataclass(frozen=True)
 class ImageShapes:
-  """What the model needs to know of a data set, when there is none (``Task.without_data``)."""
+  """What the model needs to know of a data set, when there is none (``Task.without_data``), and how
+  an image is prepared for it (``None``: not known, so the task cannot predict)."""
 
   num_classes: int
   image_shape: tuple[int, int, int]
+  preparation: ImagePreparation | None = None
+
+  @property
+  def class_names(self) -> list[str]:
+    return [str(index) for index in range(self.num_classes)]
 
 
 class ImageClassification(Task):
@@ -84,6 +90,7 @@ class ImageClassification(Task):
       raise ConfigError(f'config.fewshot.shots is {self.fewshot.shots}; each must be >= 1.')
     self._initial = None
     self.data = load_image_data(config.data) if shapes is None else shapes
+    self.preparation = self.data.preparation
     # Build the model abstractly now, so a bad model option fails before any real work.
     try:
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
@@ -92,11 +99,32 @@ class ImageClassification(Task):
 
   @classmethod
   def without_data(cls, config, sizes):
-    """``sizes['num_classes']`` and ``sizes['channels']``; the image size is ``config.data.image_size``."""
-    image_size = config.data.get('image_size')
-    if not image_size or len(image_size) != 2:
-      raise ConfigError('data.image_size must be (height, width) to build the task without its data.')
-    return cls(config, ImageShapes(sizes['num_classes'], (*image_size, sizes['channels'])))
+    """``sizes['num_classes']`` and ``sizes['image_shape']`` ``[H, W, C]`` (or ``sizes['channels']``
+    with ``config.data.image_size``), and the normalisation ``sizes['mean']`` and ``sizes['std']`` (per
+    channel; else the config's ``data.mean`` and ``data.std``, where set): what ``data_sizes`` records."""
+    if sizes.get('image_shape'):
+      image_shape = tuple(int(size) for size in sizes['image_shape'])
+    else:
+      image_size = config.data.get('image_size')
+      if not image_size or len(image_size) != 2:
+        raise ConfigError('data.image_size must be (height, width) to build the task without its data.')
+      image_shape = (*image_size, sizes['channels'])
+    mean, std = sizes.get('mean', config.data.get('mean')), sizes.get('std', config.data.get('std'))
+    preparation = None
+    if mean is not None and std is not None:
+      mean, std = (
+        tuple(float(v) for v in np.broadcast_to(values, image_shape[-1:])) for values in (mean, std)
+      )
+      preparation = ImagePreparation(image_shape, mean, std)
+    return cls(config, ImageShapes(int(sizes['num_classes']), image_shape, preparation))
+
+  def data_sizes(self):
+    return {
+      'num_classes': self.data.num_classes,
+      'image_shape': list(self.data.image_shape),
+      'mean': list(self.preparation.mean),
+      'std': list(self.preparation.std),
+    }
 
   def batch_shapes(self, batch_size):
     shapes = {
@@ -171,22 +199,24 @@ class ImageClassification(Task):
 
   def read_input(self, item):
     """An image file (PNG or JPEG, any size and channels) or uint8 array, as the data set holds its
-    images (``ImageData.read_image``): uint8 ``[H, W, C]`` at the model's size."""
+    images (``ImagePreparation.read_image``): uint8 ``[H, W, C]`` at the model's size."""
     what = 'this workdir classifies images (PNG or JPEG files, folders of them, or uint8 arrays)'
+    if self.preparation is None:
+      raise InputError('this task was built without its data and its normalisation: it cannot predict.')
     if not isinstance(item, np.ndarray):
       if not os.path.exists(item):
         raise InputError(f'{item}: no such file; {what}.')
       if os.path.isdir(item):
         raise InputError(f'{item}: a folder without .png, .jpg or .jpeg images; {what}.')
     try:
-      return self.data.read_image(item)
+      return self.preparation.read_image(item)
     except DataError as error:
       raise InputError(f'{error}; {what}.') from None
 
   def predict(self, model, inputs, options):
     """The ``options.top_k`` most probable classes of each image: ``{'classes': [{index, name,
     probability}, ...]}``, the first being the argmax of the logits that evaluation scores."""
-    return classify(model, inputs, options, self.data.image_shape, self.data.prepare_images)
+    return classify(model, inputs, options, self.data.image_shape, self.preparation.prepare_images)
 
   def present(self, name, prediction):
     return present_classes(name, prediction)
@@ -196,7 +226,7 @@ class ImageClassification(Task):
 
     best = prediction['classes'][0]
     caption = f'predicted {best["name"]} ({100 * best["probability"]:.1f}%)'
-    image = self.data.prepare_images(item[None])
+    image = self.preparation.prepare_images(item[None])
     return pictures.plot_attention_maps(model, image, caption, title, path)
 
   def eval_split_names(self) -> tuple[str, ...]:
