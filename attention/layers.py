@@ -11,6 +11,10 @@ those of matmuls without batch dimensions (the projections and the MLP, not the 
 scores). Both compute the same numbers as the plain unrolled stack from the same parameters
 (``stack_blocks`` / ``unstack_blocks`` convert a parameter tree between the two forms); only
 dropout draws differ, since each layer then draws from its own key.
+
+A stack's owner builds its blocks with ``keep_blocks``, completes each layer's inputs with
+``layer_inputs`` and calls each block with ``layer_options``; ``run_layers`` runs one stack, or
+several stacks side by side (a tuple: layer ``i`` of each, as one step of the scan).
 """
 
 from collections.abc import Callable, Sequence
@@ -50,6 +54,56 @@ def stack_modules(modules: Sequence[nnx.Module]) -> nnx.Module:
   return nnx.merge(graphdef, stacked)
 
 
+def keep_blocks(make_block: Callable, drop_path_rates: Sequence[float], scan_layers: bool):
+  """The blocks ``make_block(rate)`` of a stack, one per rate: an ``nnx.List``, or one stacked block.
+
+  Stacked, every layer is built with the largest rate, which then only says whether any layer
+  drops; each layer's own rate is one of its inputs (``layer_inputs``).
+  """
+  if scan_layers:
+    return stack_modules([make_block(max(drop_path_rates)) for _ in drop_path_rates])
+  return nnx.List([make_block(rate) for rate in drop_path_rates])
+
+
+def layer_inputs(
+  per_layer: list[dict],
+  drop_path_rates: Sequence[float],
+  *,
+  scan_layers: bool,
+  remat: str,
+  deterministic: bool,
+  rngs: nnx.Rngs | None,
+) -> list[dict]:
+  """Completes each layer's inputs (one dict per layer, in place) for ``run_layers``.
+
+  Scanned, every layer needs one structure: an array some layers lack becomes zeros, and each
+  layer's drop-path rate is added. Traced per layer (scanned or rematerialised), a block cannot
+  draw from the caller's ``rngs``: a training pass gives each layer its own dropout key.
+  """
+  if scan_layers:
+    for name in per_layer[0]:
+      present = [inputs[name] for inputs in per_layer if inputs[name] is not None]
+      for inputs in per_layer:
+        if present and inputs[name] is None:
+          inputs[name] = jnp.zeros_like(present[0])
+    for inputs, rate in zip(per_layer, drop_path_rates):
+      inputs['drop_path_rate'] = jnp.float32(rate)
+  if (scan_layers or remat != 'none') and not deterministic and rngs is not None:
+    for inputs, key in zip(per_layer, jax.random.split(rngs.dropout(), len(per_layer))):
+      inputs['dropout_key'] = key
+  return per_layer
+
+
+def layer_options(inputs: dict, *, deterministic: bool, rngs: nnx.Rngs | None) -> dict:
+  """A block call's ``deterministic``, ``rngs`` (the layer's own key, if it has one) and ``drop_path_rate``."""
+  key = inputs.get('dropout_key')
+  return dict(
+    deterministic=deterministic,
+    rngs=rngs if key is None else nnx.Rngs(dropout=key),
+    drop_path_rate=inputs.get('drop_path_rate'),
+  )
+
+
 def layer_of(blocks, layer: int) -> nnx.Module:
   """Block ``layer`` of an ``nnx.List`` or of a stacked block (a module over that layer's slices)."""
   if isinstance(blocks, nnx.List):
@@ -68,7 +122,8 @@ def run_layers(
 ):
   """Runs ``x`` through the blocks: ``call(block, x, inputs) -> (x, outputs)`` for each layer.
 
-  ``blocks`` is an ``nnx.List`` (unrolled) or a stacked block (scanned); ``per_layer`` holds
+  ``blocks`` is an ``nnx.List`` (unrolled) or a stacked block (scanned), or a tuple of such
+  stacks of one depth (then ``block`` is the tuple of each stack's layer); ``per_layer`` holds
   each layer's inputs (pytrees of one structure, e.g. a position table or a dropout key).
   Returns the final ``x`` and the list of each layer's ``outputs``.
   """
@@ -80,9 +135,10 @@ def run_layers(
 
     return apply if remat == 'none' else jax.checkpoint(apply, policy=policy, prevent_cse=False)
 
-  if isinstance(blocks, nnx.List):
+  unrolled = _unrolled_layers(blocks)
+  if unrolled is not None:
     outputs = []
-    for block, inputs in zip(blocks, per_layer):
+    for block, inputs in zip(unrolled, per_layer):
       if remat == 'none':
         x, layer_outputs = call(block, x, inputs)
       else:
@@ -102,6 +158,15 @@ def run_layers(
   return x, [_slice(stacked_outputs, i) for i in range(len(per_layer))]
 
 
+def _unrolled_layers(blocks) -> list | None:
+  """Each layer's block of unrolled ``blocks`` (a tuple of blocks for a tuple of stacks); None if stacked."""
+  if isinstance(blocks, nnx.List):
+    return list(blocks)
+  if isinstance(blocks, tuple) and all(isinstance(stack, nnx.List) for stack in blocks):
+    return list(zip(*blocks))
+  return None
+
+
 def _slice(tree, index: int):
   return jax.tree.map(lambda array: array[index], tree)
 
@@ -110,32 +175,33 @@ def _is_layer_list(node) -> bool:
   return isinstance(node, dict) and bool(node) and sorted(node) == list(range(len(node)))
 
 
-def stack_blocks(tree):
+def stack_blocks(tree, names: Sequence[str] = ('blocks',)):
   """A parameter tree (``nnx.to_pure_dict``) of unrolled stacks -> the scanned form.
 
-  Every ``'blocks'`` node holding layers ``0 .. depth-1`` becomes one node whose arrays have a
-  leading depth axis; everything else is kept.
+  Every node named one of ``names`` (a model's stacks: ``'blocks'`` for the ViT and the
+  translator) holding layers ``0 .. depth-1`` becomes one node whose arrays have a leading depth
+  axis; everything else is kept.
   """
   if not isinstance(tree, dict):
     return tree
   result = {}
   for key, node in tree.items():
-    if key == 'blocks' and _is_layer_list(node):
+    if key in names and _is_layer_list(node):
       result[key] = jax.tree.map(lambda *arrays: jnp.stack(arrays), *(node[i] for i in range(len(node))))
     else:
-      result[key] = stack_blocks(node)
+      result[key] = stack_blocks(node, names)
   return result
 
 
-def unstack_blocks(tree):
-  """The inverse of ``stack_blocks``: each scanned ``'blocks'`` node -> layers ``0 .. depth-1``."""
+def unstack_blocks(tree, names: Sequence[str] = ('blocks',)):
+  """The inverse of ``stack_blocks``: each scanned node named one of ``names`` -> layers ``0 .. depth-1``."""
   if not isinstance(tree, dict):
     return tree
   result = {}
   for key, node in tree.items():
-    if key == 'blocks' and isinstance(node, dict) and not _is_layer_list(node):
+    if key in names and isinstance(node, dict) and not _is_layer_list(node):
       depth = jax.tree.leaves(node)[0].shape[0]
       result[key] = {i: _slice(node, i) for i in range(depth)}
     else:
-      result[key] = unstack_blocks(node)
+      result[key] = unstack_blocks(node, names)
   return result

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention.blocks import DecoderBlock, EncoderBlock, check_norm_placement, layer_norm
-from attention.layers import check_remat, layer_of, run_layers, stack_modules
+from attention.layers import check_remat, keep_blocks, layer_inputs, layer_of, layer_options, run_layers
 from attention.masks import Mask, combine_masks
 from attention.positional import PositionalEncoding
 
@@ -63,10 +63,7 @@ class _Stack(nnx.Module):
     """Builds the blocks (``make_block(rate)``) as a list, or stacked for scanning."""
     self.scan_layers, self.remat = scan_layers, check_remat(remat)
     self.drop_path_rates = tuple(drop_path_rate * i / max(self.depth - 1, 1) for i in range(self.depth))
-    if scan_layers:  # one static rate for the structure; each layer's own rate is a scanned input
-      self.blocks = stack_modules([make_block(drop_path_rate) for _ in range(self.depth)])
-    else:
-      self.blocks = nnx.List([make_block(rate) for rate in self.drop_path_rates])
+    self.blocks = keep_blocks(make_block, self.drop_path_rates, scan_layers)
 
   def _per_layer(self, q_len, k_len, *, deterministic, rngs):
     """Each layer's inputs: position table, attention bias and, scanned, drop-path rate and dropout key."""
@@ -74,28 +71,17 @@ class _Stack(nnx.Module):
       dict(table=self.positional.layer_table(layer), bias=self.positional.attention_bias(layer, q_len, k_len))
       for layer in range(self.depth)
     ]
-    if self.scan_layers:
-      for name in ('table', 'bias'):  # one structure for every layer: zeros add nothing
-        present = [inputs[name] for inputs in per_layer if inputs[name] is not None]
-        for inputs in per_layer:
-          if present and inputs[name] is None:
-            inputs[name] = jnp.zeros_like(present[0])
-      for inputs, rate in zip(per_layer, self.drop_path_rates):
-        inputs['drop_path_rate'] = jnp.float32(rate)
-    if (self.scan_layers or self.remat != 'none') and not deterministic and rngs is not None:
-      # Traced per layer, a block cannot draw from the caller's Rngs: each layer gets its own key.
-      for inputs, key in zip(per_layer, jax.random.split(rngs.dropout(), self.depth)):
-        inputs['dropout_key'] = key
-    return per_layer
+    return layer_inputs(
+      per_layer,
+      self.drop_path_rates,
+      scan_layers=self.scan_layers,
+      remat=self.remat,
+      deterministic=deterministic,
+      rngs=rngs,
+    )
 
   def _layer_options(self, inputs, *, deterministic, rngs, return_weights):
-    key = inputs.get('dropout_key')
-    return dict(
-      deterministic=deterministic,
-      rngs=rngs if key is None else nnx.Rngs(dropout=key),
-      return_weights=return_weights,
-      drop_path_rate=inputs.get('drop_path_rate'),
-    )
+    return dict(layer_options(inputs, deterministic=deterministic, rngs=rngs), return_weights=return_weights)
 
   def _stem(self, x, *, deterministic, rngs):
     """The first layer's positional encoding, then dropout on the sum."""

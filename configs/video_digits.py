@@ -80,6 +80,8 @@ def get_config():
   config.model.drop_path = 0.1
   config.model.head_zero_init = True
   config.model.dtype = 'float32'
+  config.model.scan_layers = False  # stack the blocks and scan over depth (attention/layers.py)
+  config.model.remat = 'none'  # none, full, dots_saveable, dots_with_no_batch_dims_saveable
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.name = 'adamw'

@@ -3,13 +3,14 @@
 Every layer is pointed at the emulator: TensorStore (orbax's array data) by
 ``TENSORSTORE_GCS_HTTP_URL``, gcsfs (``etils.epath``: orbax's metadata, the config, the
 metrics, the integrity record) and google-cloud-storage (the lock) by ``STORAGE_EMULATOR_HOST``.
-``EPATH_USE_TF=false`` keeps epath on gcsfs (TensorFlow's GCS client has no emulator setting).
+``EPATH_USE_TF=false`` keeps epath on gcsfs (TensorFlow's GCS client has no emulator setting), even
+where epath chose TensorFlow before the variable was set (``trainer.storage.as_path``).
 The emulator ignores preconditions, so the fixture adds ``ifGenerationMatch`` to its uploads
 and deletes, as GCS does them (412 when the object's generation is another).
 """
 
+import importlib.util
 import json
-import os
 import socket
 import time
 from http import HTTPStatus
@@ -46,14 +47,6 @@ def _honour_generation_preconditions(server_module, objects) -> None:
     for method, handler in list(handlers.items()):
       if handler in (objects.insert, objects.delete):
         handlers[method] = guarded(handler)
-
-
-# Run alone they pass (`BUCKET_TESTS=1 python -m pytest tests/test_bucket_workdir.py`); inside the whole
-# suite epath still chose TensorFlow's GCS client for them, for a reason not yet found, so the full
-# suite leaves them out unless asked.
-pytestmark = pytest.mark.skipif(
-  os.environ.get('BUCKET_TESTS') != '1', reason='bucket tests run on their own: set BUCKET_TESTS=1'
-)
 
 
 @pytest.fixture(scope='module')
@@ -180,3 +173,20 @@ def test_the_bucket_lock_refuses_a_second_holder_and_takes_over_a_stale_one(buck
   third.acquire()
   third.release()
   assert 'train.lock' not in _objects(WORKDIR)
+
+
+def test_urls_go_through_gcsfs_although_epath_chose_tensorflow_before(monkeypatch, tmp_path):
+  if importlib.util.find_spec('tensorflow') is None:
+    pytest.skip('without TensorFlow epath has no other client to choose')
+  from etils import epath
+  from etils.epath import backend, gpath
+
+  from trainer import storage
+
+  monkeypatch.setenv('EPATH_USE_TF', '')  # restored afterwards
+  monkeypatch.delenv('EPATH_USE_TF')
+  gpath._is_tf_installed.cache_clear()
+  assert epath.Path(tmp_path).exists()  # a first use, local (as orbax's): epath chooses TensorFlow for good
+  assert epath.Path('gs://test-bucket/x')._backend is backend.tf_backend
+  assert storage.as_path(WORKDIR)._backend is backend.fsspec_backend
+  assert epath.Path('gs://test-bucket/x')._backend is backend.fsspec_backend  # orbax's paths too

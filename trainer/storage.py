@@ -15,6 +15,7 @@ import os
 import pathlib
 
 from etils import epath
+from etils.epath import gpath as epath_gpath
 
 from trainer.errors import UserError
 
@@ -37,12 +38,25 @@ def is_remote(path) -> bool:
 def as_path(path) -> pathlib.Path | epath.Path:
   """``path`` as a path object: ``epath.Path`` for a URL, ``pathlib.Path`` otherwise."""
   if isinstance(path, epath.Path) or is_remote(path):
-    # With TensorFlow installed, epath would send gs:// through TensorFlow's GCS client; gcsfs is
-    # the client the bucket tests exercise (and can be pointed at an emulator). Unless the user
-    # chose otherwise, every gs:// access of this process (orbax's too) goes through gcsfs.
-    os.environ.setdefault('EPATH_USE_TF', 'false')
+    _use_fsspec_for_urls()
     return epath.Path(path)
   return pathlib.Path(path)
+
+
+def _use_fsspec_for_urls() -> None:
+  """Unless the user chose otherwise (``EPATH_USE_TF``), every URL of this process goes through fsspec.
+
+  With TensorFlow installed, epath sends ``gs://`` through TensorFlow's GCS client; gcsfs is the
+  client the bucket tests exercise (and can be pointed at an emulator). epath makes that choice
+  once per process, at the first use of any of its paths (a local one too: orbax's checkpoints,
+  TensorFlow Datasets) and caches it, so setting the variable after that first use changes
+  nothing: a cached choice of TensorFlow that the variable now refuses is dropped here.
+  """
+  os.environ.setdefault('EPATH_USE_TF', 'false')
+  choice = getattr(epath_gpath, '_is_tf_installed', None)  # etils' cached check
+  refused = os.environ['EPATH_USE_TF'].lower() in ('false', 'no', 'f', '0')
+  if refused and hasattr(choice, 'cache_clear') and choice():
+    choice.cache_clear()
 
 
 def absolute(path) -> pathlib.Path | epath.Path:

@@ -6,10 +6,13 @@ blocks, the final LayerNorm and (when the class counts agree) the head are copie
 ``divided`` the image blocks become the spatial sublayers and the temporal sublayers keep their
 zero output projection, so a one-frame clip gives the image model's output; in
 ``factorised_encoder`` they become the spatial encoder; in ``spacetime`` the joint blocks.
+Either model may keep its blocks scanned (``model.scan_layers``): the blocks are stacked or
+unstacked on the way (``attention.layers.stack_blocks``).
 """
 
 from flax import nnx
 
+from attention.layers import stack_blocks, unstack_blocks
 from trainer.errors import ConfigError
 from video.model import VideoTransformer, inflate_kernel
 
@@ -22,9 +25,9 @@ def init_from_image_vit(video: VideoTransformer, image, method: str = 'central')
     raise ConfigError(
       f'model.attention {video.attention!r} has no image-model counterpart; allowed values: {", ".join(_FROM_IMAGE)}'
     )
-  if len(video.layout.blocks) != len(image.encoder.blocks):
+  if video.layout.depth != image.encoder.depth:
     raise ConfigError(
-      f'model.depth {len(video.layout.blocks)} differs from the image model depth {len(image.encoder.blocks)}'
+      f'model.depth {video.layout.depth} differs from the image model depth {image.encoder.depth}'
     )
   if video.pool != image.pool:
     raise ConfigError(f'model.pool {video.pool!r} differs from the image model pool {image.pool!r}')
@@ -37,8 +40,19 @@ def init_from_image_vit(video: VideoTransformer, image, method: str = 'central')
   positional = image.encoder.positional
   if video.spatial_posemb in ('learn1d', 'learn2d') and positional.kind == video.spatial_posemb:
     nnx.update(video.spatial_table, nnx.state(positional.tables[0]))
-  for video_block, image_block in zip(video.layout.blocks, image.encoder.blocks):
-    nnx.update(video_block, nnx.state(image_block))
+  _copy_blocks(image.encoder.blocks, image.encoder.scan_layers, video.layout.blocks, video.layout.scan_layers)
   nnx.update(video.layout.norm, nnx.state(image.encoder.norm))
   if video.head.kernel.shape == image.head.kernel.shape:
     nnx.update(video.head, nnx.state(image.head))
+
+
+def _copy_blocks(image_blocks, image_scanned: bool, video_blocks, video_scanned: bool) -> None:
+  """The image encoder's block parameters into the video's blocks, each stack unrolled or scanned."""
+  tree = {'blocks': nnx.to_pure_dict(nnx.state(image_blocks, nnx.Param))}
+  if image_scanned:
+    tree = unstack_blocks(tree)
+  if video_scanned:
+    tree = stack_blocks(tree)
+  state = nnx.state(video_blocks, nnx.Param)
+  nnx.replace_by_pure_dict(state, tree['blocks'])
+  nnx.update(video_blocks, state)

@@ -21,6 +21,11 @@ A relative temporal encoding (``time_relative``) is a learned bias per head and 
 offset in every temporal attention (in ``spacetime``, between the frames of any two tokens).
 With a class token, ``divided`` and ``factorised_dot_product`` keep one copy per frame as
 column 0 of the space axis (TimeSformer's placement); the copies are averaged at the end.
+
+``scan_layers`` keeps each stack of blocks (``STACKS``: the blocks, the temporal encoder's
+blocks, the divided layout's temporal sublayers) stacked on a leading depth axis and scans over
+it, and ``remat`` rematerialises every layer, as in the ViT (``attention.layers``); the
+relative biases are computed before the scan and handed to each layer as its input.
 """
 
 import jax
@@ -29,6 +34,7 @@ from flax import nnx
 
 from attention import EncoderBlock, MultiHeadAttention, layer_norm
 from attention.blocks import DropPath, Mlp, check_norm_placement
+from attention.layers import check_remat, keep_blocks, layer_inputs, layer_options, run_layers
 from attention.positional import RelativePositionBias
 
 LAYOUTS = ('spacetime', 'factorised_encoder', 'divided', 'factorised_dot_product')
@@ -38,6 +44,8 @@ AXES = {
   'time': ('batch', 'space', 'head', 'query_time', 'key_time'),
   'frames': ('batch', 'head', 'query_frame', 'key_frame'),
 }
+#: the names of the layouts' stacks of blocks, stacked when scanned (``attention.layers.stack_blocks``)
+STACKS = ('blocks', 'temporal', 'temporal_blocks')
 
 
 def over_space(layer, x, **kwargs):
@@ -85,10 +93,36 @@ def _pool(x: jax.Array, pool: str, axis: int) -> jax.Array:
 class _Layout(nnx.Module):
   """Options every layout shares; ``blocks_options`` are ``EncoderBlock``'s keyword arguments."""
 
-  def _setup(self, *, depth, num_heads, drop_path, num_frames, time_relative, pool):
+  def _setup(self, *, depth, num_heads, drop_path, num_frames, time_relative, pool, scan_layers, remat):
     self.depth, self.num_heads, self.num_frames, self.pool = depth, num_heads, num_frames, pool
     self.drop_path_rates = drop_path_ramp(drop_path, depth)
     self.time_relative = time_relative
+    self.scan_layers, self.remat = scan_layers, check_remat(remat)
+
+  def _keep(self, make_block, rates):
+    """The blocks ``make_block(rate)``, one per rate: a list, or stacked for scanning."""
+    return keep_blocks(make_block, rates, self.scan_layers)
+
+  def _run(self, blocks, x, per_layer, rates, call, *, deterministic, rngs):
+    """``call(block, x, inputs, options) -> (x, weights)`` over the layers of ``blocks`` (a stack, or a
+    tuple of stacks run side by side); ``options`` are the block's ``deterministic``, ``rngs`` and
+    ``drop_path_rate``. Returns ``x`` and the weights of each layer."""
+    per_layer = layer_inputs(
+      per_layer, rates, scan_layers=self.scan_layers, remat=self.remat, deterministic=deterministic, rngs=rngs
+    )
+
+    def layer(block, x, inputs):
+      return call(block, x, inputs, layer_options(inputs, deterministic=deterministic, rngs=rngs))
+
+    return run_layers(blocks, x, per_layer, layer, remat=self.remat)
+
+  def _time_bias(self, layer, time, num_prefix=None):
+    """Layer ``layer``'s relative temporal bias ``[1, H, T, T]`` (``num_prefix`` zero rows and columns in
+    front when given), or None without a relative temporal encoding."""
+    if not self.time_relative:
+      return None
+    bias = self.time_biases[layer](time, time)
+    return bias if num_prefix is None else pad_prefix(bias, num_prefix)
 
 
 class SpaceTime(_Layout):
@@ -103,6 +137,8 @@ class SpaceTime(_Layout):
     time_relative,
     pool,
     drop_path,
+    scan_layers=False,
+    remat='none',
     rngs,
     **block_options,
   ):
@@ -113,12 +149,14 @@ class SpaceTime(_Layout):
       num_frames=num_frames,
       time_relative=time_relative,
       pool=pool,
+      scan_layers=scan_layers,
+      remat=remat,
     )
-    self.blocks = nnx.List(
-      [
-        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options)
-        for rate in self.drop_path_rates
-      ]
+    self.blocks = self._keep(
+      lambda rate: EncoderBlock(
+        features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
+      ),
+      self.drop_path_rates,
     )
     self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
     if time_relative:
@@ -131,16 +169,20 @@ class SpaceTime(_Layout):
     if class_token is not None:
       x = jnp.concatenate([jnp.broadcast_to(class_token, (batch, 1, features)), x], axis=1)
       num_prefix = 1
-    weights = []
-    for layer, block in enumerate(self.blocks):
-      bias = None
-      if self.time_relative:
-        frame_bias = self.time_biases[layer](time, time)
-        bias = pad_prefix(jnp.repeat(jnp.repeat(frame_bias, space, axis=2), space, axis=3), num_prefix)
-      x, layer_weights = block(
-        x, bias=bias, deterministic=deterministic, rngs=rngs, return_weights=return_weights
-      )
-      weights.append({'spacetime': layer_weights})
+    per_layer = []
+    for layer in range(self.depth):
+      bias = self._time_bias(layer, time)
+      if bias is not None:  # between the frames of any two tokens
+        bias = pad_prefix(jnp.repeat(jnp.repeat(bias, space, axis=2), space, axis=3), num_prefix)
+      per_layer.append(dict(bias=bias))
+
+    def call(block, x, inputs, options):
+      x, layer_weights = block(x, bias=inputs['bias'], return_weights=return_weights, **options)
+      return x, {'spacetime': layer_weights}
+
+    x, weights = self._run(
+      self.blocks, x, per_layer, self.drop_path_rates, call, deterministic=deterministic, rngs=rngs
+    )
     return _pool(self.norm(x), self.pool, axis=1), weights
 
 
@@ -157,6 +199,8 @@ class FactorisedEncoder(_Layout):
     time_relative,
     pool,
     drop_path,
+    scan_layers=False,
+    remat='none',
     rngs,
     **block_options,
   ):
@@ -167,22 +211,19 @@ class FactorisedEncoder(_Layout):
       num_frames=num_frames,
       time_relative=time_relative,
       pool=pool,
+      scan_layers=scan_layers,
+      remat=remat,
     )
-    self.blocks = nnx.List(
-      [
-        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options)
-        for rate in self.drop_path_rates
-      ]
+    make_block = lambda rate: EncoderBlock(  # noqa: E731
+      features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
     )
+    self.blocks = self._keep(make_block, self.drop_path_rates)
     self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
     if pool == 'cls':
       self.temporal_class_token = nnx.Param(jnp.zeros((1, 1, features)))
-    self.temporal_blocks = nnx.List(
-      [
-        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options)
-        for rate in drop_path_ramp(drop_path, temporal_depth)
-      ]
-    )
+    self.temporal_depth = temporal_depth
+    self.temporal_drop_path_rates = drop_path_ramp(drop_path, temporal_depth)
+    self.temporal_blocks = self._keep(make_block, self.temporal_drop_path_rates)
     self.temporal_norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
     if time_relative:
       self.time_biases = _time_biases(num_heads, num_frames, temporal_depth, rngs)
@@ -192,12 +233,14 @@ class FactorisedEncoder(_Layout):
     x = tokens
     if class_token is not None:
       x = jnp.concatenate([jnp.broadcast_to(class_token, (batch, time, 1, features)), x], axis=2)
-    weights = []
-    for block in self.blocks:
-      x, layer_weights = over_space(
-        block, x, deterministic=deterministic, rngs=rngs, return_weights=return_weights
-      )
-      weights.append({'space': layer_weights})
+    run = dict(deterministic=deterministic, rngs=rngs)
+
+    def spatial(block, x, inputs, options):
+      x, layer_weights = over_space(block, x, return_weights=return_weights, **options)
+      return x, {'space': layer_weights}
+
+    per_layer = [{} for _ in range(self.depth)]
+    x, weights = self._run(self.blocks, x, per_layer, self.drop_path_rates, spatial, **run)
     frames = _pool(self.norm(x), self.pool, axis=2)  # [batch, time, features]
     if time_table is not None:
       frames = frames + time_table[None].astype(frames.dtype)
@@ -206,13 +249,16 @@ class FactorisedEncoder(_Layout):
       cls = jnp.broadcast_to(self.temporal_class_token[...].astype(frames.dtype), (batch, 1, features))
       frames = jnp.concatenate([cls, frames], axis=1)
       num_prefix = 1
-    for layer, block in enumerate(self.temporal_blocks):
-      bias = pad_prefix(self.time_biases[layer](time, time), num_prefix) if self.time_relative else None
-      frames, layer_weights = block(
-        frames, bias=bias, deterministic=deterministic, rngs=rngs, return_weights=return_weights
-      )
-      weights.append({'frames': layer_weights})
-    return _pool(self.temporal_norm(frames), self.pool, axis=1), weights
+
+    def temporal(block, frames, inputs, options):
+      frames, layer_weights = block(frames, bias=inputs['bias'], return_weights=return_weights, **options)
+      return frames, {'frames': layer_weights}
+
+    per_layer = [dict(bias=self._time_bias(layer, time, num_prefix)) for layer in range(self.temporal_depth)]
+    frames, temporal_weights = self._run(
+      self.temporal_blocks, frames, per_layer, self.temporal_drop_path_rates, temporal, **run
+    )
+    return _pool(self.temporal_norm(frames), self.pool, axis=1), weights + temporal_weights
 
 
 class TemporalSublayer(nnx.Module):
@@ -229,10 +275,11 @@ class TemporalSublayer(nnx.Module):
     self.dropout = nnx.Dropout(dropout_rate)
     self.drop_path = DropPath(drop_path_rate)
 
-  def __call__(self, x, *, bias, deterministic, rngs, return_weights):
+  def __call__(self, x, *, bias, deterministic, rngs, return_weights, drop_path_rate=None):
+    """``drop_path_rate`` (from a scanned stack) replaces the rate the sublayer was built with."""
     kwargs = dict(deterministic=deterministic, rngs=rngs)
     y, weights = self.attention(self.norm(x), bias=bias, return_weights=return_weights, **kwargs)
-    return x + self.drop_path(self.dropout(y, **kwargs), **kwargs), weights
+    return x + self.drop_path(self.dropout(y, **kwargs), **kwargs, rate=drop_path_rate), weights
 
 
 class Divided(_Layout):
@@ -247,6 +294,8 @@ class Divided(_Layout):
     time_relative,
     pool,
     drop_path,
+    scan_layers=False,
+    remat='none',
     rngs,
     **block_options,
   ):
@@ -257,27 +306,27 @@ class Divided(_Layout):
       num_frames=num_frames,
       time_relative=time_relative,
       pool=pool,
+      scan_layers=scan_layers,
+      remat=remat,
     )
-    self.temporal = nnx.List(
-      [
-        TemporalSublayer(
-          features,
-          num_heads,
-          dropout_rate=block_options['dropout_rate'],
-          attention_dropout_rate=block_options['attention_dropout_rate'],
-          drop_path_rate=rate,
-          dtype=block_options.get('dtype'),
-          score=block_options['score'],
-          rngs=rngs,
-        )
-        for rate in self.drop_path_rates
-      ]
+    self.temporal = self._keep(
+      lambda rate: TemporalSublayer(
+        features,
+        num_heads,
+        dropout_rate=block_options['dropout_rate'],
+        attention_dropout_rate=block_options['attention_dropout_rate'],
+        drop_path_rate=rate,
+        dtype=block_options.get('dtype'),
+        score=block_options['score'],
+        rngs=rngs,
+      ),
+      self.drop_path_rates,
     )
-    self.blocks = nnx.List(
-      [
-        EncoderBlock(features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options)
-        for rate in self.drop_path_rates
-      ]
+    self.blocks = self._keep(
+      lambda rate: EncoderBlock(
+        features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
+      ),
+      self.drop_path_rates,
     )
     self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
     if time_relative:
@@ -285,14 +334,23 @@ class Divided(_Layout):
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
     x = _with_class_column(tokens, class_token)
-    kwargs = dict(deterministic=deterministic, rngs=rngs, return_weights=return_weights)
-    weights = []
-    for layer, (temporal, block) in enumerate(zip(self.temporal, self.blocks)):
-      time = x.shape[1]
-      bias = self.time_biases[layer](time, time) if self.time_relative else None
-      x, time_weights = over_time(temporal, x, bias=bias, **kwargs)
-      x, space_weights = over_space(block, x, **kwargs)
-      weights.append({'time': time_weights, 'space': space_weights})
+
+    def call(blocks, x, inputs, options):
+      temporal, block = blocks
+      x, time_weights = over_time(temporal, x, bias=inputs['bias'], return_weights=return_weights, **options)
+      x, space_weights = over_space(block, x, return_weights=return_weights, **options)
+      return x, {'time': time_weights, 'space': space_weights}
+
+    per_layer = [dict(bias=self._time_bias(layer, x.shape[1])) for layer in range(self.depth)]
+    x, weights = self._run(
+      (self.temporal, self.blocks),
+      x,
+      per_layer,
+      self.drop_path_rates,
+      call,
+      deterministic=deterministic,
+      rngs=rngs,
+    )
     return _pool_columns(self.norm(x), self.pool), weights
 
 
@@ -348,14 +406,16 @@ class FactorisedDotProductBlock(nnx.Module):
     self.dropout = nnx.Dropout(dropout_rate)
     self.drop_path = DropPath(drop_path_rate)
 
-  def __call__(self, x, *, time_bias, deterministic, rngs, return_weights):
+  def __call__(self, x, *, time_bias, deterministic, rngs, return_weights, drop_path_rate=None):
+    """``drop_path_rate`` (from a scanned stack) replaces the rate the block was built with."""
     kwargs = dict(deterministic=deterministic, rngs=rngs, return_weights=return_weights)
     y = self.norm1(x)
     space, space_weights = over_space(self.space_attention, y, **kwargs)
     time, time_weights = over_time(self.time_attention, y, bias=time_bias, **kwargs)
     del kwargs['return_weights']
-    x = x + self.drop_path(self.dropout(space + time, **kwargs), **kwargs)
-    x = x + self.drop_path(self.mlp(self.norm2(x), **kwargs), **kwargs)
+    path = dict(kwargs, rate=drop_path_rate)
+    x = x + self.drop_path(self.dropout(space + time, **kwargs), **path)
+    x = x + self.drop_path(self.mlp(self.norm2(x), **kwargs), **path)
     return x, {'space': space_weights, 'time': time_weights}
 
 
@@ -371,6 +431,8 @@ class FactorisedDotProduct(_Layout):
     time_relative,
     pool,
     drop_path,
+    scan_layers=False,
+    remat='none',
     rngs,
     **block_options,
   ):
@@ -381,14 +443,14 @@ class FactorisedDotProduct(_Layout):
       num_frames=num_frames,
       time_relative=time_relative,
       pool=pool,
+      scan_layers=scan_layers,
+      remat=remat,
     )
-    self.blocks = nnx.List(
-      [
-        FactorisedDotProductBlock(
-          features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
-        )
-        for rate in self.drop_path_rates
-      ]
+    self.blocks = self._keep(
+      lambda rate: FactorisedDotProductBlock(
+        features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
+      ),
+      self.drop_path_rates,
     )
     self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
     if time_relative:
@@ -396,14 +458,14 @@ class FactorisedDotProduct(_Layout):
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
     x = _with_class_column(tokens, class_token)
-    weights = []
-    for layer, block in enumerate(self.blocks):
-      time = x.shape[1]
-      bias = self.time_biases[layer](time, time) if self.time_relative else None
-      x, layer_weights = block(
-        x, time_bias=bias, deterministic=deterministic, rngs=rngs, return_weights=return_weights
-      )
-      weights.append(layer_weights)
+
+    def call(block, x, inputs, options):
+      return block(x, time_bias=inputs['bias'], return_weights=return_weights, **options)
+
+    per_layer = [dict(bias=self._time_bias(layer, x.shape[1])) for layer in range(self.depth)]
+    x, weights = self._run(
+      self.blocks, x, per_layer, self.drop_path_rates, call, deterministic=deterministic, rngs=rngs
+    )
     return _pool_columns(self.norm(x), self.pool), weights
 
 

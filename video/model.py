@@ -8,7 +8,9 @@ and patch, which needs ``temporal_posemb='none'``) and ``temporal_posemb`` (``no
 ``sincos1d``, ``relative``: a bias in every temporal attention). Additive tables are added to
 the tubelet tokens (the temporal one, in ``factorised_encoder``, to the frame features before
 the temporal encoder, as in ViViT). Heads: ``cls`` or ``gap`` as in the ViT. The layouts are in
-``video.layouts``; the forward pass returns ``(logits, intermediates)``.
+``video.layouts``; the forward pass returns ``(logits, intermediates)``. ``scan_layers`` and
+``remat`` (``attention.layers``) scan every stack of blocks over depth and rematerialise its
+blocks, as in the ViT; ``STACKS`` names the stacks for ``stack_blocks`` / ``unstack_blocks``.
 """
 
 import jax
@@ -18,6 +20,7 @@ from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
 from attention import resolve_dtype
+from attention.layers import REMAT_POLICIES
 from attention.positional import AdditiveTable
 from trainer.errors import ConfigError
 from video import layouts
@@ -25,6 +28,7 @@ from video import layouts
 SPATIAL_POSEMBS = ('none', 'learn1d', 'learn2d', 'sincos1d', 'sincos2d', 'learn3d')
 TEMPORAL_POSEMBS = ('none', 'learn1d', 'sincos1d', 'relative')
 POOLS = ('cls', 'gap')
+STACKS = layouts.STACKS
 _LAYOUT_CLASSES = {
   'spacetime': layouts.SpaceTime,
   'factorised_encoder': layouts.FactorisedEncoder,
@@ -33,13 +37,16 @@ _LAYOUT_CLASSES = {
 }
 
 
-def check_options(*, attention: str, spatial_posemb: str, temporal_posemb: str, pool: str) -> None:
+def check_options(
+  *, attention: str, spatial_posemb: str, temporal_posemb: str, pool: str, remat: str = 'none'
+) -> None:
   """Raises ``ConfigError`` naming the allowed values of a bad option or combination."""
   for name, value, allowed in (
     ('attention', attention, layouts.LAYOUTS),
     ('spatial_posemb', spatial_posemb, SPATIAL_POSEMBS),
     ('temporal_posemb', temporal_posemb, TEMPORAL_POSEMBS),
     ('pool', pool, POOLS),
+    ('remat', remat, tuple(REMAT_POLICIES)),
   ):
     if value not in allowed:
       raise ConfigError(f'model.{name}: unknown value {value!r}; allowed values: {", ".join(allowed)}')
@@ -118,11 +125,17 @@ class VideoTransformer(nnx.Module):
     attention_dropout: float = 0.0,
     drop_path: float = 0.0,
     head_zero_init: bool = True,
+    scan_layers: bool = False,
+    remat: str = 'none',
     dtype: str = 'float32',
     rngs: nnx.Rngs,
   ):
     check_options(
-      attention=attention, spatial_posemb=spatial_posemb, temporal_posemb=temporal_posemb, pool=pool
+      attention=attention,
+      spatial_posemb=spatial_posemb,
+      temporal_posemb=temporal_posemb,
+      pool=pool,
+      remat=remat,
     )
     self.grid = token_grid(clip_shape, tubelet)
     steps, rows, columns = self.grid
@@ -155,6 +168,8 @@ class VideoTransformer(nnx.Module):
       score=score,
       dropout_rate=dropout,
       attention_dropout_rate=attention_dropout,
+      scan_layers=scan_layers,
+      remat=remat,
       dtype=compute_dtype,
       rngs=rngs,
     )
@@ -201,6 +216,10 @@ class VideoTransformer(nnx.Module):
     return self.head(features).astype(jnp.float32), intermediates
 
 
+# Model fields that config files written before them may lack; such files get these values.
+OPTIONAL_FIELDS = dict(scan_layers=False, remat='none')
+
+
 def default_model_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(
     dict(
@@ -220,6 +239,7 @@ def default_model_config() -> ml_collections.ConfigDict:
       drop_path=0.0,
       head_zero_init=True,
       dtype='float32',
+      **OPTIONAL_FIELDS,
     )
   )
 
@@ -228,5 +248,8 @@ def make_video_model(
   model_config: ml_collections.ConfigDict, *, num_classes: int, clip_shape, rngs: nnx.Rngs
 ) -> VideoTransformer:
   """A ``VideoTransformer`` from a ``config.model`` section (fields as in ``default_model_config``)."""
-  options = {name: model_config[name] for name in default_model_config()}
+  options = {
+    name: model_config.get(name, OPTIONAL_FIELDS[name]) if name in OPTIONAL_FIELDS else model_config[name]
+    for name in default_model_config()
+  }
   return VideoTransformer(num_classes=num_classes, clip_shape=tuple(clip_shape), rngs=rngs, **options)

@@ -74,7 +74,13 @@ class VideoClassification(Task):
       spatial_posemb=model.spatial_posemb,
       temporal_posemb=model.temporal_posemb,
       pool=model.pool,
+      remat=model.get('remat', 'none'),
     )
+    if model.get('scan_layers', False) and config.get('optimizer', {}).get('layer_decay', 1.0) != 1.0:
+      raise ConfigError(
+        'config.optimizer.layer_decay needs one parameter per layer: set model.scan_layers=False '
+        '(a scanned stack keeps its layers in one array).'
+      )
     self.data = load_video_data(config.data) if shapes is None else shapes
     self.preparation = self.data.preparation
     token_grid(self.data.clip_shape, model.tubelet)
