@@ -8,7 +8,8 @@ and patch, which needs ``temporal_posemb='none'``) and ``temporal_posemb`` (``no
 ``sincos1d``, ``relative``: a bias in every temporal attention). Additive tables are added to
 the tubelet tokens (the temporal one, in ``factorised_encoder``, to the frame features before
 the temporal encoder, as in ViViT). Heads: ``cls`` or ``gap`` as in the ViT. The layouts are in
-``video.layouts``; the forward pass returns ``(logits, intermediates)``.
+``video.layouts``; the forward pass returns ``(logits, intermediates)``. ``make_video_model`` builds
+the model from a ``config.model`` section; ``default_model_config`` holds every field's default.
 """
 
 import jax
@@ -18,6 +19,7 @@ from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
 from attention import resolve_dtype
+from attention.options import with_defaults
 from attention.positional import AdditiveTable
 from trainer.errors import ConfigError
 from video import layouts
@@ -98,6 +100,9 @@ def inflate_kernel(image_kernel: jax.Array, frames: int, method: str) -> jax.Arr
 
 
 class VideoTransformer(nnx.Module):
+  """Every option is given: their defaults are those of ``default_model_config``, which
+  ``make_video_model`` fills in."""
+
   def __init__(
     self,
     *,
@@ -108,17 +113,17 @@ class VideoTransformer(nnx.Module):
     depth: int,
     num_heads: int,
     mlp_dim: int,
-    attention: str = 'divided',
-    temporal_depth: int = 2,
-    spatial_posemb: str = 'learn1d',
-    temporal_posemb: str = 'learn1d',
-    pool: str = 'cls',
-    score: str = 'scaled_dot',
-    dropout: float = 0.0,
-    attention_dropout: float = 0.0,
-    drop_path: float = 0.0,
-    head_zero_init: bool = True,
-    dtype: str = 'float32',
+    attention: str,
+    temporal_depth: int,
+    spatial_posemb: str,
+    temporal_posemb: str,
+    pool: str,
+    score: str,
+    dropout: float,
+    attention_dropout: float,
+    drop_path: float,
+    head_zero_init: bool,
+    dtype: str,
     rngs: nnx.Rngs,
   ):
     check_options(
@@ -202,6 +207,7 @@ class VideoTransformer(nnx.Module):
 
 
 def default_model_config() -> ml_collections.ConfigDict:
+  """Every field of the ``model`` section with its default: the one place the video model's defaults live."""
   return ml_collections.ConfigDict(
     dict(
       attention='divided',
@@ -224,9 +230,9 @@ def default_model_config() -> ml_collections.ConfigDict:
   )
 
 
-def make_video_model(
-  model_config: ml_collections.ConfigDict, *, num_classes: int, clip_shape, rngs: nnx.Rngs
-) -> VideoTransformer:
-  """A ``VideoTransformer`` from a ``config.model`` section (fields as in ``default_model_config``)."""
-  options = {name: model_config[name] for name in default_model_config()}
+def make_video_model(model_config, *, num_classes: int, clip_shape, rngs: nnx.Rngs) -> VideoTransformer:
+  """The ``VideoTransformer`` a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field
+  it lacks takes its ``default_model_config`` value, one it has that is not there is a ``ValueError``),
+  for ``num_classes`` classes of clips ``clip_shape`` ``(T, H, W, C)``."""
+  options = with_defaults(model_config, default_model_config()).to_dict()
   return VideoTransformer(num_classes=num_classes, clip_shape=tuple(clip_shape), rngs=rngs, **options)
