@@ -21,6 +21,7 @@ from attention.positional import Rotary
 
 ACTIVATIONS = ('gelu', 'gelu_exact', 'relu')
 NORM_PLACEMENTS = ('pre', 'post')
+LAYERNORM_EPSILON = 1e-6  # the ViT's and big_vision's
 
 
 def check_activation(activation: str) -> str:
@@ -100,8 +101,10 @@ class DropPath(nnx.Module):
     return jnp.where(kept, x / keep, 0.0).astype(x.dtype)
 
 
-def layer_norm(features, dtype=None, param_dtype=jnp.float32, *, rngs: nnx.Rngs) -> nnx.LayerNorm:
-  return nnx.LayerNorm(features, epsilon=1e-6, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+def layer_norm(
+  features, dtype=None, param_dtype=jnp.float32, *, epsilon: float = LAYERNORM_EPSILON, rngs: nnx.Rngs
+) -> nnx.LayerNorm:
+  return nnx.LayerNorm(features, epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
 
 class _ResidualBlock(nnx.Module):
@@ -131,6 +134,7 @@ class EncoderBlock(_ResidualBlock):
     drop_path_rate: float = 0.0,
     activation: str = 'gelu',
     norm_placement: str = 'pre',
+    layernorm_epsilon: float = LAYERNORM_EPSILON,
     rotary: Rotary | None = None,
     dtype=None,
     param_dtype=jnp.float32,
@@ -138,7 +142,7 @@ class EncoderBlock(_ResidualBlock):
     **attention_options,
   ):
     self.norm_placement = check_norm_placement(norm_placement)
-    self.norm1 = layer_norm(features, dtype, param_dtype, rngs=rngs)
+    self.norm1 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
     self.attention = MultiHeadAttention(
       num_heads,
       features,
@@ -150,7 +154,7 @@ class EncoderBlock(_ResidualBlock):
       rngs=rngs,
       **attention_options,
     )
-    self.norm2 = layer_norm(features, dtype, param_dtype, rngs=rngs)
+    self.norm2 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
     self.mlp = Mlp(
       features,
       mlp_features,
@@ -203,6 +207,7 @@ class DecoderBlock(_ResidualBlock):
     drop_path_rate: float = 0.0,
     activation: str = 'gelu',
     norm_placement: str = 'pre',
+    layernorm_epsilon: float = LAYERNORM_EPSILON,
     rotary: Rotary | None = None,
     encoder_features: int | None = None,
     dtype=None,
@@ -219,13 +224,13 @@ class DecoderBlock(_ResidualBlock):
       **attention_options,
     )
     self.norm_placement = check_norm_placement(norm_placement)
-    self.norm1 = layer_norm(features, dtype, param_dtype, rngs=rngs)
+    self.norm1 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
     self.self_attention = MultiHeadAttention(num_heads, features, rotary=rotary, **common)
-    self.norm2 = layer_norm(features, dtype, param_dtype, rngs=rngs)
+    self.norm2 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
     self.cross_attention = MultiHeadAttention(
       num_heads, features, kv_features=encoder_features, cross_attention=True, **common
     )
-    self.norm3 = layer_norm(features, dtype, param_dtype, rngs=rngs)
+    self.norm3 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
     self.mlp = Mlp(
       features,
       mlp_features,

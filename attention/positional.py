@@ -8,7 +8,9 @@ Kinds (``POSEMB_KINDS``):
 ``sincos1d``    the fixed sinusoids of Vaswani et al.: PE[p, 2i] = sin(p / 10000^(2i/D)),
                 PE[p, 2i+1] = cos(p / 10000^(2i/D))
 ``sincos2d``    ``sincos1d`` of the row index in the first D/2 features and of the column
-                index in the last D/2; grids only
+                index in the last D/2; grids only. ``sincos2d_layout='big_vision'`` gives
+                big_vision's table instead: ``[sin(x w), cos(x w), sin(y w), cos(y w)]``,
+                x the column, y the row, ``w_i = 10000^(-i/(D/4-1))``
 ``relative``    a learned bias per head and per query-key offset j - i, added to the
                 attention logits (offsets clipped to +-max_distance; ViT appendix D.4)
 ``relative2d``  the same with 2-D offsets (dy, dx) between patches; grids only
@@ -36,6 +38,7 @@ POSEMB_KINDS = ('none', 'learn1d', 'learn2d', 'sincos1d', 'sincos2d', 'relative'
 INJECTIONS = ('stem', 'every_layer', 'every_layer_shared')
 ADDITIVE_KINDS = ('learn1d', 'learn2d', 'sincos1d', 'sincos2d')
 GRID_ONLY_KINDS = ('learn2d', 'sincos2d', 'relative2d')
+SINCOS2D_LAYOUTS = ('rows_cols', 'big_vision')
 
 _TABLE_INIT = nnx.initializers.normal(stddev=0.02)
 
@@ -81,6 +84,23 @@ def sincos_2d_table(height: int, width: int, dim: int, max_wavelength: float = 1
   rows = sincos_1d_table(height, dim // 2, max_wavelength)
   cols = sincos_1d_table(width, dim // 2, max_wavelength)
   return np.concatenate([np.repeat(rows, width, axis=0), np.tile(cols, (height, 1))], axis=1)
+
+
+def big_vision_sincos_2d(height: int, width: int, dim: int, temperature: float = 10_000.0) -> np.ndarray:
+  """``[height * width, dim]``: big_vision's 2-D sin-cos table (x is the column, y the row)."""
+  if dim % 4:
+    raise ValueError(f'sincos2d needs a width divisible by 4, got {dim}.')
+  omega = 1.0 / temperature ** (np.arange(dim // 4) / max(dim // 4 - 1, 1))
+  y, x = np.mgrid[:height, :width]
+  x_angle, y_angle = np.outer(x.ravel(), omega), np.outer(y.ravel(), omega)
+  table = np.concatenate([np.sin(x_angle), np.cos(x_angle), np.sin(y_angle), np.cos(y_angle)], axis=1)
+  return table.astype(np.float32)
+
+
+def check_sincos2d_layout(layout: str) -> str:
+  if layout not in SINCOS2D_LAYOUTS:
+    raise ValueError(f'Unknown sincos2d_layout {layout!r}; allowed values: {", ".join(SINCOS2D_LAYOUTS)}.')
+  return layout
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, max_wavelength: float = 10_000.0) -> jax.Array:
@@ -175,9 +195,11 @@ class AdditiveTable(nnx.Module):
     *,
     length: int,
     grid: tuple[int, int] | None,
+    sincos2d_layout: str = 'rows_cols',
     param_dtype=jnp.float32,
     rngs: nnx.Rngs,
   ):
+    check_sincos2d_layout(sincos2d_layout)
     self.kind = kind
     if kind == 'learn1d':
       self.table = nnx.Param(_TABLE_INIT(rngs.params(), (length, dim), param_dtype))
@@ -190,7 +212,8 @@ class AdditiveTable(nnx.Module):
     elif kind == 'sincos1d':
       self.table = nnx.Variable(jnp.asarray(sincos_1d_table(length, dim)))
     elif kind == 'sincos2d':
-      self.table = nnx.Variable(jnp.asarray(sincos_2d_table(*grid, dim)))
+      make_table = sincos_2d_table if sincos2d_layout == 'rows_cols' else big_vision_sincos_2d
+      self.table = nnx.Variable(jnp.asarray(make_table(*grid, dim)))
     else:
       raise ValueError(f'{kind!r} is not an additive positional encoding.')
 
@@ -210,7 +233,7 @@ class PositionalEncoding(nnx.Module):
   attention, or ``None``; ``rotary`` is the ``Rotary`` that the stack hands its
   attention layers (``None`` unless the kind is ``rope``).
   Give ``grid`` for patch grids (row-major tokens after the prefix tokens) and
-  ``max_length`` for 1-D sequences.
+  ``max_length`` for 1-D sequences; ``sincos2d_layout`` chooses the ``sincos2d`` table.
   """
 
   def __init__(
@@ -225,10 +248,12 @@ class PositionalEncoding(nnx.Module):
     grid: tuple[int, int] | None = None,
     num_prefix_tokens: int = 0,
     max_distance: int | None = None,
+    sincos2d_layout: str = 'rows_cols',
     param_dtype=jnp.float32,
     rngs: nnx.Rngs,
   ):
     check_posemb(kind, injection, grid)
+    check_sincos2d_layout(sincos2d_layout)
     if grid is None and max_length is None:
       raise ValueError('PositionalEncoding needs max_length (1-D sequences) or grid (patch grids).')
     self.kind = kind
@@ -239,7 +264,15 @@ class PositionalEncoding(nnx.Module):
       num_tables = num_layers if injection == 'every_layer' else 1
       self.tables = nnx.List(
         [
-          AdditiveTable(kind, dim, length=length, grid=grid, param_dtype=param_dtype, rngs=rngs)
+          AdditiveTable(
+            kind,
+            dim,
+            length=length,
+            grid=grid,
+            sincos2d_layout=sincos2d_layout,
+            param_dtype=param_dtype,
+            rngs=rngs,
+          )
           for _ in range(num_tables)
         ]
       )

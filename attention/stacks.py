@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention.blocks import DecoderBlock, EncoderBlock, check_norm_placement, layer_norm
+from attention.blocks import LAYERNORM_EPSILON, DecoderBlock, EncoderBlock, check_norm_placement, layer_norm
 from attention.layers import check_remat, keep_blocks, layer_inputs, layer_of, layer_options, run_layers
 from attention.masks import Mask, combine_masks
 from attention.positional import PositionalEncoding
@@ -38,6 +38,7 @@ class _Stack(nnx.Module):
     num_prefix_tokens,
     dropout_rate,
     norm_placement,
+    sincos2d_layout='rows_cols',
     dtype,
     param_dtype,
     rngs,
@@ -52,6 +53,7 @@ class _Stack(nnx.Module):
       max_length=max_length,
       grid=grid,
       num_prefix_tokens=num_prefix_tokens,
+      sincos2d_layout=sincos2d_layout,
       param_dtype=param_dtype,
       rngs=rngs,
     )
@@ -113,6 +115,8 @@ class Encoder(_Stack):
     drop_path_rate: float = 0.0,
     activation: str = 'gelu',
     norm_placement: str = 'pre',
+    layernorm_epsilon: float = LAYERNORM_EPSILON,
+    sincos2d_layout: str = 'rows_cols',
     scan_layers: bool = False,
     remat: str = 'none',
     dtype=None,
@@ -131,6 +135,7 @@ class Encoder(_Stack):
       num_prefix_tokens=num_prefix_tokens,
       dropout_rate=dropout_rate,
       norm_placement=norm_placement,
+      sincos2d_layout=sincos2d_layout,
       dtype=dtype,
       param_dtype=param_dtype,
       rngs=rngs,
@@ -146,6 +151,7 @@ class Encoder(_Stack):
         drop_path_rate=rate,
         activation=activation,
         norm_placement=norm_placement,
+        layernorm_epsilon=layernorm_epsilon,
         rotary=self.positional.rotary,
         dtype=dtype,
         param_dtype=param_dtype,
@@ -157,7 +163,7 @@ class Encoder(_Stack):
       remat,
     )
     if self.final_norm:
-      self.norm = layer_norm(features, dtype, param_dtype, rngs=rngs)
+      self.norm = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
 
   def __call__(
     self,
@@ -209,6 +215,7 @@ class Decoder(_Stack):
     drop_path_rate: float = 0.0,
     activation: str = 'gelu',
     norm_placement: str = 'pre',
+    layernorm_epsilon: float = LAYERNORM_EPSILON,
     encoder_features: int | None = None,
     scan_layers: bool = False,
     remat: str = 'none',
@@ -243,6 +250,7 @@ class Decoder(_Stack):
         drop_path_rate=rate,
         activation=activation,
         norm_placement=norm_placement,
+        layernorm_epsilon=layernorm_epsilon,
         rotary=self.positional.rotary,
         encoder_features=encoder_features,
         dtype=dtype,
@@ -255,7 +263,7 @@ class Decoder(_Stack):
       remat,
     )
     if self.final_norm:
-      self.norm = layer_norm(features, dtype, param_dtype, rngs=rngs)
+      self.norm = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
 
   def __call__(
     self,

@@ -25,7 +25,7 @@ from absl import app, flags
 from flax import nnx
 
 from seq2seq.decoding import beam_search, greedy_search, uncached_greedy_search
-from seq2seq.model import Transformer, decode_variant
+from seq2seq.model import decode_variant, make_transformer
 
 _VARIANT = flags.DEFINE_string('variant', 'small', 'Model variant (seq2seq.model.VARIANTS).')
 _VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 8000, 'Shared vocabulary size.')
@@ -49,14 +49,11 @@ def _median_seconds(function, src) -> float:
 def main(argv):
   del argv
   shape = decode_variant(_VARIANT.value)
-  model = Transformer(
-    source_vocab_size=_VOCAB_SIZE.value,
-    target_vocab_size=_VOCAB_SIZE.value,
-    share_embeddings=True,
-    max_length=max(256, _OUTPUT_LENGTH.value),
-    dropout=0.0,
-    rngs=nnx.Rngs(0),
-    **shape,
+  section = dict(
+    variant=_VARIANT.value, share_embeddings=True, max_length=max(256, _OUTPUT_LENGTH.value), dropout=0.0
+  )
+  model = make_transformer(
+    section, source_vocab_size=_VOCAB_SIZE.value, target_vocab_size=_VOCAB_SIZE.value, rngs=nnx.Rngs(0)
   )
   rng = np.random.default_rng(0)
   src = rng.integers(4, _VOCAB_SIZE.value, size=(_BATCH_SIZE.value, _SOURCE_LENGTH.value)).astype(np.int32)

@@ -31,6 +31,7 @@ import ml_collections
 from flax import nnx
 
 from attention import Decoder, Encoder, Mask, resolve_dtype, sequence_lengths
+from attention.options import with_defaults
 from seq2seq.tokenizer import PAD_ID
 
 # name -> (features, encoder_layers, decoder_layers, num_heads, mlp_features)
@@ -65,6 +66,9 @@ def _padding(valid: jax.Array) -> Mask:
 
 
 class Transformer(nnx.Module):
+  """Every option is given: their defaults are those of ``default_model_config``, which
+  ``make_transformer`` fills in."""
+
   def __init__(
     self,
     *,
@@ -75,20 +79,20 @@ class Transformer(nnx.Module):
     decoder_layers: int,
     num_heads: int,
     mlp_features: int,
-    share_embeddings: bool = False,
-    tie_output: bool = True,
-    posemb: str = 'sincos1d',
-    posemb_injection: str = 'stem',
-    max_length: int = 256,
-    score: str = 'scaled_dot',
-    dropout: float = 0.1,
-    attention_dropout: float = 0.0,
-    activation: str = 'gelu',
-    norm_placement: str = 'pre',
-    use_bias: bool = True,
-    scan_layers: bool = False,
-    remat: str = 'none',
-    dtype: str = 'float32',
+    share_embeddings: bool,
+    tie_output: bool,
+    posemb: str,
+    posemb_injection: str,
+    max_length: int,
+    score: str,
+    dropout: float,
+    attention_dropout: float,
+    activation: str,
+    norm_placement: str,
+    use_bias: bool,
+    scan_layers: bool,
+    remat: str,
+    dtype: str,
     rngs: nnx.Rngs,
   ):
     if share_embeddings and source_vocab_size != target_vocab_size:
@@ -243,13 +247,12 @@ class Transformer(nnx.Module):
     return self._logits(x), cache
 
 
-# Model fields that config files written before them may lack; such files get these values.
-OPTIONAL_FIELDS = dict(
-  activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none'
-)
-
-
 def default_model_config() -> ml_collections.ConfigDict:
+  """Every field of the Transformer's ``model`` section with its default: the one place they live.
+
+  A config written before a field existed (``activation``, ``norm_placement``, ``use_bias``,
+  ``scan_layers``, ``remat``) gets its value here, as every section that lacks a field does.
+  """
   return ml_collections.ConfigDict(
     dict(
       variant='small',
@@ -267,38 +270,26 @@ def default_model_config() -> ml_collections.ConfigDict:
       dropout=0.1,
       attention_dropout=0.0,
       dtype='float32',
-      **OPTIONAL_FIELDS,
+      activation='gelu',
+      norm_placement='pre',
+      use_bias=True,
+      scan_layers=False,
+      remat='none',
     )
   )
 
 
 def make_transformer(
-  model_config: ml_collections.ConfigDict, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
+  model_config, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
 ) -> Transformer:
-  """A Transformer from a ``config.model`` section: the variant string, or the explicit shape if 'custom'."""
-  if model_config.variant == 'custom':
-    shape = dict(
-      features=model_config.features,
-      encoder_layers=model_config.encoder_layers,
-      decoder_layers=model_config.decoder_layers,
-      num_heads=model_config.num_heads,
-      mlp_features=model_config.mlp_features,
-    )
-  else:
-    shape = decode_variant(model_config.variant)
+  """The Transformer a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field it lacks
+  takes its ``default_model_config`` value, one it has that is not there is a ``ValueError``). A named
+  ``variant`` gives the shape; ``'custom'`` takes ``features``, the layer counts, heads and MLP width
+  from the section."""
+  options = with_defaults(model_config, default_model_config()).to_dict()
+  variant = options.pop('variant')
+  if variant != 'custom':
+    options.update(decode_variant(variant))
   return Transformer(
-    source_vocab_size=source_vocab_size,
-    target_vocab_size=target_vocab_size,
-    share_embeddings=model_config.share_embeddings,
-    tie_output=model_config.tie_output,
-    posemb=model_config.posemb,
-    posemb_injection=model_config.posemb_injection,
-    max_length=model_config.max_length,
-    score=model_config.score,
-    dropout=model_config.dropout,
-    attention_dropout=model_config.attention_dropout,
-    dtype=model_config.dtype,
-    rngs=rngs,
-    **shape,
-    **{name: model_config.get(name, default) for name, default in OPTIONAL_FIELDS.items()},
+    source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, rngs=rngs, **options
   )

@@ -32,6 +32,7 @@ import ml_collections
 from flax import nnx
 
 from attention.masks import masked_softmax
+from attention.options import with_defaults
 from attention.scores import SCORES, AttentionScore
 from seq2seq.tokenizer import PAD_ID
 
@@ -49,6 +50,9 @@ def check_options(encoder_cell: str, attention_score: str) -> None:
 
 
 class RNNTranslator(nnx.Module):
+  """Every option is given: their defaults are those of ``default_model_config``, which
+  ``make_rnn_translator`` fills in."""
+
   def __init__(
     self,
     *,
@@ -57,11 +61,11 @@ class RNNTranslator(nnx.Module):
     embedding_features: int,
     encoder_hidden: int,
     decoder_hidden: int,
-    encoder_cell: str = 'gru',
-    attention_score: str = 'additive',
-    dropout: float = 0.0,
-    share_embeddings: bool = False,
-    max_length: int = 256,
+    encoder_cell: str,
+    attention_score: str,
+    dropout: float,
+    share_embeddings: bool,
+    max_length: int,
     rngs: nnx.Rngs,
   ):
     check_options(encoder_cell, attention_score)
@@ -249,18 +253,12 @@ def default_model_config() -> ml_collections.ConfigDict:
 
 
 def make_rnn_translator(
-  model_config: ml_collections.ConfigDict, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
+  model_config, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
 ) -> RNNTranslator:
+  """The RNN translator a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field it
+  lacks takes its ``default_model_config`` value, one it has that is not there is a ``ValueError``)."""
+  options = with_defaults(model_config, default_model_config()).to_dict()
+  del options['architecture']  # 'rnn', which chose this function
   return RNNTranslator(
-    source_vocab_size=source_vocab_size,
-    target_vocab_size=target_vocab_size,
-    embedding_features=model_config.embedding_features,
-    encoder_hidden=model_config.encoder_hidden,
-    decoder_hidden=model_config.decoder_hidden,
-    encoder_cell=model_config.encoder_cell,
-    attention_score=model_config.attention_score,
-    dropout=model_config.dropout,
-    share_embeddings=model_config.share_embeddings,
-    max_length=model_config.max_length,
-    rngs=rngs,
+    source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, rngs=rngs, **options
   )

@@ -46,7 +46,7 @@ from flax import nnx
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from seq2seq import ablation_table, input_pipeline
-from seq2seq.architectures import architecture_of, make_translator
+from seq2seq.architectures import make_translator, model_section
 from seq2seq.decoding import translate
 from seq2seq.model import PAD_ID
 from seq2seq.sources import open_source
@@ -140,7 +140,7 @@ class Translation(Task):
 
   def __init__(self, config: ml_collections.ConfigDict, vocab_sizes: tuple[int, int] | None = None):
     super().__init__(config)
-    data, model = config.data, config.model
+    data = config.data
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
@@ -149,9 +149,10 @@ class Translation(Task):
         check_split_name(data[field], f'config.data.{field}')
     check_tokenizer_config(data.tokenizer)
     try:
-      architecture = architecture_of(model)
+      model = model_section(config.model)
     except ValueError as error:
-      raise ConfigError(str(error)) from None
+      raise ConfigError(f'model: {error}') from None
+    architecture = model.architecture
     if model.share_embeddings and not data.tokenizer.shared:
       raise ConfigError('model.share_embeddings needs one vocabulary: set data.tokenizer.shared=True.')
     if min(data.max_source_length, data.max_target_length) < 2 or data.pad_to_multiple < 1:

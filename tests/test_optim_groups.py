@@ -21,20 +21,12 @@ from trainer.optim import (
 from trainer.partitioning import global_batch, make_mesh
 from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
 from trainer.task import load_task
-from vit.model import VisionTransformer
+from vit.model import make_vit
 
 
 def _params():
-  model = VisionTransformer(
-    num_classes=3,
-    image_shape=(8, 8, 1),
-    patch_size=4,
-    width=8,
-    depth=3,
-    num_heads=2,
-    mlp_dim=16,
-    rngs=nnx.Rngs(0),
-  )
+  section = dict(patch_size=4, width=8, depth=3, num_heads=2, mlp_dim=16)
+  model = make_vit(section, num_classes=3, image_shape=(8, 8, 1), rngs=nnx.Rngs(0))
   return nnx.split(model, nnx.Param, ...)[1]
 
 

@@ -11,7 +11,7 @@ from attention.scores import AttentionScore
 from configs import rnn_scan
 from seq2seq.architectures import default_model_config
 from seq2seq.decoding import beam_search, greedy_search, uncached_greedy_search
-from seq2seq.rnn_model import ATTENTION_SCORES, RNNTranslator
+from seq2seq.rnn_model import ATTENTION_SCORES, make_rnn_translator
 from tests.config_overrides import override
 from trainer.errors import ConfigError
 from trainer.loop import train_and_evaluate
@@ -21,15 +21,9 @@ VOCAB = 24
 
 
 def tiny_rnn(attention_score='additive', encoder_cell='gru', **options):
-  options = dict(dict(embedding_features=8, encoder_hidden=6, decoder_hidden=10, max_length=40), **options)
-  return RNNTranslator(
-    source_vocab_size=VOCAB,
-    target_vocab_size=VOCAB + 2,
-    attention_score=attention_score,
-    encoder_cell=encoder_cell,
-    rngs=nnx.Rngs(0),
-    **options,
-  )
+  section = dict(embedding_features=8, encoder_hidden=6, decoder_hidden=10, max_length=40, dropout=0.0)
+  section.update(options, attention_score=attention_score, encoder_cell=encoder_cell)
+  return make_rnn_translator(section, source_vocab_size=VOCAB, target_vocab_size=VOCAB + 2, rngs=nnx.Rngs(0))
 
 
 def sources(seed=0):
@@ -150,23 +144,24 @@ def test_padding_does_not_change_the_encoder_states_of_real_tokens(encoder_cell)
 
 
 def test_an_all_padding_source_gets_the_transformers_zero_weights():
-  from seq2seq.model import Transformer  # pylint: disable=g-import-not-at-top
+  from seq2seq.model import make_transformer  # pylint: disable=g-import-not-at-top
 
   src = np.array(sources())
   src[2] = 0  # padding only
   tgt_in = targets()
   _, intermediates = tiny_rnn('scaled_dot')(jnp.asarray(src), tgt_in, return_weights=True)
   (weights,) = intermediates['cross_attention_weights']
-  transformer = Transformer(
-    source_vocab_size=VOCAB,
-    target_vocab_size=VOCAB + 2,
+  section = dict(
+    variant='custom',
     features=8,
     encoder_layers=1,
     decoder_layers=1,
     num_heads=1,
     mlp_features=16,
     max_length=40,
-    rngs=nnx.Rngs(0),
+  )
+  transformer = make_transformer(
+    section, source_vocab_size=VOCAB, target_vocab_size=VOCAB + 2, rngs=nnx.Rngs(0)
   )
   _, theirs = transformer(jnp.asarray(src), tgt_in, return_weights=True)
   np.testing.assert_array_equal(np.asarray(theirs['cross_attention_weights'][0][2]), 0.0)

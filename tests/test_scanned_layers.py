@@ -14,20 +14,28 @@ import pytest
 from flax import nnx
 
 from attention.layers import REMAT_POLICIES, stack_blocks, unstack_blocks
-from seq2seq.model import Transformer
+from seq2seq.model import make_transformer
 from vit import checkpoint_npz
-from vit.model import VisionTransformer
+from vit.model import make_vit
 
-VIT = dict(num_classes=5, image_shape=(8, 8, 1), patch_size=4, width=16, depth=3, num_heads=2, mlp_dim=32)
+VIT = dict(patch_size=4, width=16, depth=3, num_heads=2, mlp_dim=32)
 TRANSLATOR = dict(
-  source_vocab_size=13, target_vocab_size=13, features=16, encoder_layers=2, decoder_layers=3,
-  num_heads=2, mlp_features=32, max_length=8, dropout=0.1, posemb='relative',
+  variant='custom', features=16, encoder_layers=2, decoder_layers=3, num_heads=2, mlp_features=32,
+  max_length=8, dropout=0.1, posemb='relative',
 )  # fmt: skip
 
 
+def _plain_vit(seed=0, **options):
+  return make_vit({**VIT, **options}, num_classes=5, image_shape=(8, 8, 1), rngs=nnx.Rngs(seed))
+
+
 def _vit(**options):
-  return VisionTransformer(
-    **VIT, posemb='learn1d', posemb_injection='every_layer', rngs=nnx.Rngs(0), **options
+  return _plain_vit(posemb='learn1d', posemb_injection='every_layer', **options)
+
+
+def _translator(**options):
+  return make_transformer(
+    {**TRANSLATOR, **options}, source_vocab_size=13, target_vocab_size=13, rngs=nnx.Rngs(0)
   )
 
 
@@ -75,8 +83,8 @@ def test_vit_scanned_and_rematerialised_gives_the_unrolled_numbers(scan_layers, 
 
 @pytest.mark.parametrize('remat', ['none', 'dots_with_no_batch_dims_saveable'])
 def test_translator_scanned_gives_the_unrolled_numbers_and_decodes_alike(remat):
-  reference = Transformer(**TRANSLATOR, rngs=nnx.Rngs(0))
-  model = Transformer(**TRANSLATOR, scan_layers=True, remat=remat, rngs=nnx.Rngs(0))
+  reference = _translator()
+  model = _translator(scan_layers=True, remat=remat)
   _assert_trees_close(_params(model), stack_blocks(_params(reference)), atol=0)
   src, tgt = _sentences()
   value, grads = _loss_and_grads(model, src, tgt)
@@ -113,8 +121,8 @@ def test_scanned_parameters_name_their_layers_axis_for_the_partitioning_rules():
 
 
 def test_vit_npz_reads_and_writes_the_same_arrays_scanned_or_not(tmp_path):
-  unrolled = VisionTransformer(**VIT, rngs=nnx.Rngs(0))
-  scanned = VisionTransformer(**VIT, scan_layers=True, rngs=nnx.Rngs(0))
+  unrolled = _plain_vit()
+  scanned = _plain_vit(scan_layers=True)
   written, written_scanned = (
     checkpoint_npz.model_to_official(unrolled),
     checkpoint_npz.model_to_official(scanned),
@@ -142,7 +150,7 @@ def test_vit_npz_reads_and_writes_the_same_arrays_scanned_or_not(tmp_path):
     big_vision[f'params/Transformer/encoderblock/{names.get(module, module)}/{tail}'] = np.stack(
       [layer[rest] for layer in layers]
     )
-  loaded = VisionTransformer(**VIT, scan_layers=True, rngs=nnx.Rngs(1))
+  loaded = _plain_vit(seed=1, scan_layers=True)
   checkpoint_npz.canonical_to_model(loaded, checkpoint_npz.to_canonical(big_vision))
   np.testing.assert_allclose(loaded(_images())[0], unrolled(_images())[0], atol=1e-5)
 

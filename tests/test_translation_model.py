@@ -7,21 +7,19 @@ import pytest
 from flax import nnx
 
 from seq2seq.decoding import beam_search, greedy_search, length_penalty, uncached_greedy_search
-from seq2seq.model import Transformer, decode_variant
+from seq2seq.model import decode_variant, make_transformer
 from seq2seq.tokenizer import BOS_ID, EOS_ID
 
 VOCAB = 24
 
 
 def tiny_transformer(posemb='sincos1d', **options):
-  options = dict(
-    dict(
-      features=8, encoder_layers=1, decoder_layers=2, num_heads=2, mlp_features=16, max_length=40, dropout=0.0
-    ),
-    **options,
-  )
-  return Transformer(
-    source_vocab_size=VOCAB, target_vocab_size=VOCAB, posemb=posemb, rngs=nnx.Rngs(0), **options
+  section = dict(
+    variant='custom', features=8, encoder_layers=1, decoder_layers=2, num_heads=2, mlp_features=16,
+    max_length=40, dropout=0.0, posemb=posemb,
+  )  # fmt: skip
+  return make_transformer(
+    {**section, **options}, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(0)
   )
 
 
@@ -164,18 +162,17 @@ def test_variants_and_their_errors():
   assert decode_variant('big')['features'] == 1024 and decode_variant('big')['num_heads'] == 16
   with pytest.raises(ValueError, match='Unknown Transformer variant'):
     decode_variant('large')
+  section = dict(
+    variant='custom',
+    features=8,
+    encoder_layers=1,
+    decoder_layers=1,
+    num_heads=2,
+    mlp_features=8,
+    share_embeddings=True,
+  )
   with pytest.raises(ValueError, match='one vocabulary'):
-    Transformer(
-      source_vocab_size=10,
-      target_vocab_size=12,
-      features=8,
-      encoder_layers=1,
-      decoder_layers=1,
-      num_heads=2,
-      mlp_features=8,
-      share_embeddings=True,
-      rngs=nnx.Rngs(0),
-    )
+    make_transformer(section, source_vocab_size=10, target_vocab_size=12, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match='at most 40'):
     jax.eval_shape(lambda: tiny_transformer().encode(jnp.ones((1, 41), jnp.int32)))
 
@@ -218,20 +215,18 @@ def test_the_papers_recipe_has_no_attention_biases_and_no_final_norms():
 
 
 def test_model_configs_without_the_newer_fields_get_our_defaults():
-  from seq2seq.model import OPTIONAL_FIELDS, default_model_config, make_transformer
+  from seq2seq.model import default_model_config
 
+  newer = dict(activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none')
   config = default_model_config()
+  assert {name: config[name] for name in newer} == newer
   config.update(
     variant='custom', features=8, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=16
   )
-  for name in OPTIONAL_FIELDS:
-    if name in config:
-      del config[name]
+  for name in newer:
+    del config[name]
   build = lambda config: nnx.eval_shape(
     lambda: make_transformer(config, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(0))
-  )
-  assert OPTIONAL_FIELDS == dict(
-    activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none'
   )
   assert build(config).encoder.blocks[0].mlp.activation == 'gelu'
   config.update(PAPER_RECIPE)

@@ -10,16 +10,14 @@ from flax import nnx
 from trainer.errors import ConfigError
 from video.inflate import init_from_image_vit
 from video.layouts import LAYOUTS
-from video.model import VideoTransformer, inflate_kernel
-from vit.model import VisionTransformer
+from video.model import inflate_kernel, make_video_model
+from vit.model import make_vit
 
 CLIP = (4, 8, 8, 2)  # T, H, W, C
 
 
-def tiny_video(**overrides):
-  options = dict(
-    num_classes=5,
-    clip_shape=CLIP,
+def tiny_video(clip_shape=CLIP, **overrides):
+  section = dict(
     tubelet=(1, 4, 4),
     width=16,
     depth=2,
@@ -30,7 +28,7 @@ def tiny_video(**overrides):
     temporal_posemb='learn1d',
     pool='cls',
   )
-  return VideoTransformer(**{**options, **overrides}, rngs=nnx.Rngs(0))
+  return make_video_model({**section, **overrides}, num_classes=5, clip_shape=clip_shape, rngs=nnx.Rngs(0))
 
 
 def randomise(model, seed=1, scale=0.3):
@@ -207,10 +205,9 @@ def test_attention_weights_have_named_axes_and_sum_to_one(layout):
 
 
 def image_vit(**overrides):
-  options = dict(
-    num_classes=5, image_shape=(8, 8, 2), patch_size=4, width=16, depth=2, num_heads=4, mlp_dim=32, pool='cls'
-  )
-  return randomise(VisionTransformer(**{**options, **overrides}, rngs=nnx.Rngs(3)), seed=4)
+  section = dict(patch_size=4, width=16, depth=2, num_heads=4, mlp_dim=32, pool='cls')
+  model = make_vit({**section, **overrides}, num_classes=5, image_shape=(8, 8, 2), rngs=nnx.Rngs(3))
+  return randomise(model, seed=4)
 
 
 @pytest.mark.parametrize('pool', ['cls', 'gap'])

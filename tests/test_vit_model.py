@@ -6,21 +6,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from vit.model import VisionTransformer, decode_variant
+from vit.model import decode_variant, make_vit
 
 
 def tiny_vit(**overrides):
-  shape = dict(
-    num_classes=5,
-    image_shape=(12, 8, 3),
-    patch_size=4,
-    width=16,
-    depth=2,
-    num_heads=2,
-    mlp_dim=32,
-    head_zero_init=False,
-  )
-  return VisionTransformer(**{**shape, **overrides}, rngs=nnx.Rngs(params=0))
+  section = dict(patch_size=4, width=16, depth=2, num_heads=2, mlp_dim=32, head_zero_init=False)
+  return make_vit({**section, **overrides}, num_classes=5, image_shape=(12, 8, 3), rngs=nnx.Rngs(params=0))
 
 
 def _strided_convolution(model, images):

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attention.positional import big_vision_sincos_2d
 from trainer.errors import CheckpointError, MissingFileError
 from vit import checkpoint_npz, pretrained
-from vit.model import VisionTransformer, big_vision_sincos_2d
+from vit.model import make_vit
 
 WIDTH, DEPTH, HEADS, MLP, PATCH, CLASSES = 8, 2, 2, 16, 4, 3
 
@@ -141,7 +142,7 @@ def reference_logits(p, images, *, pool='cls', exact_gelu=False, eps=1e-6, posem
 
 def _model(*, image=8, classes=CLASSES, **options):
   shape = dict(patch_size=PATCH, width=WIDTH, depth=DEPTH, num_heads=HEADS, mlp_dim=MLP) | options
-  return VisionTransformer(num_classes=classes, image_shape=(image, image, 1), rngs=nnx.Rngs(0), **shape)
+  return make_vit(shape, num_classes=classes, image_shape=(image, image, 1), rngs=nnx.Rngs(0))
 
 
 def _images(rng, size=8):

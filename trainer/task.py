@@ -1,7 +1,8 @@
 """The interface between the generic trainer and a model family.
 
 A task owns its data, its model and its loss. The trainer owns everything else:
-devices, the jit-compiled step, the optimizer, checkpoints and metrics.
+devices, the jit-compiled step, the optimizer, checkpoints and metrics. ``Task`` is the training
+contract; what a family adds for tables and pictures is ``trainer.reporting.Reporting``.
 """
 
 import abc
@@ -19,6 +20,7 @@ from flax import nnx
 from trainer import validation
 from trainer.devices import Devices
 from trainer.errors import ConfigError, InputError
+from trainer.reporting import Reporting
 
 Batch = dict[str, np.ndarray]
 
@@ -47,15 +49,20 @@ def prediction_rows(count: int, batch_size: int) -> int:
   return min(1 << max(count - 1, 0).bit_length(), max(batch_size, 1))
 
 
-class Task(abc.ABC):
-  """Subclasses validate ``config`` in ``__init__`` so bad input fails before compilation."""
+class Task(Reporting, abc.ABC):
+  """The training contract: what every family implements to train and evaluate.
+
+  A new family's minimum is the abstract methods with ``train_metrics`` and ``eval_metrics``
+  (``docs/adding_a_family.md`` shows one); everything else has a default. Tables and pictures
+  are the reporting protocol (``trainer.reporting.Reporting``, optional); prediction on a user's
+  inputs (``predict.py``) is a section of its own here, optional too. Subclasses validate
+  ``config`` in ``__init__`` so bad input fails before compilation.
+  """
 
   #: clu metric collections; the trainer feeds them the outputs of ``loss_and_outputs``
   #: (training) and ``eval_outputs`` (evaluation, with the batch's padding ``mask``).
   train_metrics: type[clu_metrics.Collection]
   eval_metrics: type[clu_metrics.Collection]
-  #: the evaluation metrics that are fractions, shown in % by tables and pictures
-  percent_metrics: tuple[str, ...] = ()
   #: config fields under ``data``/``model`` that say where things are, not what is learned: a
   #: workdir may be resumed with other values (``trainer.workdir.NOT_IDENTITY_FIELDS`` has the common ones)
   not_identity_fields: tuple[str, ...] = ()
@@ -159,27 +166,6 @@ class Task(abc.ABC):
     del model, split, output_dir, devices
     return {}
 
-  @classmethod
-  def ablation_table(cls, summary: dict[str, Any]) -> str | None:
-    """Markdown for a sweep whose axes this family knows (the table a paper printed), else ``None``.
-
-    ``summary`` is what ``ablation.sweep.run_sweep`` returns (``ablation.tables`` describes
-    it and has helpers for cells); ``None`` gives the generic table, one row per combination.
-    """
-    del summary
-    return None
-
-  def draw_pictures(
-    self, model: nnx.Module, out_dir: pathlib.Path, name: str, title: str
-  ) -> list[pathlib.Path]:
-    """Pictures of one trained model (attention maps, position similarities) as PNGs in ``out_dir``.
-
-    Called after ``prepare`` on a restored checkpoint; ``name`` (the run's) ends every file
-    name, ``title`` heads every picture. Returns the paths written; none by default.
-    """
-    del model, out_dir, name, title
-    return []
-
   # Prediction on a user's own inputs (``trainer.predictor``, ``predict.py``) ------------
 
   def input_names(self, argument: str) -> list[str]:
@@ -214,24 +200,18 @@ class Task(abc.ABC):
     default) for a task without classes."""
     return None
 
+  @abc.abstractmethod
   def eval_split_names(self) -> tuple[str, ...]:
     """The split names ``eval_batches`` accepts (checked against ``eval_split`` before training)."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def eval_metric_names(self) -> tuple[str, ...]:
     """The scalar metric names an evaluation returns (``best_metric`` must be one of them)."""
-    raise NotImplementedError
 
   def check_training_data(self) -> None:
     """Reads what training will read, so a missing or damaged file fails before the workdir is
     touched. Tasks that read everything in ``__init__`` need nothing here."""
     return None
-
-  def model_facts(self) -> dict[str, Any]:
-    """What reports need to know of the model that costs work to find (FLOPs per example, say), as
-    JSON values. The trainer saves it once, in the workdir's ``model.json``, when a run starts, so
-    tables read it instead of building the task and its data again."""
-    return {}
 
   def num_train_examples(self) -> int:
     """Training-set size, for durations given in epochs."""

@@ -11,6 +11,8 @@ the temporal encoder, as in ViViT). Heads: ``cls`` or ``gap`` as in the ViT. The
 ``video.layouts``; the forward pass returns ``(logits, intermediates)``. ``scan_layers`` and
 ``remat`` (``attention.layers``) scan every stack of blocks over depth and rematerialise its
 blocks, as in the ViT; ``STACKS`` names the stacks for ``stack_blocks`` / ``unstack_blocks``.
+``make_video_model`` builds the model from a ``config.model`` section; ``default_model_config``
+holds every field's default.
 """
 
 import jax
@@ -21,6 +23,7 @@ from flax.nnx.nn.dtypes import promote_dtype
 
 from attention import resolve_dtype
 from attention.layers import REMAT_POLICIES
+from attention.options import with_defaults
 from attention.positional import AdditiveTable
 from trainer.errors import ConfigError
 from video import layouts
@@ -105,6 +108,9 @@ def inflate_kernel(image_kernel: jax.Array, frames: int, method: str) -> jax.Arr
 
 
 class VideoTransformer(nnx.Module):
+  """Every option is given: their defaults are those of ``default_model_config``, which
+  ``make_video_model`` fills in."""
+
   def __init__(
     self,
     *,
@@ -115,19 +121,19 @@ class VideoTransformer(nnx.Module):
     depth: int,
     num_heads: int,
     mlp_dim: int,
-    attention: str = 'divided',
-    temporal_depth: int = 2,
-    spatial_posemb: str = 'learn1d',
-    temporal_posemb: str = 'learn1d',
-    pool: str = 'cls',
-    score: str = 'scaled_dot',
-    dropout: float = 0.0,
-    attention_dropout: float = 0.0,
-    drop_path: float = 0.0,
-    head_zero_init: bool = True,
-    scan_layers: bool = False,
-    remat: str = 'none',
-    dtype: str = 'float32',
+    attention: str,
+    temporal_depth: int,
+    spatial_posemb: str,
+    temporal_posemb: str,
+    pool: str,
+    score: str,
+    dropout: float,
+    attention_dropout: float,
+    drop_path: float,
+    head_zero_init: bool,
+    scan_layers: bool,
+    remat: str,
+    dtype: str,
     rngs: nnx.Rngs,
   ):
     check_options(
@@ -217,10 +223,10 @@ class VideoTransformer(nnx.Module):
 
 
 # Model fields that config files written before them may lack; such files get these values.
-OPTIONAL_FIELDS = dict(scan_layers=False, remat='none')
 
 
 def default_model_config() -> ml_collections.ConfigDict:
+  """Every field of the ``model`` section with its default: the one place the video model's defaults live."""
   return ml_collections.ConfigDict(
     dict(
       attention='divided',
@@ -239,17 +245,15 @@ def default_model_config() -> ml_collections.ConfigDict:
       drop_path=0.0,
       head_zero_init=True,
       dtype='float32',
-      **OPTIONAL_FIELDS,
+      scan_layers=False,
+      remat='none',
     )
   )
 
 
-def make_video_model(
-  model_config: ml_collections.ConfigDict, *, num_classes: int, clip_shape, rngs: nnx.Rngs
-) -> VideoTransformer:
-  """A ``VideoTransformer`` from a ``config.model`` section (fields as in ``default_model_config``)."""
-  options = {
-    name: model_config.get(name, OPTIONAL_FIELDS[name]) if name in OPTIONAL_FIELDS else model_config[name]
-    for name in default_model_config()
-  }
+def make_video_model(model_config, *, num_classes: int, clip_shape, rngs: nnx.Rngs) -> VideoTransformer:
+  """The ``VideoTransformer`` a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field
+  it lacks takes its ``default_model_config`` value, one it has that is not there is a ``ValueError``),
+  for ``num_classes`` classes of clips ``clip_shape`` ``(T, H, W, C)``."""
+  options = with_defaults(model_config, default_model_config()).to_dict()
   return VideoTransformer(num_classes=num_classes, clip_shape=tuple(clip_shape), rngs=rngs, **options)

@@ -10,22 +10,27 @@ asked, the attention weights of every layer.
 
 Numerics that differ between published code bases are options, so that a loaded
 checkpoint computes what its own code computes: ``activation`` (``'gelu'``, the tanh
-approximation of the ViT and big_vision code; ``'gelu_exact'``, erf), ``layernorm_epsilon``,
-``pre_logits`` (a Dense + tanh of that size before the head, as the ImageNet-21k ViT
-checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_cols'``, ours, or
-``'big_vision'``: ``[sin(x w), cos(x w), sin(y w), cos(y w)]``, ``w_i = 10000^(-i/(D/4-1))``).
+approximation of the ViT and big_vision code; ``'gelu_exact'``, erf), ``layernorm_epsilon``
+(of every LayerNorm), ``pre_logits`` (a Dense + tanh of that size before the head, as the
+ImageNet-21k ViT checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_cols'``, ours, or
+``'big_vision'``: ``[sin(x w), cos(x w), sin(y w), cos(y w)]``, ``w_i = 10000^(-i/(D/4-1))``;
+``attention.positional``). Each is handed to the modules that use it when they are built.
 ``scan_layers`` and ``remat`` (``attention.layers``) scan the encoder over depth and
 rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``.
+
+``make_vit`` builds the model from a ``config.model`` section; ``default_model_config`` holds every
+field's default.
 """
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
 from attention import Encoder, Mlp, MultiHeadAttention, resolve_dtype
+from attention.options import with_defaults
+from attention.positional import check_sincos2d_layout
 
 # name -> (width, depth, mlp_dim, num_heads), as in the ViT and DeiT papers.
 VARIANTS = {
@@ -38,7 +43,6 @@ VARIANTS = {
   'G': (1664, 48, 8192, 16),
 }
 POOLS = ('cls', 'gap', 'map')
-SINCOS2D_LAYOUTS = ('rows_cols', 'big_vision')
 
 
 def decode_variant(variant: str) -> dict[str, int]:
@@ -51,17 +55,6 @@ def decode_variant(variant: str) -> dict[str, int]:
     )
   width, depth, mlp_dim, num_heads = VARIANTS[size]
   return dict(width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads, patch_size=int(patch))
-
-
-def big_vision_sincos_2d(height: int, width: int, dim: int, temperature: float = 10_000.0) -> np.ndarray:
-  """``[height * width, dim]``: big_vision's 2-D sin-cos table (x is the column, y the row)."""
-  if dim % 4:
-    raise ValueError(f'sincos2d needs a width divisible by 4, got {dim}.')
-  omega = 1.0 / temperature ** (np.arange(dim // 4) / max(dim // 4 - 1, 1))
-  y, x = np.mgrid[:height, :width]
-  x_angle, y_angle = np.outer(x.ravel(), omega), np.outer(y.ravel(), omega)
-  table = np.concatenate([np.sin(x_angle), np.cos(x_angle), np.sin(y_angle), np.cos(y_angle)], axis=1)
-  return table.astype(np.float32)
 
 
 class PatchEmbedding(nnx.Module):
@@ -108,11 +101,19 @@ class AttentionPoolingHead(nnx.Module):
   """A learned probe token attends over all tokens, followed by a residual MLP (big_vision's MAP)."""
 
   def __init__(
-    self, width: int, num_heads: int, mlp_dim: int, *, activation: str = 'gelu', dtype=None, rngs: nnx.Rngs
+    self,
+    width: int,
+    num_heads: int,
+    mlp_dim: int,
+    *,
+    activation: str,
+    layernorm_epsilon: float,
+    dtype=None,
+    rngs: nnx.Rngs,
   ):
     self.probe = nnx.Param(nnx.initializers.xavier_uniform()(rngs.params(), (1, 1, width)))
     self.attention = MultiHeadAttention(num_heads, width, cross_attention=True, dtype=dtype, rngs=rngs)
-    self.norm = nnx.LayerNorm(width, epsilon=1e-6, dtype=dtype, rngs=rngs)
+    self.norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, dtype=dtype, rngs=rngs)
     self.mlp = Mlp(width, mlp_dim, activation=activation, dtype=dtype, rngs=rngs)
 
   def __call__(self, tokens, *, return_weights: bool = False):
@@ -123,6 +124,9 @@ class AttentionPoolingHead(nnx.Module):
 
 
 class VisionTransformer(nnx.Module):
+  """Every option is given: their defaults are those of ``default_model_config``, which ``make_vit``
+  fills in (the options mean what the fields of a ``model`` section mean)."""
+
   def __init__(
     self,
     *,
@@ -133,29 +137,26 @@ class VisionTransformer(nnx.Module):
     depth: int,
     num_heads: int,
     mlp_dim: int,
-    pool: str = 'cls',
-    posemb: str = 'learn1d',
-    posemb_injection: str = 'stem',
-    score: str = 'scaled_dot',
-    dropout: float = 0.0,
-    attention_dropout: float = 0.0,
-    drop_path: float = 0.0,
-    head_zero_init: bool = True,
-    activation: str = 'gelu',
-    layernorm_epsilon: float = 1e-6,
-    pre_logits: int = 0,
-    sincos2d_layout: str = 'rows_cols',
-    scan_layers: bool = False,
-    remat: str = 'none',
-    dtype: str = 'float32',
+    pool: str,
+    posemb: str,
+    posemb_injection: str,
+    score: str,
+    dropout: float,
+    attention_dropout: float,
+    drop_path: float,
+    head_zero_init: bool,
+    activation: str,
+    layernorm_epsilon: float,
+    pre_logits: int,
+    sincos2d_layout: str,
+    scan_layers: bool,
+    remat: str,
+    dtype: str,
     rngs: nnx.Rngs,
   ):
     if pool not in POOLS:
       raise ValueError(f'Unknown pool {pool!r}; allowed values: {", ".join(POOLS)}.')
-    if sincos2d_layout not in SINCOS2D_LAYOUTS:
-      raise ValueError(
-        f'Unknown sincos2d_layout {sincos2d_layout!r}; allowed values: {", ".join(SINCOS2D_LAYOUTS)}.'
-      )
+    check_sincos2d_layout(sincos2d_layout)
     compute_dtype = resolve_dtype(dtype)
     height, image_width, channels = image_shape
     patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
@@ -184,6 +185,8 @@ class VisionTransformer(nnx.Module):
       attention_dropout_rate=attention_dropout,
       drop_path_rate=drop_path,
       activation=activation,
+      layernorm_epsilon=layernorm_epsilon,
+      sincos2d_layout=sincos2d_layout,
       scan_layers=scan_layers,
       remat=remat,
       dtype=compute_dtype,
@@ -191,18 +194,18 @@ class VisionTransformer(nnx.Module):
     )
     if pool == 'map':
       self.pooling = AttentionPoolingHead(
-        width, num_heads, mlp_dim, activation=activation, dtype=compute_dtype, rngs=rngs
+        width,
+        num_heads,
+        mlp_dim,
+        activation=activation,
+        layernorm_epsilon=layernorm_epsilon,
+        dtype=compute_dtype,
+        rngs=rngs,
       )
     if pre_logits:
       self.pre_logits = nnx.Linear(width, pre_logits, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
-    if posemb == 'sincos2d' and sincos2d_layout == 'big_vision':
-      for table in self.encoder.positional.tables:
-        table.table[...] = jnp.asarray(big_vision_sincos_2d(*self.grid, width))
-    for _, module in self.iter_modules():
-      if isinstance(module, nnx.LayerNorm):
-        module.epsilon = layernorm_epsilon
 
   def __call__(
     self,
@@ -238,6 +241,7 @@ class VisionTransformer(nnx.Module):
 
 
 def default_model_config() -> ml_collections.ConfigDict:
+  """Every field of the ``model`` section with its default: the one place the ViT's defaults live."""
   return ml_collections.ConfigDict(
     dict(
       variant='custom',
@@ -266,41 +270,14 @@ def default_model_config() -> ml_collections.ConfigDict:
 
 
 def make_vit(
-  model_config: ml_collections.ConfigDict,
-  *,
-  num_classes: int,
-  image_shape: tuple[int, int, int],
-  rngs: nnx.Rngs,
+  model_config, *, num_classes: int, image_shape: tuple[int, int, int], rngs: nnx.Rngs
 ) -> VisionTransformer:
-  """A ViT from a ``config.model`` section: the variant string, or the explicit shape if 'custom'."""
-  if model_config.variant == 'custom':
-    shape = dict(
-      width=model_config.width,
-      depth=model_config.depth,
-      num_heads=model_config.num_heads,
-      mlp_dim=model_config.mlp_dim,
-      patch_size=model_config.patch_size,
-    )
-  else:
-    shape = decode_variant(model_config.variant)
-  return VisionTransformer(
-    num_classes=num_classes,
-    image_shape=image_shape,
-    pool=model_config.pool,
-    posemb=model_config.posemb,
-    posemb_injection=model_config.posemb_injection,
-    score=model_config.score,
-    dropout=model_config.dropout,
-    attention_dropout=model_config.attention_dropout,
-    drop_path=model_config.drop_path,
-    head_zero_init=model_config.head_zero_init,
-    activation=model_config.get('activation', 'gelu'),
-    layernorm_epsilon=model_config.get('layernorm_epsilon', 1e-6),
-    pre_logits=model_config.get('pre_logits', 0),
-    sincos2d_layout=model_config.get('sincos2d_layout', 'rows_cols'),
-    scan_layers=model_config.get('scan_layers', False),
-    remat=model_config.get('remat', 'none'),
-    dtype=model_config.dtype,
-    rngs=rngs,
-    **shape,
-  )
+  """The ViT a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field it lacks takes
+  its ``default_model_config`` value, one it has that is not there is a ``ValueError``), for
+  ``num_classes`` classes of images ``image_shape`` ``(H, W, C)``. A named ``variant`` gives the width,
+  depth, heads, MLP and patch size; ``'custom'`` takes them from the section."""
+  options = with_defaults(model_config, default_model_config()).to_dict()
+  variant = options.pop('variant')
+  if variant != 'custom':
+    options.update(decode_variant(variant))
+  return VisionTransformer(num_classes=num_classes, image_shape=image_shape, rngs=rngs, **options)

@@ -12,6 +12,7 @@ import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
+from attention.options import with_defaults
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from pipelines.image_sources import IMAGE_SUFFIXES
 from trainer.devices import Devices
@@ -23,7 +24,7 @@ from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
 from vit.input_pipeline import ImagePreparation, load_image_data
-from vit.model import make_vit
+from vit.model import default_model_config, make_vit
 
 
 @flax.struct.dataclass
@@ -73,12 +74,16 @@ class ImageClassification(Task):
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
-    posemb, injection = config.model.posemb, config.model.posemb_injection
+    try:
+      model = with_defaults(config.model, default_model_config())
+    except ValueError as error:
+      raise ConfigError(f'model: {error}') from None
+    posemb, injection = model.posemb, model.posemb_injection
     if posemb in POSEMB_KINDS and injection in INJECTIONS and not combination_exists(posemb, injection):
       raise NotApplicable(
         f"model.posemb {posemb!r} has no {injection!r} injection; only 'stem' exists for it."
       )
-    if config.model.get('scan_layers', False) and config.get('optimizer', {}).get('layer_decay', 1.0) != 1.0:
+    if model.scan_layers and config.get('optimizer', {}).get('layer_decay', 1.0) != 1.0:
       raise ConfigError(
         'config.optimizer.layer_decay needs one parameter per layer: set model.scan_layers=False '
         '(a scanned encoder stacks its layers into one array).'
