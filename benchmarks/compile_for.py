@@ -15,7 +15,8 @@ channels and vocabulary size from the flags below, image size and sequence lengt
 config), the model and optimizer state abstractly (``trainer.state_init``: shapes, dtypes and
 shardings), then the trainer's own train step is compiled for a mesh (``config.mesh``) over the
 slice's chips. It prints per-chip bytes (parameters, optimizer state, batch, XLA's temporaries
-and the total) against the chip's HBM, XLA's FLOPs per step, the collectives in the compiled
+and the total) against the chip's HBM (a device's share of it where a chip's TensorCores are
+devices of their own, as libtpu gives v4), XLA's FLOPs per step, the collectives in the compiled
 program (count and bytes of each kind, those in a loop's body, such as the scanned layers or the
 micro-batch loop, as often as the loop runs), the compile time, and XLA's own estimate of the
 step time only when it gives a positive one. XLA's cost analysis counts the body of a while loop
@@ -180,6 +181,20 @@ def _chip(topology: str) -> tuple[int | None, float | None]:
   return CHIPS.get(generation, (None, None))
 
 
+def device_share(topology: str, devices) -> tuple[int | None, float | None, int]:
+  """One device's HBM bytes and bfloat16 peak TFLOP/s, and the slice's chip count. libtpu gives each
+  TensorCore of a v4 chip as a device of its own (``v4:2x2x4``: 32 devices on 16 chips), and
+  the chip's cores share its HBM and its peak."""
+  hbm, peak_tflops = _chip(topology)
+  chips = len({tuple(device.coords) for device in devices})
+  share = chips / len(devices)
+  return (
+    None if hbm is None else int(hbm * share),
+    None if peak_tflops is None else peak_tflops * share,
+    chips,
+  )
+
+
 def _per_chip_bytes(tree) -> int:
   """Bytes one chip holds of the abstract arrays of ``tree`` (each a ``ShapeDtypeStruct`` with a sharding)."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -252,11 +267,12 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
     name: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=batch_sharding(mesh))
     for name, shape in task.batch_shapes(config.batch_size).items()
   }
-  hbm, peak_tflops = _chip(topology)
+  hbm, peak_tflops, chips = device_share(topology, devices)
   state = init.abstract_state
   result = {
     'topology': topology,
-    'chips': len(devices),
+    'chips': chips,
+    'devices': len(devices),
     'mesh': dict(mesh.shape),
     'batch_size': config.batch_size,
     'grad_accum_steps': config.grad_accum_steps,
@@ -334,7 +350,7 @@ def report(result: dict) -> list[str]:
   """The lines printed before the JSON line."""
   bytes_ = result['per_chip_bytes']
   lines = [
-    f'{result["topology"]}: {result["chips"]} chips, mesh {result["mesh"]}, batch {result["batch_size"]} '
+    f'{result["topology"]}: {_devices(result)}, mesh {result["mesh"]}, batch {result["batch_size"]} '
     f'({result["grad_accum_steps"]} micro-batches), {result["parameters"] / 1e6:.1f}M parameters',
     f'per chip: parameters {_gib(bytes_["parameters"])}, optimizer state {_gib(bytes_["optimizer_state"])}, '
     f'batch {_gib(bytes_["batch"])}',
@@ -363,7 +379,8 @@ def report(result: dict) -> list[str]:
       line += ' (from the same cost analysis: loop bodies counted once)'
     lines.append(line)
   if not result['fits']:
-    lines.append(_does_not_fit(result, f'{_gib(bytes_["total"])} per chip needed'))
+    unit = 'chip' if result['devices'] == result['chips'] else 'device'
+    lines.append(_does_not_fit(result, f'{_gib(bytes_["total"])} per {unit} needed'))
   return lines
 
 
@@ -379,9 +396,16 @@ def _loops_counted_once(trip_counts: list[int | None]) -> str:
   )
 
 
+def _devices(result: dict) -> str:
+  if result['devices'] == result['chips']:
+    return f'{result["chips"]} chips'
+  return f"{result['chips']} chips as {result['devices']} devices (TensorCores sharing a chip's HBM)"
+
+
 def _does_not_fit(result: dict, needed: str) -> str:
+  device = 'a chip' if result['devices'] == result['chips'] else 'a device'
   return (
-    f'does not fit: {needed} (a chip of {result["topology"]} has {_gib(result["hbm_bytes"])}); '
+    f'does not fit: {needed} ({device} of {result["topology"]} has {_gib(result["hbm_bytes"])}); '
     'try sharding parameters and optimizer state (--config.mesh.fsdp=N), fewer examples per '
     'micro-batch (--config.grad_accum_steps=N) or rematerialisation (--config.model.remat=full)'
   )

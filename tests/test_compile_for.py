@@ -11,6 +11,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -56,6 +57,7 @@ def test_a_step_that_does_not_fit_is_one_line_with_what_to_try():
   result = {
     'topology': 'v5e:4x4',
     'chips': 16,
+    'devices': 16,
     'mesh': {'data': 16, 'fsdp': 1, 'model': 1},
     'batch_size': 256,
     'grad_accum_steps': 1,
@@ -134,11 +136,27 @@ def test_flops_of_a_program_with_loops_are_called_a_lower_bound():
   assert 'a lower bound: XLA counts the body of each loop once' in flops and '(24, 4 iterations)' in flops
 
 
+def test_a_v4_chips_two_tensorcores_are_two_devices_with_half_its_memory_and_peak_each():
+  chip = lambda x, y, z: types.SimpleNamespace(coords=(x, y, z))  # noqa: E731
+  v4_cores = [chip(x, y, z) for x in range(2) for y in range(2) for z in range(4) for _ in range(2)]
+  assert compile_for.device_share('v4:2x2x4', v4_cores) == (16 * 2**30, 275.0 / 2, 16)
+  v5e_chips = [chip(x, y, 0) for x in range(4) for y in range(4)]
+  assert compile_for.device_share('v5e:4x4', v5e_chips) == (16 * 2**30, 197.0, 16)
+  result = _compiled_result(topology='v4:2x2x4', chips=16, devices=32, fits=False)
+  result['per_chip_bytes']['total'] = 17 * 2**30
+  lines = compile_for.report(result)
+  assert lines[0].startswith("v4:2x2x4: 16 chips as 32 devices (TensorCores sharing a chip's HBM)")
+  assert lines[-1].startswith(
+    'does not fit: 17.00 GiB per device needed (a device of v4:2x2x4 has 16.00 GiB)'
+  )
+
+
 def _compiled_result(**changes) -> dict:
   """What ``compile_for`` returns for a step that compiled (figures of a small ViT on ``v5e:2x2``)."""
   result = {
     'topology': 'v5e:2x2',
     'chips': 4,
+    'devices': 4,
     'mesh': {'data': 4, 'fsdp': 1, 'model': 1},
     'batch_size': 32,
     'grad_accum_steps': 1,
