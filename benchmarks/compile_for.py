@@ -349,17 +349,18 @@ def _exhausted(message: str) -> str:
 def report(result: dict) -> list[str]:
   """The lines printed before the JSON line."""
   bytes_ = result['per_chip_bytes']
+  unit = 'chip' if result['devices'] == result['chips'] else 'device'
   lines = [
     f'{result["topology"]}: {_devices(result)}, mesh {result["mesh"]}, batch {result["batch_size"]} '
     f'({result["grad_accum_steps"]} micro-batches), {result["parameters"] / 1e6:.1f}M parameters',
-    f'per chip: parameters {_gib(bytes_["parameters"])}, optimizer state {_gib(bytes_["optimizer_state"])}, '
+    f'per {unit}: parameters {_gib(bytes_["parameters"])}, optimizer state {_gib(bytes_["optimizer_state"])}, '
     f'batch {_gib(bytes_["batch"])}',
   ]
   if result.get('error'):
     lines.append(_does_not_fit(result, result['error']))
     return lines
   lines.append(
-    f'per chip, from XLA: arguments {_gib(bytes_["arguments"])}, temporaries {_gib(bytes_["temporaries"])}, '
+    f'per {unit}, from XLA: arguments {_gib(bytes_["arguments"])}, temporaries {_gib(bytes_["temporaries"])}, '
     f'total {_gib(bytes_["total"])} of {_gib(result["hbm_bytes"])} HBM'
   )
   lines.append(
@@ -379,7 +380,6 @@ def report(result: dict) -> list[str]:
       line += ' (from the same cost analysis: loop bodies counted once)'
     lines.append(line)
   if not result['fits']:
-    unit = 'chip' if result['devices'] == result['chips'] else 'device'
     lines.append(_does_not_fit(result, f'{_gib(bytes_["total"])} per {unit} needed'))
   return lines
 
