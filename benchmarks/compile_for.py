@@ -15,12 +15,16 @@ channels and vocabulary size from the flags below, image size, clip frames and s
 from the config), the model and optimizer state abstractly (``trainer.state_init``: shapes, dtypes and
 shardings), then the trainer's own train step is compiled for a mesh (``config.mesh``) over the
 slice's chips. It prints per-chip bytes (parameters, optimizer state, batch, XLA's temporaries
-and the total) against the chip's HBM, XLA's FLOPs per step, the collectives in the compiled
-program (count and bytes of each kind; those inside a loop, such as the micro-batch loop, are
-counted once), the compile time, and XLA's own estimate of the step time only when it gives a
-positive one. The last line is one JSON object with the same figures. A step that does not fit
-(XLA's RESOURCE_EXHAUSTED) is one line saying what it needs and what to try, the JSON line with
-``"fits": false``, and exit status 1; a bad flag or config is ``error: ...`` and status 2.
+and the total) against the chip's HBM (a device's share of it where a chip's TensorCores are
+devices of their own, as libtpu gives v4), XLA's FLOPs per step, the collectives in the compiled
+program (count and bytes of each kind, those in a loop's body, such as the scanned layers or the
+micro-batch loop, as often as the loop runs), the compile time, and XLA's own estimate of the
+step time only when it gives a positive one. XLA's cost analysis counts the body of a while loop
+once, so where the program has loops (``model.scan_layers``, ``grad_accum_steps`` > 1) its FLOPs
+and estimate are lower bounds, and the output says so. The last line is one JSON object with the
+same figures. A step that does not fit (XLA's RESOURCE_EXHAUSTED, or a total over the chip's
+HBM) is one line saying what it needs and what to try, the JSON line with ``"fits": false``, and
+exit status 1; a bad flag or config is ``error: ...`` and status 2.
 """
 
 import os
@@ -65,12 +69,28 @@ CHIPS = {
   'v6e': (32 * GIB, 918.0),
 }
 COLLECTIVES = ('all-gather', 'reduce-scatter', 'all-reduce', 'all-to-all', 'collective-permute')
+#: the figures only a compiled step has (``None`` in the JSON of one that did not compile)
+_COMPILED_FIGURES = (
+  'flops_per_chip',
+  'flops',
+  'collectives',
+  'loop_trip_counts',
+  'estimated_seconds',
+  'estimated_utilisation',
+)
+_COMPILED_BYTES = ('arguments', 'outputs_not_aliased', 'temporaries', 'code', 'total')
 _DTYPE_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 'bf16': 2, 'f16': 2, 's16': 2, 'u16': 2, 's32': 4, 'u32': 4}
 _DTYPE_BYTES.update({'f32': 4, 'f64': 8, 's64': 8, 'u64': 8, 'c64': 8, 'c128': 16})
 _COLLECTIVE_LINE = re.compile(
   r'=\s+(?P<shape>.+?)\s+(?P<op>' + '|'.join(COLLECTIVES) + r')(?P<start>-start)?\('
 )
 _ARRAY = re.compile(r'\b([a-z]+\d*(?:e\d+m\d+\w*)?)\[([\d,]*)\]')
+_COMPUTATION_START = re.compile(r'(?:ENTRY\s+)?%?(?P<name>[\w.\-]+)\s*\(.*\{\s*$')
+_CALLED = re.compile(
+  r'\b(?P<how>body|condition|calls|to_apply|true_computation|false_computation)=%(?P<name>[\w.\-]+)'
+)
+_BRANCHES = re.compile(r'branch_computations=\{(?P<names>[^}]*)\}')
+_INTEGER_CONSTANT = re.compile(r'=\s*[su](?:32|64)\[\]\S*\s+constant\((?P<value>\d+)\)')
 
 
 def _array_bytes(dtype: str, dims: str) -> int:
@@ -80,20 +100,99 @@ def _array_bytes(dtype: str, dims: str) -> int:
   return count * _DTYPE_BYTES.get(dtype, 1)
 
 
+def _computations(hlo_text: str) -> dict[str, list[str]]:
+  """The instruction lines of each computation of an HLO module's text, by name ('' holds lines
+  outside any computation, as in a fragment)."""
+  found, current = {'': []}, ''
+  for line in hlo_text.splitlines():
+    start = None if line.startswith((' ', '\t')) else _COMPUTATION_START.match(line)
+    if start:
+      current = start['name']
+      found[current] = []
+    elif line.startswith('}'):
+      current = ''
+    else:
+      found[current].append(line)
+  return found
+
+
+def _trip_count(condition: list[str]) -> int | None:
+  """The iterations of a while loop whose condition is ``counter < constant`` (a scan's, a
+  ``fori_loop``'s), counting from 0; ``None`` for any other condition."""
+  bounds = [int(match['value']) for line in condition for match in _INTEGER_CONSTANT.finditer(line)]
+  compares = [line for line in condition if 'ROOT' in line and ' compare(' in line]
+  if len(bounds) == 1 and len(compares) == 1 and 'direction=LT' in compares[0]:
+    return bounds[0]
+  return None
+
+
+def _runs(computations: dict[str, list[str]]) -> tuple[dict[str, int], list[int | None]]:
+  """How often each computation runs in one run of the module (a while loop's body as often as its
+  trip count says; 1 where it is not known), and the trip counts of the module's while loops."""
+  callers, loops = {}, []
+  for caller, lines in computations.items():
+    for line in lines:
+      called = [(match['how'], match['name']) for match in _CALLED.finditer(line)]
+      for branches in _BRANCHES.finditer(line):
+        called += [('branch', name.strip().lstrip('%')) for name in branches['names'].split(',')]
+      trips = None
+      if ' while(' in line:
+        condition = next((name for how, name in called if how == 'condition'), None)
+        trips = _trip_count(computations.get(condition, []))
+        loops.append(trips)
+      for how, name in called:
+        callers.setdefault(name, []).append((caller, (trips or 1) if how == 'body' else 1))
+  runs = {}
+
+  def count(name: str) -> int:
+    if name not in runs:
+      runs[name] = sum(count(caller) * times for caller, times in callers[name]) if name in callers else 1
+    return runs[name]
+
+  for name in computations:
+    count(name)
+  return runs, loops
+
+
+def loop_trip_counts(hlo_text: str) -> list[int | None]:
+  """The trip count of each while loop of an HLO module's text (``None`` where it is not read)."""
+  return _runs(_computations(hlo_text))[1]
+
+
 def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
-  """Count and result bytes of each kind of collective in an HLO module's text (asynchronous ones
-  counted at their ``-start``; a ``-start``'s tuple counts its largest array, the result)."""
+  """Count and result bytes of each kind of collective that one run of an HLO module's text
+  performs: asynchronous ones counted at their ``-start`` (whose tuple counts its largest array,
+  the result), those in a loop's body as often as the loop runs it."""
+  computations = _computations(hlo_text)
+  runs, _ = _runs(computations)
   found = {op: {'count': 0, 'bytes': 0} for op in COLLECTIVES}
-  for match in _COLLECTIVE_LINE.finditer(hlo_text):
-    sizes = [_array_bytes(dtype, dims) for dtype, dims in _ARRAY.findall(match['shape'])]
-    found[match['op']]['count'] += 1
-    found[match['op']]['bytes'] += (max(sizes) if match['start'] else sum(sizes)) if sizes else 0
+  for name, lines in computations.items():
+    for match in _COLLECTIVE_LINE.finditer('\n'.join(lines)):
+      sizes = [_array_bytes(dtype, dims) for dtype, dims in _ARRAY.findall(match['shape'])]
+      found[match['op']]['count'] += runs[name]
+      found[match['op']]['bytes'] += runs[name] * (
+        (max(sizes) if match['start'] else sum(sizes)) if sizes else 0
+      )
   return found
 
 
 def _chip(topology: str) -> tuple[int | None, float | None]:
   generation = topology.split(':', 1)[0].lower().replace('litepod', 'e').replace('v5lite', 'v5e')
   return CHIPS.get(generation, (None, None))
+
+
+def device_share(topology: str, devices) -> tuple[int | None, float | None, int]:
+  """One device's HBM bytes and bfloat16 peak TFLOP/s, and the slice's chip count. libtpu gives each
+  TensorCore of a v4 chip as a device of its own (``v4:2x2x4``: 32 devices on 16 chips), and
+  the chip's cores share its HBM and its peak."""
+  hbm, peak_tflops = _chip(topology)
+  chips = len({tuple(device.coords) for device in devices})
+  share = chips / len(devices)
+  return (
+    None if hbm is None else int(hbm * share),
+    None if peak_tflops is None else peak_tflops * share,
+    chips,
+  )
 
 
 def _per_chip_bytes(tree) -> int:
@@ -168,11 +267,12 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
     name: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=batch_sharding(mesh))
     for name, shape in task.batch_shapes(config.batch_size).items()
   }
-  hbm, peak_tflops = _chip(topology)
+  hbm, peak_tflops, chips = device_share(topology, devices)
   state = init.abstract_state
   result = {
     'topology': topology,
-    'chips': len(devices),
+    'chips': chips,
+    'devices': len(devices),
     'mesh': dict(mesh.shape),
     'batch_size': config.batch_size,
     'grad_accum_steps': config.grad_accum_steps,
@@ -190,7 +290,13 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   except Exception as error:  # pylint: disable=broad-except
     if 'RESOURCE_EXHAUSTED' not in str(error):
       raise
-    result.update(fits=False, compile_seconds=time.perf_counter() - start, error=_exhausted(str(error)))
+    result.update(
+      fits=False,
+      compile_seconds=time.perf_counter() - start,
+      error=_exhausted(str(error)),
+      **dict.fromkeys(_COMPILED_FIGURES),  # the same keys as a step that compiled, for scripts
+    )
+    result['per_chip_bytes'].update(dict.fromkeys(_COMPILED_BYTES))
     return result
   result['compile_seconds'] = time.perf_counter() - start
   memory = compiled.memory_analysis()
@@ -211,16 +317,27 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, list | tuple) else cost
   flops = float(cost.get('flops', 0.0))
-  estimate = float(cost.get('optimal_seconds', -1.0))
+  hlo_text = compiled.as_text()
   result.update(
     fits=hbm is None or total <= hbm,
     flops_per_chip=flops,
     flops=flops * len(devices),
-    collectives=collectives(compiled.as_text()),
-    estimated_seconds=estimate if estimate > 0 else None,
-    estimated_utilisation=flops / estimate / (peak_tflops * 1e12) if estimate > 0 and peak_tflops else None,
+    collectives=collectives(hlo_text),
+    loop_trip_counts=loop_trip_counts(hlo_text),
+    **estimate(cost, peak_tflops),
   )
   return result
+
+
+def estimate(cost: dict, peak_tflops: float | None) -> dict[str, float | None]:
+  """XLA's estimated step time (``optimal_seconds`` of its cost analysis) and the share of the chip's
+  peak it implies; both ``None`` unless XLA gives a positive time (it gives -1 where it has none)."""
+  seconds = float(cost.get('optimal_seconds', -1.0))
+  if not seconds > 0:
+    return {'estimated_seconds': None, 'estimated_utilisation': None}
+  flops = float(cost.get('flops', 0.0))
+  utilisation = flops / seconds / (peak_tflops * 1e12) if peak_tflops and flops > 0 else None
+  return {'estimated_seconds': seconds, 'estimated_utilisation': utilisation}
 
 
 def _exhausted(message: str) -> str:
@@ -232,27 +349,24 @@ def _exhausted(message: str) -> str:
 def report(result: dict) -> list[str]:
   """The lines printed before the JSON line."""
   bytes_ = result['per_chip_bytes']
+  unit = 'chip' if result['devices'] == result['chips'] else 'device'
   lines = [
-    f'{result["topology"]}: {result["chips"]} chips, mesh {result["mesh"]}, batch {result["batch_size"]} '
+    f'{result["topology"]}: {_devices(result)}, mesh {result["mesh"]}, batch {result["batch_size"]} '
     f'({result["grad_accum_steps"]} micro-batches), {result["parameters"] / 1e6:.1f}M parameters',
-    f'per chip: parameters {_gib(bytes_["parameters"])}, optimizer state {_gib(bytes_["optimizer_state"])}, '
+    f'per {unit}: parameters {_gib(bytes_["parameters"])}, optimizer state {_gib(bytes_["optimizer_state"])}, '
     f'batch {_gib(bytes_["batch"])}',
   ]
-  if not result['fits'] and 'error' in result:
-    lines.append(
-      f'does not fit: {result["error"]} (a chip of {result["topology"]} has {_gib(result["hbm_bytes"])}); '
-      'try sharding parameters and optimizer state (--config.mesh.fsdp=N), fewer examples per '
-      'micro-batch (--config.grad_accum_steps=N) or rematerialisation (model.remat)'
-    )
+  if result.get('error'):
+    lines.append(_does_not_fit(result, result['error']))
     return lines
   lines.append(
-    f'per chip, from XLA: arguments {_gib(bytes_["arguments"])}, temporaries {_gib(bytes_["temporaries"])}, '
+    f'per {unit}, from XLA: arguments {_gib(bytes_["arguments"])}, temporaries {_gib(bytes_["temporaries"])}, '
     f'total {_gib(bytes_["total"])} of {_gib(result["hbm_bytes"])} HBM'
-    + ('' if result['fits'] else ' (does not fit)')
   )
   lines.append(
-    f'FLOPs per step (XLA): {result["flops"]:.4g} ({result["flops_per_chip"]:.4g} per chip); '
-    f'compiled in {result["compile_seconds"]:.1f} s'
+    f'FLOPs per step (XLA): {result["flops"]:.4g} ({result["flops_per_chip"]:.4g} per chip)'
+    + _loops_counted_once(result['loop_trip_counts'])
+    + f'; compiled in {result["compile_seconds"]:.1f} s'
   )
   found = [f'{op} {c["count"]} ({_gib(c["bytes"])})' for op, c in result['collectives'].items() if c['count']]
   lines.append('collectives: ' + (', '.join(found) if found else 'none'))
@@ -262,8 +376,39 @@ def report(result: dict) -> list[str]:
     )
     if result['estimated_utilisation']:
       line += f", implying {100 * result['estimated_utilisation']:.1f}% of the chips' bfloat16 peak"
+    if _loops_counted_once(result['loop_trip_counts']):
+      line += ' (from the same cost analysis: loop bodies counted once)'
     lines.append(line)
+  if not result['fits']:
+    lines.append(_does_not_fit(result, f'{_gib(bytes_["total"])} per {unit} needed'))
   return lines
+
+
+def _loops_counted_once(trip_counts: list[int | None]) -> str:
+  """XLA's cost analysis counts a while loop's body once (scanned layers, micro-batches): say so."""
+  loops = [count for count in trip_counts if count != 1]
+  if not loops:
+    return ''
+  counts = ', '.join('?' if count is None else str(count) for count in loops)
+  return (
+    f', a lower bound: XLA counts the body of each loop once, and this program runs {len(loops)} '
+    f'loop{"s" * (len(loops) > 1)} ({counts} iterations)'
+  )
+
+
+def _devices(result: dict) -> str:
+  if result['devices'] == result['chips']:
+    return f'{result["chips"]} chips'
+  return f"{result['chips']} chips as {result['devices']} devices (TensorCores sharing a chip's HBM)"
+
+
+def _does_not_fit(result: dict, needed: str) -> str:
+  device = 'a chip' if result['devices'] == result['chips'] else 'a device'
+  return (
+    f'does not fit: {needed} ({device} of {result["topology"]} has {_gib(result["hbm_bytes"])}); '
+    'try sharding parameters and optimizer state (--config.mesh.fsdp=N), fewer examples per '
+    'micro-batch (--config.grad_accum_steps=N) or rematerialisation (--config.model.remat=full)'
+  )
 
 
 def main(argv):

@@ -11,6 +11,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -56,6 +57,7 @@ def test_a_step_that_does_not_fit_is_one_line_with_what_to_try():
   result = {
     'topology': 'v5e:4x4',
     'chips': 16,
+    'devices': 16,
     'mesh': {'data': 16, 'fsdp': 1, 'model': 1},
     'batch_size': 256,
     'grad_accum_steps': 1,
@@ -69,6 +71,148 @@ def test_a_step_that_does_not_fit_is_one_line_with_what_to_try():
   assert lines[-1].startswith('does not fit: RESOURCE_EXHAUSTED: Ran out of memory on HBM')
   assert '(32.60G) exceeds available HBM (15.75G).' in lines[-1] and 'more detail' not in lines[-1]
   assert '16.00 GiB' in lines[-1] and '--config.mesh.fsdp=N' in lines[-1] and 'model.remat' in lines[-1]
+
+
+LOOPED_HLO = """
+HloModule jit_step
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  ROOT %sum = f32[] add(f32[] %a, f32[] %b)
+}
+
+%layers_body (state: (s32[], f32[64])) -> (s32[], f32[64]) {
+  %all-reduce.1 = f32[64]{0} all-reduce(f32[64]{0} %x), to_apply=%add
+  ROOT %tuple.1 = (s32[], f32[64]) tuple(s32[] %i, f32[64]{0} %all-reduce.1)
+}
+
+%layers_condition (state: (s32[], f32[64])) -> pred[] {
+  %constant.24 = s32[]{:T(128)} constant(24)
+  %gte.1 = s32[]{:T(128)} get-tuple-element((s32[], f32[64]) %state), index=0
+  ROOT %lt.1 = pred[] compare(s32[] %gte.1, s32[] %constant.24), direction=LT
+}
+
+%micro_batch_body (state: (s32[], f32[64])) -> (s32[], f32[64]) {
+  %while.2 = (s32[], f32[64]) while((s32[], f32[64]) %state), condition=%layers_condition, body=%layers_body
+  %all-gather-start.3 = (f32[16]{0}, f32[64]{0}) all-gather-start(f32[16]{0} %p), dimensions={0}
+  ROOT %tuple.2 = (s32[], f32[64]) tuple(s32[] %i, f32[64]{0} %x)
+}
+
+%micro_batch_condition (state: (s32[], f32[64])) -> pred[] {
+  %constant.4 = s32[] constant(4)
+  %gte.2 = s32[] get-tuple-element((s32[], f32[64]) %state), index=0
+  ROOT %lt.2 = pred[] compare(s32[] %gte.2, s32[] %constant.4), direction=LT
+}
+
+ENTRY %main.9 (p: f32[64]) -> f32[64] {
+  %while.1 = (s32[], f32[64]) while((s32[], f32[64]) %init), condition=%micro_batch_condition, body=%micro_batch_body
+  %reduce-scatter.5 = f32[16]{0} reduce-scatter(f32[64]{0} %g), dimensions={0}, to_apply=%add
+  ROOT %gte.3 = f32[64] get-tuple-element((s32[], f32[64]) %while.1), index=1
+}
+"""
+
+
+def test_collectives_in_loops_count_as_often_as_the_loops_run_them():
+  found = compile_for.collectives(LOOPED_HLO)
+  assert found['all-reduce'] == {
+    'count': 4 * 24,
+    'bytes': 4 * 24 * 64 * 4,
+  }  # the layers' loop in the micro-batches'
+  assert found['all-gather'] == {'count': 4, 'bytes': 4 * 64 * 4}
+  assert found['reduce-scatter'] == {'count': 1, 'bytes': 16 * 4}
+  assert compile_for.loop_trip_counts(LOOPED_HLO) == [24, 4]
+
+
+def test_a_loop_whose_trip_count_cannot_be_read_counts_once():
+  unknown = LOOPED_HLO.replace('direction=LT', 'direction=NE')
+  assert compile_for.loop_trip_counts(unknown) == [None, None]
+  assert compile_for.collectives(unknown)['all-reduce']['count'] == 1
+
+
+def test_flops_of_a_program_with_loops_are_called_a_lower_bound():
+  plain = compile_for.report(_compiled_result())
+  assert any(line.startswith('FLOPs per step (XLA): 4e+12 (1e+12 per chip); compiled') for line in plain)
+  looped = compile_for.report(_compiled_result(loop_trip_counts=[24, 4]))
+  flops = next(line for line in looped if line.startswith('FLOPs'))
+  assert 'a lower bound: XLA counts the body of each loop once' in flops and '(24, 4 iterations)' in flops
+
+
+def test_a_v4_chips_two_tensorcores_are_two_devices_with_half_its_memory_and_peak_each():
+  chip = lambda x, y, z: types.SimpleNamespace(coords=(x, y, z))  # noqa: E731
+  v4_cores = [chip(x, y, z) for x in range(2) for y in range(2) for z in range(4) for _ in range(2)]
+  assert compile_for.device_share('v4:2x2x4', v4_cores) == (16 * 2**30, 275.0 / 2, 16)
+  v5e_chips = [chip(x, y, 0) for x in range(4) for y in range(4)]
+  assert compile_for.device_share('v5e:4x4', v5e_chips) == (16 * 2**30, 197.0, 16)
+  result = _compiled_result(topology='v4:2x2x4', chips=16, devices=32, fits=False)
+  result['per_chip_bytes']['total'] = 17 * 2**30
+  lines = compile_for.report(result)
+  assert lines[0].startswith("v4:2x2x4: 16 chips as 32 devices (TensorCores sharing a chip's HBM)")
+  assert lines[-1].startswith(
+    'does not fit: 17.00 GiB per device needed (a device of v4:2x2x4 has 16.00 GiB)'
+  )
+
+
+def _compiled_result(**changes) -> dict:
+  """What ``compile_for`` returns for a step that compiled (figures of a small ViT on ``v5e:2x2``)."""
+  result = {
+    'topology': 'v5e:2x2',
+    'chips': 4,
+    'devices': 4,
+    'mesh': {'data': 4, 'fsdp': 1, 'model': 1},
+    'batch_size': 32,
+    'grad_accum_steps': 1,
+    'parameters': 5e6,
+    'per_chip_bytes': {
+      'parameters': 20e6,
+      'optimizer_state': 40e6,
+      'batch': 1e5,
+      'arguments': 60e6,
+      'temporaries': 2**30,
+      'total': 1.1 * 2**30,
+    },
+    'hbm_bytes': 16 * 2**30,
+    'fits': True,
+    'compile_seconds': 3.0,
+    'flops': 4e12,
+    'flops_per_chip': 1e12,
+    'collectives': {op: {'count': 0, 'bytes': 0} for op in compile_for.COLLECTIVES},
+    'loop_trip_counts': [],
+    'estimated_seconds': None,
+    'estimated_utilisation': None,
+  }
+  result.update(changes)
+  return result
+
+
+def test_xla_estimate_is_kept_only_when_positive():
+  for cost in (
+    {'flops': 1e12, 'optimal_seconds': -1.0},
+    {'flops': 1e12, 'optimal_seconds': 0.0},
+    {'flops': 1e12},
+  ):
+    assert compile_for.estimate(cost, 197.0) == {'estimated_seconds': None, 'estimated_utilisation': None}
+  found = compile_for.estimate({'flops': 1e12, 'optimal_seconds': 0.01}, 197.0)
+  assert found['estimated_seconds'] == 0.01
+  assert found['estimated_utilisation'] == pytest.approx(1e12 / 0.01 / 197e12)
+  assert compile_for.estimate({'flops': 1e12, 'optimal_seconds': 0.01}, None)['estimated_utilisation'] is None
+
+
+def test_the_estimate_line_is_printed_only_with_a_positive_estimate_and_says_it_is_one():
+  assert not any('estimate' in line for line in compile_for.report(_compiled_result()))
+  lines = compile_for.report(_compiled_result(estimated_seconds=0.0125, estimated_utilisation=0.406))
+  assert lines[-1] == (
+    "XLA estimate of the step time (the compiler, not a measurement): 0.0125 s, implying 40.6% of the chips' "
+    'bfloat16 peak'
+  )
+
+
+def test_a_compiled_step_over_the_chips_memory_ends_with_the_does_not_fit_line():
+  bytes_ = dict(_compiled_result()['per_chip_bytes'], total=17.5 * 2**30)
+  lines = compile_for.report(_compiled_result(fits=False, per_chip_bytes=bytes_))
+  assert lines[-1].startswith(
+    'does not fit: 17.50 GiB per chip needed (a chip of v5e:2x2 has 16.00 GiB); try '
+  )
+  assert '--config.mesh.fsdp=N' in lines[-1] and '--config.model.remat=full' in lines[-1]
+  assert not any('does not fit' in line for line in compile_for.report(_compiled_result()))
 
 
 def _compile(*arguments) -> tuple[int, dict, str]:
@@ -145,3 +289,32 @@ def test_without_libtpu_the_command_says_where_to_put_it(tmp_path):
   assert status.stderr.strip() == (
     f'error: --libtpu_dir {tmp_path} holds no libtpu package (pip install --target {tmp_path} "libtpu==0.0.42.*").'
   )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+  not os.path.isdir(os.path.join(LIBTPU, 'libtpu')),
+  reason=f'libtpu is not installed in {LIBTPU} (.ci/run installs it; or set LIBTPU_DIR)',
+)
+def test_a_step_over_the_chips_memory_says_so_in_one_line_then_the_json_with_the_same_keys_and_status_1():
+  too_big = [
+    argument for argument in TINY_VIT if not argument.startswith(('--config.batch_size', '--config.data'))
+  ]
+  status, result, printed = _compile(
+    '--topology=v5e:2x2', *too_big, '--config.data.image_size=(64, 64)', '--config.batch_size=262144'
+  )
+  assert status == 1 and result['fits'] is False
+  lines = printed.strip().splitlines()
+  assert lines[-2].startswith('does not fit: RESOURCE_EXHAUSTED: ') and 'exceeds available HBM' in lines[-2]
+  assert 'a chip of v5e:2x2 has 16.00 GiB' in lines[-2] and '--config.mesh.fsdp=N' in lines[-2]
+  for key in (
+    'flops',
+    'collectives',
+    'estimated_seconds',
+    'compile_seconds',
+    'hbm_bytes',
+    'loop_trip_counts',
+  ):
+    assert key in result  # a script reads the same keys whether the step fits or not
+  assert result['flops'] is None and result['per_chip_bytes']['temporaries'] is None
+  assert result['per_chip_bytes']['batch'] == 262144 // 4 * (64 * 64 + 1) * 4  # float32 pixels, int32 label
