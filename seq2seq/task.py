@@ -58,6 +58,7 @@ from seq2seq.workdir_tokenizers import (
   load_saved_tokenizers,
   prepare_tokenizers,
 )
+from trainer import storage
 from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, InputError, WorkdirError
 from trainer.losses import token_losses
@@ -385,8 +386,10 @@ class Translation(Task):
     results = corpus_scores(hypotheses, references)
     results['samples'] = _sample_text(sources, hypotheses, references, self.config.decode.num_samples)
     if output_dir is not None and devices.is_main_process:
-      path = pathlib.Path(output_dir) / f'hypotheses_{split}.txt'
-      path.write_text(''.join(hypothesis + '\n' for hypothesis in hypotheses), encoding='utf-8')
+      storage.write_text(
+        storage.as_path(output_dir) / f'hypotheses_{split}.txt',
+        ''.join(hypothesis + '\n' for hypothesis in hypotheses),
+      )
     return results
 
   # Prediction ---------------------------------------------------------------------

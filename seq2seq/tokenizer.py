@@ -2,8 +2,10 @@
 
 Both reserve pad=0 and have BOS, EOS and unknown ids. `save(directory)` writes
 `tokenizer.json` (the kind, the fingerprint and a word vocabulary) plus `spm.model` for
-SentencePiece; `load_tokenizer(directory)` reads it back. The fingerprint is the sha256
-of the vocabulary or model bytes, so later code can check that a tokenizer matches a
+SentencePiece; `load_tokenizer(directory)` reads it back. The directory may be a local
+folder or a prefix in a bucket (`gs://bucket/run/tokenizer`): every read and write goes through
+`trainer.storage`, and SentencePiece trains into memory and loads from bytes. The fingerprint is the
+sha256 of the vocabulary or model bytes, so later code can check that a tokenizer matches a
 checkpoint.
 """
 
@@ -12,11 +14,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
 import sentencepiece
 
+from trainer import storage
 from trainer.errors import ConfigError, DataError, MissingFileError
 
 CONFIG_FILE = 'tokenizer.json'
@@ -58,10 +60,8 @@ def _ids_before_eos(ids: Sequence[int], eos_id: int, skipped: set[int]) -> list[
 
 
 def _write_config(directory, config: dict) -> None:
-  directory = Path(directory)
-  directory.mkdir(parents=True, exist_ok=True)
-  (directory / CONFIG_FILE).write_text(
-    json.dumps(config, ensure_ascii=False, indent=1) + '\n', encoding='utf-8'
+  storage.write_text(
+    storage.as_path(directory) / CONFIG_FILE, json.dumps(config, ensure_ascii=False, indent=1) + '\n'
   )
 
 
@@ -153,7 +153,8 @@ class SentencePieceTokenizer:
 
   @classmethod
   def load(cls, model_file) -> SentencePieceTokenizer:
-    return cls(Path(model_file).read_bytes())
+    """The model in ``model_file``: a local path or an object in a bucket."""
+    return cls(storage.as_path(model_file).read_bytes())
 
   def encode(self, text: str) -> list[int]:
     return self.processor.encode(text, out_type=int)
@@ -162,8 +163,7 @@ class SentencePieceTokenizer:
     return self.processor.decode(_ids_before_eos(ids, self.eos_id, {self.pad_id, self.bos_id}))
 
   def save(self, directory) -> None:
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    (Path(directory) / SPM_MODEL_FILE).write_bytes(self.model_bytes)
+    storage.write_bytes(storage.as_path(directory) / SPM_MODEL_FILE, self.model_bytes)
     _write_config(
       directory, {'kind': 'sentencepiece', 'fingerprint': self.fingerprint, 'model_file': SPM_MODEL_FILE}
     )
@@ -171,7 +171,7 @@ class SentencePieceTokenizer:
 
 def load_tokenizer(directory) -> Tokenizer:
   """The tokenizer that `save(directory)` wrote; checks its fingerprint."""
-  config_path = Path(directory) / CONFIG_FILE
+  config_path = storage.as_path(directory) / CONFIG_FILE
   if not config_path.is_file():
     raise MissingFileError(f'no tokenizer in {directory}: {config_path} is missing')
   config = json.loads(config_path.read_text(encoding='utf-8'))
@@ -179,7 +179,7 @@ def load_tokenizer(directory) -> Tokenizer:
   if kind == 'word':
     tokenizer = WordTokenizer(config['words'])
   elif kind == 'sentencepiece':
-    model_path = Path(directory) / config['model_file']
+    model_path = storage.as_path(directory) / config['model_file']
     if not model_path.is_file():
       raise MissingFileError(f'{config_path} names SentencePiece model {model_path}, which is missing')
     tokenizer = SentencePieceTokenizer.load(model_path)

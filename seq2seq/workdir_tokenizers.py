@@ -15,7 +15,8 @@
                           (the shared or the source one)
   target_model_file       the same for the target side when not shared
 
-They are saved in ``<workdir>/tokenizer`` (``source/`` and ``target/`` when not shared).
+They are saved in ``<workdir>/tokenizer`` (``source/`` and ``target/`` when not shared), a local
+folder or a prefix in a bucket (``trainer.storage``); a ``model_file`` may be either too.
 A later run, or ``evaluate.py``, loads them; a ``model_file``, or a word vocabulary built
 from today's data, whose fingerprint differs from the saved one is an error, because the
 checkpoints were trained with the saved one. Predictions load them as saved, reading no data
@@ -31,6 +32,7 @@ import ml_collections
 import numpy as np
 
 from seq2seq.tokenizer import CONFIG_FILE, SentencePieceTokenizer, Tokenizer, WordTokenizer, load_tokenizer
+from trainer import storage
 from trainer.errors import ConfigError, DataError, MissingFileError
 
 TOKENIZER_KINDS = ('word', 'sentencepiece')
@@ -67,7 +69,7 @@ def check_tokenizer_config(config: ml_collections.ConfigDict) -> None:
       'tokenizer.target_model_file is only for separate vocabularies (tokenizer.shared=False)'
     )
   for path in model_files:
-    if path and not pathlib.Path(path).is_file():
+    if path and not storage.as_path(path).is_file():
       raise MissingFileError(f'SentencePiece model file {path} not found')
 
 
@@ -81,7 +83,7 @@ def prepare_tokenizers(
   ``train_pairs`` is called only when a tokenizer has to be trained, so a workdir that
   already holds its tokenizers (evaluation, resuming) reads no training data here.
   """
-  directory = pathlib.Path(workdir) / TOKENIZER_DIR
+  directory = storage.as_path(workdir) / TOKENIZER_DIR
   if config.shared:
     tokenizer = _prepare(
       config, directory, lambda: [text for pair in train_pairs() for text in pair], config.model_file
@@ -101,7 +103,7 @@ def load_saved_tokenizers(
 ) -> tuple[Tokenizer, Tokenizer]:
   """``(source tokenizer, target tokenizer)`` as the workdir saved them, checked against nothing else
   (no training split, no ``model_file``): for a trained workdir used without its data (predictions)."""
-  directory = pathlib.Path(workdir) / TOKENIZER_DIR
+  directory = storage.as_path(workdir) / TOKENIZER_DIR
   if config.shared:
     tokenizer = load_tokenizer(directory)
     return tokenizer, tokenizer

@@ -2,8 +2,10 @@
 
 import json
 import random
+import sys
 
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 from seq2seq.scan import generate_scan
 from seq2seq.tokenizer import SentencePieceTokenizer, WordTokenizer, load_tokenizer
@@ -182,3 +184,51 @@ def test_load_tokenizer_errors(tmp_path, sentencepiece_tokenizer):
   config_path.write_text(json.dumps(dict(config, kind='bytes')))
   with pytest.raises(ValueError, match="unknown tokenizer kind 'bytes'"):
     load_tokenizer(tmp_path / 'word')
+
+
+class _MemoryBucket(MemoryFileSystem):
+  """``gs://`` URLs kept in memory: what gcsfs does for a bucket, without one."""
+
+  protocol = ('gs', 'gcs')
+  root_marker = ''
+
+
+@pytest.fixture
+def memory_bucket(monkeypatch, tmp_path):
+  registry = sys.modules['fsspec.registry']._registry
+  for protocol in _MemoryBucket.protocol:
+    monkeypatch.setitem(registry, protocol, _MemoryBucket)
+  monkeypatch.setattr(_MemoryBucket, 'store', {})
+  monkeypatch.setattr(_MemoryBucket, 'pseudo_dirs', [''])
+  monkeypatch.chdir(tmp_path)  # where a path mistaken for a local one would land
+  yield _MemoryBucket.store
+  assert not list(tmp_path.iterdir()), 'a bucket URL was written as a local path'
+
+
+@pytest.mark.parametrize('shared', [True, False])
+def test_workdir_tokenizers_in_a_bucket(memory_bucket, shared):
+  from seq2seq.workdir_tokenizers import default_tokenizer_config, load_saved_tokenizers, prepare_tokenizers
+
+  config = default_tokenizer_config()
+  config.update(shared=shared, vocab_size=60)
+  pairs = list(zip(sentences(seed=0), sentences(seed=1)))
+  source, target = prepare_tokenizers(config, lambda: pairs, 'gs://bucket/run')
+  folders = [''] if shared else ['source/', 'target/']
+  assert sorted(memory_bucket) == sorted(
+    f'gs://bucket/run/tokenizer/{folder}{name}'
+    for folder in folders
+    for name in ('spm.model', 'tokenizer.json')
+  )
+
+  def no_data():
+    raise AssertionError('a saved tokenizer is loaded, not trained again')
+
+  again = prepare_tokenizers(config, no_data, 'gs://bucket/run')
+  saved = load_saved_tokenizers(config, 'gs://bucket/run')
+  for tokenizers in (again, saved):
+    assert [t.fingerprint for t in tokenizers] == [source.fingerprint, target.fingerprint]
+  config.model_file = f'gs://bucket/run/tokenizer/{folders[0]}spm.model'  # a model file in a bucket
+  if not shared:
+    config.target_model_file = 'gs://bucket/run/tokenizer/target/spm.model'
+  assert prepare_tokenizers(config, no_data, 'gs://bucket/other')[1].fingerprint == target.fingerprint
+  assert 'gs://bucket/other/tokenizer/' + folders[-1] + 'spm.model' in memory_bucket

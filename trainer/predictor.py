@@ -20,6 +20,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from trainer import storage
 from trainer import workdir as workdir_lib
 from trainer.evaluation import restore_checkpoint
 from trainer.task import PredictOptions, prediction_rows
@@ -128,12 +129,12 @@ class Predictor:
     if prediction is None:
       prediction = self.predict([value], **options)[0]
     title = f'{self.workdir.name}, step {self.step}'
-    return self.task.explain(self.model, value, prediction, pathlib.Path(path), title)
+    return self.task.explain(self.model, value, prediction, storage.as_path(path), title)
 
 
 def load_predictor(workdir, checkpoint: str | int = 'latest') -> Predictor:
   """Restores checkpoint ``checkpoint`` ('latest', 'best' or a step) of ``workdir`` for prediction."""
-  workdir = pathlib.Path(workdir)
+  workdir = storage.as_path(workdir)
   task, parts, params, step = restore_checkpoint(workdir, checkpoint, read_data=False)
   class_names = workdir_lib.load_class_names(workdir)
   return Predictor(workdir, task, parts.merge(params), int(step), class_names)

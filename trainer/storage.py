@@ -65,17 +65,24 @@ def absolute(path) -> pathlib.Path | epath.Path:
 
 
 def write_text(path, text: str) -> None:
-  """Writes ``text`` to ``path`` whole or not at all: a renamed temporary file, or one object.
+  """Writes ``text`` (UTF-8) to ``path`` whole or not at all (``write_bytes``)."""
+  write_bytes(path, text.encode('utf-8'))
 
-  A full disk or bucket is ``NoSpace`` naming ``path``.
+
+def write_bytes(path, data: bytes) -> None:
+  """Writes ``data`` to ``path`` whole or not at all: a renamed temporary file, or one object.
+
+  A local folder is made first where missing (an object store has no folders). A full disk or
+  bucket is ``NoSpace`` naming ``path``.
   """
   path = as_path(path)
   try:
     if is_remote(path):
-      path.write_text(text)
+      path.write_bytes(data)
       return
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix('.tmp')
-    temporary.write_text(text)
+    temporary.write_bytes(data)
     temporary.replace(path)
   except Exception as error:
     if is_disk_full(error):
