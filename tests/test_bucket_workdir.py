@@ -17,6 +17,7 @@ from http import HTTPStatus
 
 import pytest
 
+from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.errors import WorkdirError
 
@@ -118,6 +119,41 @@ def test_train_resume_and_evaluate_in_a_bucket(bucket):
 
   pictures = plots.plot_workdir(WORKDIR)  # what ablate.py draws, from the bucket into the bucket
   assert pictures and all(str(path).startswith(f'{WORKDIR}/plots/') and path.exists() for path in pictures)
+
+
+@pytest.mark.slow
+def test_a_translator_trains_resumes_evaluates_and_predicts_in_a_bucket(bucket):
+  del bucket
+  from trainer import storage
+  from trainer.evaluation import evaluate_workdir
+  from trainer.loop import train_and_evaluate
+  from trainer.predictor import load_predictor
+
+  workdir = 'gs://test-bucket/translator'
+
+  def config(total_steps):  # SCAN with a SentencePiece vocabulary per side: spm.model objects too
+    config = tiny_translation_config(total_steps=total_steps, eval_every_steps=2)
+    config.data.tokenizer.update(kind='sentencepiece', shared=False, vocab_size=40)
+    config.data.update(max_source_length=16, max_target_length=16)  # pieces: longer than words
+    return config
+
+  assert train_and_evaluate(config(2), workdir).step == 2
+  names = _objects(workdir)
+  assert 'hypotheses_test.txt' in names  # the training run's evaluation writes them too
+  for side in ('source', 'target'):
+    assert f'tokenizer/{side}/spm.model' in names and f'tokenizer/{side}/tokenizer.json' in names
+  resumed = train_and_evaluate(config(4), workdir)  # loads the saved tokenizers from the bucket
+  assert resumed.step == 4
+
+  result = evaluate_workdir(workdir)
+  assert result['step'] == 4 and result['bleu'] == pytest.approx(resumed.eval_metrics['bleu'])
+  hypotheses = storage.as_path(f'{workdir}/hypotheses_{result["split"]}.txt').read_text().splitlines()
+  assert len(hypotheses) == 48
+
+  predictor = load_predictor(workdir)
+  assert predictor.step == 4
+  [prediction] = predictor(['jump twice'])
+  assert isinstance(prediction['translation'], str)
 
 
 @pytest.mark.slow
