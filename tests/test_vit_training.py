@@ -4,9 +4,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import textwrap
 
 import jax
 import numpy as np
@@ -94,18 +91,15 @@ def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, 
   assert _train_losses(tmp_path) == _train_losses(reference_dir)
 
 
-@pytest.mark.slow
-def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path):
+def train_tiny_vit(workdir):
+  """On 8 devices: the tiny ViT trained into ``workdir``."""
+  train_and_evaluate(tiny_vit_config(), workdir)
+
+
+@pytest.mark.slow  # runs on 8 host devices
+def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path, eight_devices):
   reference_dir, _ = finished_run
-  script = textwrap.dedent(f"""
-      import jax
-      assert jax.device_count() == 8, jax.devices()
-      from tests.vit_test_configs import tiny_vit_config
-      from trainer.loop import train_and_evaluate
-      train_and_evaluate(tiny_vit_config(), {str(tmp_path)!r})
-  """)
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
-  subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, check=True, capture_output=True)
+  eight_devices(train_tiny_vit, workdir=str(tmp_path))
   eight, one = _train_losses(tmp_path), _train_losses(reference_dir)
   assert sorted(eight) == sorted(one)
   np.testing.assert_allclose([eight[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)
