@@ -105,6 +105,7 @@ def test_a_tiny_vit_compiled_for_v5e_2x2_holds_a_quarter_of_its_parameters_per_c
   assert 'v5e:2x2: 4 chips' in printed and 'of 16.00 GiB HBM' in printed
 
 
+@pytest.mark.slow  # starts the command
 def test_without_libtpu_the_command_says_where_to_put_it(tmp_path):
   status = subprocess.run(
     [
