@@ -44,6 +44,7 @@ def main():
   from trainer import log_filters
 
   log_filters.install()  # as in the test process (tests/conftest.py)
+  jax.config.update('jax_disable_most_optimizations', True)
 
   assert jax.device_count() == DEVICES, jax.devices()
   for line in sys.stdin:

@@ -70,6 +70,7 @@ def _png(path):
   return path.exists() and path.stat().st_size > 1000 and path.read_bytes()[:8] == PNG_SIGNATURE
 
 
+@pytest.mark.slow  # runs a sweep
 def test_sweep_writes_results_json_csv_and_markdown(sweep_dir):
   results = json.loads((sweep_dir / 'results.json').read_text())
   assert results['axes'] == {'model.posemb': ['none', 'learn2d']} and results['seeds'] == [0]
@@ -119,6 +120,7 @@ def test_a_run_without_its_final_evaluation_is_not_finished(sweep_dir, tmp_path)
   assert sweep.finished_metrics(run) is None
 
 
+@pytest.mark.slow  # runs a sweep
 def test_pictures_render_from_saved_workdirs(sweep_dir):
   paths = plot_workdir(sweep_dir)
   assert {path.name for path in paths} == {
@@ -287,6 +289,7 @@ def test_translator_table_puts_each_data_split_in_its_own_columns(tmp_path):
   assert _png(plot_ablation(sweep.summarize(plan, records), tmp_path / 'ablation.png'))
 
 
+@pytest.mark.slow  # prepares the data and draws
 def test_cross_attention_picture_of_a_translator(tmp_path):
   task = load_task(tiny_translation_config(**{'model.posemb': 'learn1d'}))
   task.prepare(tmp_path)
@@ -425,6 +428,7 @@ class ToyTask(Task):
     return [drawing.save(figure, out_dir / f'kernel_{name}.png')]
 
 
+@pytest.mark.slow  # runs a sweep
 def test_a_new_family_brings_its_own_table_and_pictures(tmp_path):
   config = tiny_config(task=f'{__name__}:ToyTask')
   plan = sweep.plan_sweep(config, ['optimizer.learning_rate=0.1,0.5,2.0'], 1, tmp_path)

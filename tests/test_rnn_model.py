@@ -222,6 +222,7 @@ def test_bad_options_fail_with_the_allowed_values():
   assert set(default_model_config('rnn')) == set(tiny_rnn_config().model)
 
 
+@pytest.mark.slow  # runs the trainer
 def test_a_few_training_steps_on_scan_through_the_trainer(tmp_path):
   result = train_and_evaluate(tiny_rnn_config(), tmp_path)
   assert result.step == 4 and not result.interrupted

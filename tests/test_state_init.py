@@ -60,6 +60,7 @@ def _params(workdir):
   return step, jax.tree.map(np.asarray, nnx.to_pure_dict(params))
 
 
+@pytest.mark.slow  # trains three runs
 def test_no_run_builds_a_whole_random_model_and_a_resume_restores_bit_identically(
   tmp_path, monkeypatch, model_builds, creations
 ):

@@ -50,6 +50,7 @@ def _block_params(model):
   }
 
 
+@pytest.mark.slow  # runs the trainer
 def test_exported_npz_and_the_workdir_load_the_trained_parameters(pretrained_run):
   workdir, npz = pretrained_run
   _, parts, params, _ = restore_checkpoint(workdir)
@@ -68,6 +69,7 @@ def test_exported_npz_and_the_workdir_load_the_trained_parameters(pretrained_run
       )
 
 
+@pytest.mark.slow  # runs the trainer
 def test_finetune_at_another_resolution_resamples_and_trains(pretrained_run, tmp_path, capsys):
   _, npz = pretrained_run
   config = _finetune_config(npz)
@@ -78,6 +80,7 @@ def test_finetune_at_another_resolution_resamples_and_trains(pretrained_run, tmp
   assert 'resampled 2x2 -> 3x3 (bicubic)' in capsys.readouterr().out
 
 
+@pytest.mark.slow  # runs the trainer
 def test_bad_sources_fail_before_the_workdir_is_made(pretrained_run, tmp_path):
   _, npz = pretrained_run
   not_npz = tmp_path / 'weights.npz'
@@ -115,6 +118,7 @@ def test_fewshot_solver_separates_separable_features_and_not_noise():
   assert chance['fewshot_5shot'] < 0.45
 
 
+@pytest.mark.slow  # runs the trainer
 def test_fewshot_runs_as_the_periodic_extra_evaluation_and_from_a_workdir(pretrained_run):
   config = tiny_vit_config()
   config.fewshot = ml_collections.ConfigDict(

@@ -43,6 +43,7 @@ def finished_run(tmp_path_factory):
   return workdir, result
 
 
+@pytest.mark.slow  # runs the trainer
 def test_digits_trains_and_writes_a_self_describing_workdir(finished_run):
   workdir, result = finished_run
   assert result.step == 8 and not result.interrupted
@@ -56,6 +57,7 @@ def test_digits_trains_and_writes_a_self_describing_workdir(finished_run):
   assert any((workdir / 'tensorboard' / 'train').iterdir())
 
 
+@pytest.mark.slow  # runs the trainer
 def test_evaluate_reproduces_the_logged_accuracy(finished_run):
   workdir, _ = finished_run
   logged = {r['step']: r for r in read_metrics(workdir) if r['split'] == 'eval'}
@@ -69,6 +71,7 @@ def test_evaluate_reproduces_the_logged_accuracy(finished_run):
   assert best['accuracy'] == max(r['accuracy'] for r in logged.values())
 
 
+@pytest.mark.slow  # runs the trainer
 def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, monkeypatch):
   reference_dir, _ = finished_run
   original = ImageData.train_batches
@@ -105,6 +108,7 @@ def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path, eight
   np.testing.assert_allclose([eight[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)
 
 
+@pytest.mark.slow  # runs the trainer
 def test_gradient_accumulation_trains(tmp_path):
   result = train_and_evaluate(
     tiny_vit_config(grad_accum_steps=4, total_steps=2, eval_every_steps=2), tmp_path
@@ -112,6 +116,7 @@ def test_gradient_accumulation_trains(tmp_path):
   assert result.step == 2 and np.isfinite(result.eval_metrics['loss'])
 
 
+@pytest.mark.slow  # trains each way
 def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
   task = load_task(tiny_vit_config(**{'model.dropout': 0.0}))
   task.prepare(tmp_path)
@@ -140,6 +145,7 @@ def test_micro_batches_are_traced_once_inside_the_scan(tmp_path, monkeypatch):
   assert traced == [8]
 
 
+@pytest.mark.slow  # runs the trainer
 def test_few_steps_on_mock_cifar10(tmp_path):
   config = tiny_vit_config(total_steps=3, eval_every_steps=3)
   config.data.update(source='tfds', name='cifar10')
@@ -150,6 +156,7 @@ def test_few_steps_on_mock_cifar10(tmp_path):
   assert result.step == 3 and 0.0 <= result.eval_metrics['accuracy'] <= 1.0
 
 
+@pytest.mark.slow  # runs the trainer
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   config = tiny_vit_config(checkpoint_every_steps=1, eval_every_steps=100, total_steps=20)
   config.optimizer.update(learning_rate=1e30, grad_clip_norm=0.0, warmup_steps=3, schedule='constant')
