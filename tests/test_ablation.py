@@ -99,6 +99,7 @@ def test_sweep_writes_results_json_csv_and_markdown(sweep_dir):
   )
 
 
+@pytest.mark.slow  # reads a sweep that trained
 def test_rerun_trains_only_what_is_not_finished(sweep_dir, no_training):
   plan = sweep.plan_sweep(tiny_config(), ['model.posemb=none,learn2d'], 2, sweep_dir)
   summary = sweep.run_sweep(plan, log=quiet)
@@ -107,6 +108,7 @@ def test_rerun_trains_only_what_is_not_finished(sweep_dir, no_training):
   assert [run for run in summary['runs'] if run['overrides']['seed'] == 0] == before
 
 
+@pytest.mark.slow  # reads a sweep that trained
 def test_a_run_without_its_final_evaluation_is_not_finished(sweep_dir, tmp_path):
   shutil.copytree(sweep_dir / 'posemb=none,seed=0', tmp_path / 'posemb=none,seed=0')
   [run] = sweep.plan_sweep(tiny_config(), ['model.posemb=none'], 1, tmp_path).runs
@@ -169,6 +171,7 @@ def test_bad_axes_fail_before_any_run(tmp_path, no_training):
   assert no_training == [] and not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # reads a sweep that trained
 def test_a_workdir_of_another_model_fails_before_any_run(sweep_dir, no_training):
   with pytest.raises(ValueError, match='model.width'):
     sweep.plan_sweep(tiny_config(**{'model.width': 32}), ['model.posemb=none,learn2d'], 1, sweep_dir)

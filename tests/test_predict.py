@@ -261,7 +261,7 @@ def clip_predictor(tmp_path_factory):
   return Predictor(pathlib.Path('video'), task, model, 0, task.class_names())
 
 
-@pytest.mark.slow  # predicts from a trained workdir
+@pytest.mark.slow  # compiles the video model's forward and draws
 def test_clip_predictions_from_npy_arrays_and_frame_folders(clip_predictor, tmp_path):
   data = clip_predictor.task.data
   test = data.clip_set.splits['test']
@@ -300,7 +300,7 @@ def test_bad_clips_are_one_line_naming_the_input(clip_predictor, tmp_path, make,
   assert str(path) in str(raised.value) and '\n' not in str(raised.value)
 
 
-@pytest.mark.slow  # predicts from a trained workdir
+@pytest.mark.slow  # compiles a model's forward and decoding, and draws
 def test_rnn_translator_explains_its_single_attention(tmp_path):
   from tests.test_rnn_model import tiny_rnn_config
 
@@ -312,7 +312,7 @@ def test_rnn_translator_explains_its_single_attention(tmp_path):
   assert predictor.explain('jump twice', tmp_path / 'rnn.png').stat().st_size > 0
 
 
-@pytest.mark.slow  # predicts from a trained workdir
+@pytest.mark.slow  # compiles a model's forward and decoding, and draws
 def test_map_head_images_are_explained(tmp_path):
   task = load_task(tiny_vit_config(**{'model.pool': 'map'}))
   predictor = Predictor(tmp_path, task, task.make_model(nnx.Rngs(params=0)), 0, task.class_names())

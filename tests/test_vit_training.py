@@ -223,6 +223,7 @@ def test_empty_and_unreadable_image_folders_fail_clearly(tmp_path):
     )
 
 
+@pytest.mark.slow  # runs the trainer
 def test_workdir_of_another_model_is_refused_and_left_intact(finished_run):
   workdir, _ = finished_run
   before = sorted(p.name for p in (workdir / 'checkpoints').iterdir())
