@@ -70,6 +70,7 @@ def _png(path):
   return path.exists() and path.stat().st_size > 1000 and path.read_bytes()[:8] == PNG_SIGNATURE
 
 
+@pytest.mark.slow  # runs a sweep
 def test_sweep_writes_results_json_csv_and_markdown(sweep_dir):
   results = json.loads((sweep_dir / 'results.json').read_text())
   assert results['axes'] == {'model.posemb': ['none', 'learn2d']} and results['seeds'] == [0]
@@ -98,6 +99,7 @@ def test_sweep_writes_results_json_csv_and_markdown(sweep_dir):
   )
 
 
+@pytest.mark.slow  # reads a sweep that trained
 def test_rerun_trains_only_what_is_not_finished(sweep_dir, no_training):
   plan = sweep.plan_sweep(tiny_config(), ['model.posemb=none,learn2d'], 2, sweep_dir)
   summary = sweep.run_sweep(plan, log=quiet)
@@ -121,6 +123,7 @@ def test_a_sweep_trains_with_the_task_it_checked_and_then_lets_it_go(tmp_path, m
   assert all(run.task is None for run in plan.runs)  # the data of finished runs is not held
 
 
+@pytest.mark.slow  # reads a sweep that trained
 def test_a_run_without_its_final_evaluation_is_not_finished(sweep_dir, tmp_path):
   shutil.copytree(sweep_dir / 'posemb=none,seed=0', tmp_path / 'posemb=none,seed=0')
   [run] = sweep.plan_sweep(tiny_config(), ['model.posemb=none'], 1, tmp_path).runs
@@ -134,6 +137,7 @@ def test_a_run_without_its_final_evaluation_is_not_finished(sweep_dir, tmp_path)
   assert sweep.finished_metrics(run) is None
 
 
+@pytest.mark.slow  # runs a sweep
 def test_pictures_render_from_saved_workdirs(sweep_dir):
   paths = plot_workdir(sweep_dir)
   assert {path.name for path in paths} == {
@@ -182,6 +186,7 @@ def test_bad_axes_fail_before_any_run(tmp_path, no_training):
   assert no_training == [] and not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # reads a sweep that trained
 def test_a_workdir_of_another_model_fails_before_any_run(sweep_dir, no_training):
   with pytest.raises(ValueError, match='model.width'):
     sweep.plan_sweep(tiny_config(**{'model.width': 32}), ['model.posemb=none,learn2d'], 1, sweep_dir)
@@ -302,6 +307,7 @@ def test_translator_table_puts_each_data_split_in_its_own_columns(tmp_path):
   assert _png(plot_ablation(sweep.summarize(plan, records), tmp_path / 'ablation.png'))
 
 
+@pytest.mark.slow  # prepares the data and draws
 def test_cross_attention_picture_of_a_translator(tmp_path):
   task = load_task(tiny_translation_config(**{'model.posemb': 'learn1d'}))
   task.prepare(tmp_path)
@@ -440,6 +446,7 @@ class ToyTask(Task):
     return [drawing.save(figure, out_dir / f'kernel_{name}.png')]
 
 
+@pytest.mark.slow  # runs a sweep
 def test_a_new_family_brings_its_own_table_and_pictures(tmp_path):
   config = tiny_config(task=f'{__name__}:ToyTask')
   plan = sweep.plan_sweep(config, ['optimizer.learning_rate=0.1,0.5,2.0'], 1, tmp_path)

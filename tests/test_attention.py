@@ -330,6 +330,7 @@ def test_structured_masks_reach_the_fused_kernel_as_is_causal_and_lengths(kind, 
     mha.fused_kernel = True
 
 
+@pytest.mark.slow  # a whole translator, run both ways and decoded
 def test_the_translator_gives_the_fused_kernel_lengths_and_is_causal_not_dense_masks(monkeypatch):
   from seq2seq.model import make_transformer
 

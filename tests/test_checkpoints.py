@@ -375,6 +375,7 @@ def trained(tmp_path_factory):
   return workdir
 
 
+@pytest.mark.slow  # runs the trainer
 def test_evaluation_restores_the_parameters_alone_and_averages_them(trained, monkeypatch):
   restored_items = []
   original = ocp.CheckpointManager.restore
@@ -397,6 +398,7 @@ def test_evaluation_restores_the_parameters_alone_and_averages_them(trained, mon
     np.testing.assert_allclose(mean, (np.asarray(a) + np.asarray(b)) / 2, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow  # runs the trainer
 def test_damaged_latest_is_skipped_by_evaluation_and_by_the_rerun(trained, tmp_path, caplog):
   workdir = tmp_path / 'run'
   shutil.copytree(trained, workdir)

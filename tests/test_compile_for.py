@@ -271,6 +271,7 @@ def test_a_tiny_video_model_compiles_for_v5e_2x2_without_its_clips():
   assert result['per_chip_bytes']['batch'] == 16 * 4 * 24 * 24 * 4 // 4 + 16 * 4 // 4  # clips and labels
 
 
+@pytest.mark.slow  # starts the command
 def test_without_libtpu_the_command_says_where_to_put_it(tmp_path):
   status = subprocess.run(
     [

@@ -1,4 +1,4 @@
-"""Fully sharded data parallelism (``config.mesh.fsdp``) on 8 host devices, in subprocesses.
+"""Fully sharded data parallelism (``config.mesh.fsdp``) on 8 host devices (the shared 8-device worker).
 
 fsdp must give the losses of one replicated device for the same global batch, hold a 1/fsdp
 share of every sharded array on each device, and checkpoints saved under one mesh must
@@ -6,13 +6,8 @@ restore under another (fsdp=8 -> one device -> data=2 x fsdp=4), ending where an
 uninterrupted one-device run ends.
 """
 
-import json
-import os
-import pathlib
 import signal
-import subprocess
-import sys
-import textwrap
+from unittest import mock
 
 import jax
 import numpy as np
@@ -20,6 +15,7 @@ import pytest
 from flax import nnx
 
 from tests.vit_test_configs import tiny_vit_config
+from trainer import loop
 from trainer.errors import ConfigError
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
@@ -27,9 +23,8 @@ from trainer.metrics_io import read_metrics
 from trainer.partitioning import FSDP_MIN_SIZE, array_sharding, make_mesh
 from vit.input_pipeline import ImageData
 
-pytestmark = pytest.mark.slow  # runs on 8 host devices in subprocesses
+pytestmark = pytest.mark.slow  # runs on 8 host devices
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Wide enough that most parameters are above FSDP_MIN_SIZE, and divisible by 8.
 WIDE = {'model.width': 64, 'model.mlp_dim': 128, 'model.num_heads': 2}
 
@@ -43,12 +38,12 @@ def _params(workdir):
   return step, jax.tree.map(np.asarray, nnx.to_pure_dict(params))
 
 
-def _run_on_eight_devices(body: str) -> str:
-  script = 'import jax\nassert jax.device_count() == 8, jax.devices()\n' + textwrap.dedent(body)
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
-  done = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True, text=True)
-  assert done.returncode == 0, done.stderr[-4000:]
-  return done.stdout
+@pytest.fixture(scope='module')
+def one_device_run(tmp_path_factory):
+  """The reference: the wide tiny ViT trained on this process's one device."""
+  workdir = tmp_path_factory.mktemp('one_device')
+  train_and_evaluate(tiny_vit_config(**WIDE), workdir)
+  return workdir
 
 
 def _interrupting(original, at_index):
@@ -61,21 +56,21 @@ def _interrupting(original, at_index):
   return batches
 
 
-def test_the_sharding_rule_cuts_the_largest_divisible_axis():
+def sharding_specs(shapes):
+  """On 8 devices: the partition specs of arrays of ``shapes`` under data=2 x fsdp=4."""
+  mesh = make_mesh(data=2, fsdp=4)
+  return [list(array_sharding(mesh, tuple(shape)).spec) for shape in shapes]
+
+
+def test_the_sharding_rule_cuts_the_largest_divisible_axis(eight_devices):
   mesh = make_mesh()
   assert array_sharding(mesh, (64, 64)).spec == jax.sharding.PartitionSpec()  # fsdp=1: replicated
   with pytest.raises(ConfigError, match=r'config.mesh.fsdp is 3; it must be >= 1 and divide'):
     make_mesh(fsdp=3)
   with pytest.raises(ConfigError, match=r'data=2, fsdp=1; their product must be the number of devices'):
     make_mesh(data=2)
-  out = _run_on_eight_devices(f"""
-      import json
-      from trainer.partitioning import array_sharding, make_mesh
-      mesh = make_mesh(data=2, fsdp=4)
-      shapes = [(64, 96), (96, 64), (6, 8, 512), ({FSDP_MIN_SIZE - 1},), (1023, 3), (7, 1024)]
-      print(json.dumps([list(array_sharding(mesh, shape).spec) for shape in shapes]))
-  """)
-  assert json.loads(out.splitlines()[-1]) == [
+  shapes = [(64, 96), (96, 64), (6, 8, 512), (FSDP_MIN_SIZE - 1,), (1023, 3), (7, 1024)]
+  assert eight_devices(sharding_specs, shapes=shapes) == [
     [None, 'fsdp'],
     ['fsdp', None],
     [None, None, 'fsdp'],
@@ -85,34 +80,36 @@ def test_the_sharding_rule_cuts_the_largest_divisible_axis():
   ]
 
 
-def test_fsdp_trains_like_one_device_and_holds_a_share_of_each_array(tmp_path):
-  reference = tmp_path / 'one'
-  train_and_evaluate(tiny_vit_config(**WIDE), reference)
-  out = _run_on_eight_devices(f"""
-      import json, math
-      import jax
-      from tests.vit_test_configs import tiny_vit_config
-      from trainer import loop
-      from trainer.loop import train_and_evaluate
-      config = tiny_vit_config(**{WIDE!r})
-      config.mesh.fsdp = 8
-      held = {{}}
-      original = loop._Training.run
-      def run(self, stop):
-        for name, leaves in (('params', self.state.params), ('state', self.state)):
-          arrays = jax.tree.leaves(leaves)
-          held[name] = [
-            sum(a.nbytes for a in arrays),
-            sum(a.addressable_shards[0].data.nbytes for a in arrays),
-            sum(a.nbytes // 8 if any(a.sharding.spec) else a.nbytes for a in arrays),
-          ]
-        held['big'] = [[a.size, a.addressable_shards[0].data.size] for a in jax.tree.leaves(self.state.params) if a.size >= 1024]
-        return original(self, stop)
-      loop._Training.run = run
-      train_and_evaluate(config, {str(tmp_path / 'fsdp')!r})
-      print(json.dumps(held))
-  """)
-  held = json.loads(out.splitlines()[-1])
+def train_sharded(workdir):
+  """On 8 devices: trains under fsdp=8; returns the bytes each device holds of the train state."""
+  config = tiny_vit_config(**WIDE)
+  config.mesh.fsdp = 8
+  held = {}
+  original = loop._Training.run
+
+  def run(self, stop):
+    for name, leaves in (('params', self.state.params), ('state', self.state)):
+      arrays = jax.tree.leaves(leaves)
+      held[name] = [
+        sum(a.nbytes for a in arrays),
+        sum(a.addressable_shards[0].data.nbytes for a in arrays),
+        sum(a.nbytes // 8 if any(a.sharding.spec) else a.nbytes for a in arrays),
+      ]
+    held['big'] = [
+      [a.size, a.addressable_shards[0].data.size]
+      for a in jax.tree.leaves(self.state.params)
+      if a.size >= 1024
+    ]
+    return original(self, stop)
+
+  with mock.patch.object(loop._Training, 'run', run):
+    train_and_evaluate(config, workdir)
+  return held
+
+
+def test_fsdp_trains_like_one_device_and_holds_a_share_of_each_array(tmp_path, one_device_run, eight_devices):
+  reference = one_device_run
+  held = eight_devices(train_sharded, workdir=str(tmp_path / 'fsdp'))
   eight, one = _losses(tmp_path / 'fsdp'), _losses(reference)
   assert sorted(eight) == sorted(one)
   np.testing.assert_allclose([eight[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)
@@ -123,33 +120,33 @@ def test_fsdp_trains_like_one_device_and_holds_a_share_of_each_array(tmp_path):
     assert per_device < total / 4  # the small replicated arrays (biases, norms) are the rest
 
 
-def test_a_checkpoint_moves_between_meshes_and_ends_like_one_device(tmp_path, monkeypatch):
-  reference = tmp_path / 'one'
-  train_and_evaluate(tiny_vit_config(**WIDE), reference)
+def interrupted_fsdp_run(workdir):
+  """On 8 devices: trains under fsdp=8, interrupted (SIGTERM) at the fourth batch."""
+  with mock.patch.object(ImageData, 'train_batches', _interrupting(ImageData.train_batches, 3)):
+    config = tiny_vit_config(**WIDE)
+    config.mesh.fsdp = 8
+    result = train_and_evaluate(config, workdir)
+  assert result.interrupted and result.step < 8, result
+
+
+def finish_on_two_by_four(workdir):
+  """On 8 devices: resumes the run in ``workdir`` under data=2 x fsdp=4 to its end."""
+  config = tiny_vit_config(**WIDE)
+  config.mesh.data, config.mesh.fsdp = 2, 4
+  assert train_and_evaluate(config, workdir).step == 8
+
+
+def test_a_checkpoint_moves_between_meshes_and_ends_like_one_device(
+  tmp_path, monkeypatch, one_device_run, eight_devices
+):
+  reference = one_device_run
   workdir = tmp_path / 'moving'
-  _run_on_eight_devices(f"""
-      import signal
-      from tests.vit_test_configs import tiny_vit_config
-      from tests.test_fsdp import _interrupting
-      from trainer.loop import train_and_evaluate
-      from vit.input_pipeline import ImageData
-      ImageData.train_batches = _interrupting(ImageData.train_batches, 3)
-      config = tiny_vit_config(**{WIDE!r})
-      config.mesh.fsdp = 8
-      result = train_and_evaluate(config, {str(workdir)!r})
-      assert result.interrupted and result.step < 8, result
-  """)
+  eight_devices(interrupted_fsdp_run, workdir=str(workdir))
   monkeypatch.setattr(ImageData, 'train_batches', _interrupting(ImageData.train_batches, 1))
   middle = train_and_evaluate(tiny_vit_config(**WIDE), workdir)  # one device, replicated
   assert middle.interrupted and 3 < middle.step < 8
   monkeypatch.undo()
-  _run_on_eight_devices(f"""
-      from tests.vit_test_configs import tiny_vit_config
-      from trainer.loop import train_and_evaluate
-      config = tiny_vit_config(**{WIDE!r})
-      config.mesh.data, config.mesh.fsdp = 2, 4
-      assert train_and_evaluate(config, {str(workdir)!r}).step == 8
-  """)
+  eight_devices(finish_on_two_by_four, workdir=str(workdir))
   moved, one = _losses(workdir), _losses(reference)
   assert sorted(moved) == sorted(one)
   np.testing.assert_allclose([moved[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)

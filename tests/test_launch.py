@@ -7,6 +7,10 @@ command each recipe builds (the multi-process path itself is ``tests/test_multih
 import pathlib
 import subprocess
 
+import pytest
+
+pytestmark = pytest.mark.slow  # each test starts the recipe's bash script
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

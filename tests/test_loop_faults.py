@@ -22,6 +22,8 @@ from trainer.workdir_lock import LOCK_FILE
 from vit.input_pipeline import ImageData
 from vit.task import ImageClassification
 
+pytestmark = pytest.mark.slow  # every test runs the trainer
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -99,7 +101,6 @@ def _hold_lock(workdir):
   return holder
 
 
-@pytest.mark.slow
 def test_a_second_process_is_refused_and_a_dead_holder_is_taken_over(tmp_path, caplog):
   workdir = tmp_path / 'workdir'
   workdir.mkdir()

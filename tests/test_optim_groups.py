@@ -176,6 +176,7 @@ def test_the_weight_decay_line_counts_arrays_and_values():
   assert describe_weight_decay(_config(weight_decay=0.0), params).startswith('weight decay: off')
 
 
+@pytest.mark.slow  # compiles train steps
 def test_a_probe_step_computes_no_frozen_gradients(tmp_path):
   """The same update with and without the frozen set, with much less work with it."""
   config = tiny_vit_config(**{'model.dropout': 0.0})

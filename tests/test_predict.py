@@ -75,6 +75,7 @@ def _read_only(monkeypatch, workdir: pathlib.Path):
 # Images -------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # predicts from a trained workdir
 def test_predict_on_the_test_images_gives_evaluates_accuracy(digits_workdir, tmp_path):
   predictor = load_predictor(digits_workdir)  # reads no data: built from the workdir's record
   data = load_task(workdir_lib.load_config(digits_workdir)).data
@@ -96,6 +97,7 @@ def test_predict_on_the_test_images_gives_evaluates_accuracy(digits_workdir, tmp
   )
 
 
+@pytest.mark.slow  # predicts from a trained workdir
 def test_image_folder_predictions_give_evaluates_accuracy_with_the_folder_names(tmp_path):
   rng = np.random.default_rng(0)
   names = ['circle', 'square']
@@ -120,6 +122,7 @@ def test_image_folder_predictions_give_evaluates_accuracy_with_the_folder_names(
   assert hits == round(evaluate_workdir(workdir)['accuracy'] * 16)
 
 
+@pytest.mark.slow  # predicts from a trained workdir
 def test_cli_answers_good_images_reports_bad_ones_and_draws_pictures(digits_workdir, tmp_path):
   digit = np.asarray(Image.fromarray(np.eye(8, dtype=np.uint8) * 255).resize((40, 30)).convert('RGB'))
   Image.fromarray(digit).save(tmp_path / 'big.jpg')
@@ -144,6 +147,7 @@ def test_cli_answers_good_images_reports_bad_ones_and_draws_pictures(digits_work
   assert sorted(p.name for p in explain.iterdir()) == ['001_big.png', '005_alpha.png']
 
 
+@pytest.mark.slow  # predicts from a trained workdir
 def test_pictures_that_cannot_be_written_are_one_line_and_answers_still_come(
   digits_workdir, tmp_path, capsys
 ):
@@ -159,6 +163,7 @@ def test_pictures_that_cannot_be_written_are_one_line_and_answers_still_come(
   assert len(errors) == 1 and errors[0].startswith(f'error: could not write pictures into {tmp_path}')
 
 
+@pytest.mark.slow  # predicts from a trained workdir
 def test_a_workdir_without_classes_json_shows_indices_with_a_note(digits_workdir, tmp_path):
   older = tmp_path / 'older'
   shutil.copytree(digits_workdir, older)
@@ -170,6 +175,7 @@ def test_a_workdir_without_classes_json_shows_indices_with_a_note(digits_workdir
   assert missing_class_names_note(load_predictor(digits_workdir)) is None
 
 
+@pytest.mark.slow  # predicts from a trained workdir
 def test_read_only_workdir_still_evaluates_and_predicts(digits_workdir, tmp_path, monkeypatch, capsys):
   shared = tmp_path / 'shared'
   shutil.copytree(digits_workdir, shared)
@@ -213,6 +219,7 @@ def test_cli_exit_status_says_some_inputs_failed(digits_workdir, tmp_path):
 # Sentences ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # predicts from a trained workdir
 def test_predict_on_a_splits_sentences_gives_evaluates_hypotheses(scan_workdir, tmp_path):
   evaluate_workdir(scan_workdir)
   written = (scan_workdir / 'hypotheses_test.txt').read_text(encoding='utf-8').splitlines()
@@ -225,6 +232,7 @@ def test_predict_on_a_splits_sentences_gives_evaluates_hypotheses(scan_workdir, 
   assert len(beam) == 3 and all(isinstance(p['translation'], str) for p in beam)
 
 
+@pytest.mark.slow  # predicts from a trained workdir
 def test_bad_sentences_are_one_line_each_and_the_rest_are_answered(scan_workdir, tmp_path):
   image = tmp_path / 'digit.png'
   Image.fromarray(np.zeros((8, 8), np.uint8)).save(image)
@@ -303,6 +311,7 @@ def clip_predictor(tmp_path_factory):
   return Predictor(pathlib.Path('video'), task, model, 0, task.class_names())
 
 
+@pytest.mark.slow  # compiles the video model's forward and draws
 def test_clip_predictions_from_npy_arrays_and_frame_folders(clip_predictor, tmp_path):
   data = clip_predictor.task.data
   test = data.clip_set.splits['test']
@@ -420,6 +429,7 @@ def test_bad_clips_are_one_line_naming_the_input(clip_predictor, tmp_path, capfd
   assert capfd.readouterr() == ('', '')  # nothing else printed (FFmpeg's own log stays quiet)
 
 
+@pytest.mark.slow  # compiles a model's forward and decoding, and draws
 def test_rnn_translator_explains_its_single_attention(tmp_path):
   from tests.test_rnn_model import tiny_rnn_config
 
@@ -431,6 +441,7 @@ def test_rnn_translator_explains_its_single_attention(tmp_path):
   assert predictor.explain('jump twice', tmp_path / 'rnn.png').stat().st_size > 0
 
 
+@pytest.mark.slow  # compiles a model's forward and decoding, and draws
 def test_map_head_images_are_explained(tmp_path):
   task = load_task(tiny_vit_config(**{'model.pool': 'map'}))
   predictor = Predictor(tmp_path, task, task.make_model(nnx.Rngs(params=0)), 0, task.class_names())

@@ -4,10 +4,14 @@ each compiling step, evaluation and checkpoint save must not move the logged rat
 import time
 import types
 
+import pytest
+
 from tests.vit_test_configs import tiny_vit_config
 from trainer import loop
 from trainer.checkpoints import Checkpoints
 from trainer.metrics_io import read_metrics
+
+pytestmark = pytest.mark.slow  # runs the trainer
 
 JUMP_SECONDS = 1000.0
 

@@ -2,12 +2,8 @@
 
 import io
 import json
-import os
 import pathlib
 import signal
-import subprocess
-import sys
-import textwrap
 
 import jax
 import numpy as np
@@ -23,7 +19,6 @@ from trainer.loop import train_and_evaluate
 from trainer.metrics_io import read_metrics
 from vit.input_pipeline import ImageData, default_data_config, load_image_data
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 NORMALISATION = {'mean': (0.0,), 'std': (1 / 255,)}  # images come out as raw 0..255
 RANDOM_RESIZED_CROP = {'crop_scale': (0.3, 1.0), 'flip': True}
 
@@ -292,9 +287,14 @@ def _train_losses(workdir):
   return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
 
 
-@pytest.mark.slow
+def train_from_records(records, workdir):
+  """On 8 devices: the tiny ViT trained from the records folder ``records``."""
+  train_and_evaluate(records_vit_config(records), workdir)
+
+
+@pytest.mark.slow  # runs on 8 host devices
 def test_training_from_records_resumes_bit_identically_and_eight_devices_equal_one(
-  digits_records, tmp_path, monkeypatch
+  digits_records, tmp_path, monkeypatch, eight_devices
 ):
   reference = tmp_path / 'reference'
   train_and_evaluate(records_vit_config(digits_records), reference)
@@ -316,15 +316,7 @@ def test_training_from_records_resumes_bit_identically_and_eight_devices_equal_o
   assert _train_losses(resumed) == _train_losses(reference)
   jax.tree.map(np.testing.assert_array_equal, _params(resumed), _params(reference))
 
-  script = textwrap.dedent(f"""
-      import jax
-      assert jax.device_count() == 8, jax.devices()
-      from tests.test_records import records_vit_config
-      from trainer.loop import train_and_evaluate
-      train_and_evaluate(records_vit_config({str(digits_records)!r}), {str(tmp_path / 'eight')!r})
-  """)
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
-  subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, check=True, capture_output=True)
+  eight_devices(train_from_records, records=str(digits_records), workdir=str(tmp_path / 'eight'))
   eight, one = _train_losses(tmp_path / 'eight'), _train_losses(reference)
   assert sorted(eight) == sorted(one)
   np.testing.assert_allclose([eight[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)

@@ -117,7 +117,7 @@ def test_prepared_keys_give_the_scores_logits(kind):
   )
 
 
-@pytest.mark.parametrize('encoder_cell', ['gru', 'lstm'])
+@pytest.mark.parametrize('encoder_cell', ['gru', pytest.param('lstm', marks=pytest.mark.slow)])
 def test_the_encoder_sees_the_whole_source_and_the_decoder_only_the_past(encoder_cell):
   model = tiny_rnn(encoder_cell=encoder_cell)
   src, tgt = sources()[:1], targets()[:1]
@@ -143,6 +143,7 @@ def test_padding_does_not_change_the_encoder_states_of_real_tokens(encoder_cell)
   assert np.all(padded[:, 4:] == 0)
 
 
+@pytest.mark.slow  # builds both translators
 def test_an_all_padding_source_gets_the_transformers_zero_weights():
   from seq2seq.model import make_transformer  # pylint: disable=g-import-not-at-top
 
@@ -170,7 +171,7 @@ def test_an_all_padding_source_gets_the_transformers_zero_weights():
   assert float(jnp.abs(weights[1, ..., 4:]).max()) == 0.0
 
 
-@pytest.mark.parametrize('kind', ['additive', 'none'])
+@pytest.mark.parametrize('kind', ['additive', pytest.param('none', marks=pytest.mark.slow)])
 def test_decoding_with_the_state_equals_rerunning_the_decoder(kind):
   model = tiny_rnn(kind, encoder_cell='lstm' if kind == 'none' else 'gru')
   src = sources()
@@ -217,6 +218,7 @@ def test_bad_options_fail_with_the_allowed_values():
   assert set(default_model_config('rnn')) == set(tiny_rnn_config().model)
 
 
+@pytest.mark.slow  # runs the trainer
 def test_a_few_training_steps_on_scan_through_the_trainer(tmp_path):
   result = train_and_evaluate(tiny_rnn_config(), tmp_path)
   assert result.step == 4 and not result.interrupted

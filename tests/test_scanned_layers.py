@@ -68,6 +68,7 @@ def _sentences():
   return src, tgt
 
 
+@pytest.mark.slow  # trains each way
 @pytest.mark.parametrize('remat', sorted(REMAT_POLICIES))
 @pytest.mark.parametrize('scan_layers', [False, True])
 def test_vit_scanned_and_rematerialised_gives_the_unrolled_numbers(scan_layers, remat):
@@ -81,6 +82,7 @@ def test_vit_scanned_and_rematerialised_gives_the_unrolled_numbers(scan_layers, 
   _assert_trees_close(grads, stack_blocks(expected_grads) if scan_layers else expected_grads, atol=1e-5)
 
 
+@pytest.mark.slow  # trains and decodes each way
 @pytest.mark.parametrize('remat', ['none', 'dots_with_no_batch_dims_saveable'])
 def test_translator_scanned_gives_the_unrolled_numbers_and_decodes_alike(remat):
   reference = _translator()
@@ -162,6 +164,7 @@ def test_an_unknown_remat_is_a_one_line_error_naming_the_field():
     _vit(remat='some')
 
 
+@pytest.mark.slow  # runs the trainer
 def test_a_scanned_rematerialised_vit_trains_and_its_checkpoint_evaluates(tmp_path):
   from tests.vit_test_configs import tiny_vit_config
   from trainer.evaluation import evaluate_workdir

@@ -5,13 +5,6 @@ in one compiled program, a resume and an evaluation restore into the abstract st
 devices the compiled initialisation's per-device output bytes fall by about the fsdp factor.
 """
 
-import json
-import os
-import pathlib
-import subprocess
-import sys
-import textwrap
-
 import jax
 import numpy as np
 import pytest
@@ -22,10 +15,12 @@ from tests.vit_test_configs import tiny_vit_config
 from trainer import state_init
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
+from trainer.optim import make_optimizer
+from trainer.partitioning import make_mesh
+from trainer.task import load_task
 from vit.input_pipeline import ImageData
 from vit.task import ImageClassification
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Wide enough that the arrays fsdp leaves whole (biases, norms: under FSDP_MIN_SIZE) weigh little.
 WIDE = {'model.width': 128, 'model.mlp_dim': 256, 'model.num_heads': 2}
 
@@ -65,6 +60,7 @@ def _params(workdir):
   return step, jax.tree.map(np.asarray, nnx.to_pure_dict(params))
 
 
+@pytest.mark.slow  # trains three runs
 def test_no_run_builds_a_whole_random_model_and_a_resume_restores_bit_identically(
   tmp_path, monkeypatch, model_builds, creations
 ):
@@ -86,36 +82,27 @@ def test_no_run_builds_a_whole_random_model_and_a_resume_restores_bit_identicall
   jax.tree.map(np.testing.assert_array_equal, resumed, expected)
 
 
-@pytest.mark.slow
-def test_the_compiled_initialisation_holds_a_shard_per_device():
-  script = textwrap.dedent(f"""
-      import json
-      import jax
-      from tests.vit_test_configs import tiny_vit_config
-      from trainer.optim import make_optimizer
-      from trainer.partitioning import make_mesh
-      from trainer.state_init import StateInit
-      from trainer.task import load_task
-      assert jax.device_count() == 8, jax.devices()
-      config = tiny_vit_config(**{WIDE!r})
-      task = load_task(config)
-      optimizer = make_optimizer(config.optimizer, 8)
-      result = {{}}
-      for fsdp in (1, 8):
-        init = StateInit(task, optimizer, make_mesh(fsdp=fsdp), seed=0)
-        compiled = init.init_function().lower().compile()
-        state, parts = init.create()
-        result[fsdp] = dict(
-          compiled=compiled.memory_analysis().output_size_in_bytes,
-          held=sum(a.addressable_shards[0].data.nbytes for a in jax.tree.leaves(state)),
-          total=sum(a.nbytes for a in jax.tree.leaves(state)),
-        )
-      print(json.dumps(result))
-  """)
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
-  done = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True, text=True)
-  assert done.returncode == 0, done.stderr[-4000:]
-  result = json.loads(done.stdout.splitlines()[-1])
+def initialisation_bytes():
+  """On 8 devices: per fsdp factor, the compiled initialisation's output bytes per device and the state's."""
+  config = tiny_vit_config(**WIDE)
+  task = load_task(config)
+  optimizer = make_optimizer(config.optimizer, 8)
+  result = {}
+  for fsdp in (1, 8):
+    init = state_init.StateInit(task, optimizer, make_mesh(fsdp=fsdp), seed=0)
+    compiled = init.init_function().lower().compile()
+    state, parts = init.create()
+    result[fsdp] = dict(
+      compiled=compiled.memory_analysis().output_size_in_bytes,
+      held=sum(a.addressable_shards[0].data.nbytes for a in jax.tree.leaves(state)),
+      total=sum(a.nbytes for a in jax.tree.leaves(state)),
+    )
+  return result
+
+
+@pytest.mark.slow  # runs on 8 host devices
+def test_the_compiled_initialisation_holds_a_shard_per_device(eight_devices):
+  result = eight_devices(initialisation_bytes)
   replicated, sharded = result['1'], result['8']
   assert replicated['compiled'] >= replicated['total']  # every device makes the whole state
   assert replicated['held'] == replicated['total']

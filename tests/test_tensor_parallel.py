@@ -1,4 +1,4 @@
-"""Tensor parallelism (``config.mesh.model``) on 8 host devices, in one subprocess shared by the tests.
+"""Tensor parallelism (``config.mesh.model``) on 8 host devices (the shared 8-device worker).
 
 A tiny ViT trains for a few steps under ``data=8``, ``data=2, fsdp=2, model=2`` and
 ``data=4, model=2``: the losses must agree, the attention and MLP kernels (and their Adam
@@ -8,21 +8,26 @@ checkpoint saved under ``data=2, fsdp=2, model=2`` must restore under ``data=8``
 device with the values it was saved with.
 """
 
-import json
+import collections
+import pathlib
 import re
+from unittest import mock
 
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
-from tests.test_fsdp import WIDE, _losses, _run_on_eight_devices
+from attention import DecoderBlock
+from tests.test_fsdp import WIDE, _losses
 from tests.vit_test_configs import tiny_vit_config
-from trainer import validation
+from trainer import loop, validation
 from trainer.errors import ConfigError
 from trainer.evaluation import restore_checkpoint
+from trainer.loop import train_and_evaluate
+from trainer.partitioning import make_mesh, state_shardings
 
-pytestmark = pytest.mark.slow  # runs on 8 host devices in a subprocess
+pytestmark = pytest.mark.slow  # runs on 8 host devices
 
 # Four steps, one evaluation and one checkpoint: the runs are what takes the time.
 SHORT = dict(WIDE, total_steps=4, eval_every_steps=4, checkpoint_every_steps=4)
@@ -42,95 +47,88 @@ CUT = {
 }
 
 
-@pytest.fixture(scope='module')
-def runs(tmp_path_factory):
-  """Trains under each of ``MESHES`` on 8 devices; returns the workdirs and what the subprocess saw."""
-  root = tmp_path_factory.mktemp('tensor_parallel')
-  out = _run_on_eight_devices(f"""
-      import collections, json, pathlib, re
-      import numpy as np
-      import jax
-      from flax import nnx
-      from tests.vit_test_configs import tiny_vit_config
-      from trainer import loop
-      from trainer.errors import ConfigError
-      from trainer.evaluation import restore_checkpoint
-      from trainer.loop import train_and_evaluate
-      from trainer.partitioning import make_mesh, state_shardings
+class _NewFamily(nnx.Module):  # a model the trainer has never heard of, naming its axes
+  def __init__(self):
+    self.block = DecoderBlock(64, 4, 128, rngs=nnx.Rngs(0))
+    self.odd_heads = DecoderBlock(48, 3, 96, rngs=nnx.Rngs(0))  # 3 heads: model=2 cannot cut them
+    self.mixer = nnx.Param(np.zeros((64, 256), np.float32), out_sharding=(None, 'mlp'), eager_sharding=False)
+    self.head = nnx.Linear(64, 32, rngs=nnx.Rngs(0))
 
-      root = pathlib.Path({str(root)!r})
-      seen = {{'held': {{}}, 'collectives': {{}}}}
-      original = loop._Training.run
-      op = re.compile(r' (all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(-start)?[(]')
 
-      def recording_collectives(self):
-        step = self.train_step
+def _flat(tree):
+  return jax.tree_util.tree_flatten_with_path(tree)[0]
 
-        def first(*args):  # the compiled train step's HLO: which collectives it runs, and how many
-          hlo = step.lower(*args).compile().as_text()
-          seen['collectives'][self.workdir.name] = dict(collections.Counter(
-            match.group(1) for match in map(op.search, hlo.splitlines()) if match
-          ))
-          self.train_step = step
-          return step(*args)
 
-        self.train_step = first
+def train_under_each_mesh(root):
+  """On 8 devices: trains under each of ``MESHES`` into ``root``; returns what it saw on the way."""
+  root = pathlib.Path(root)
+  seen = {'held': {}, 'collectives': {}}
+  original = loop._Training.run
+  op = re.compile(r' (all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(-start)?[(]')
 
-      def flat(tree):
-        return jax.tree_util.tree_flatten_with_path(tree)[0]
+  def recording_collectives(self):
+    step = self.train_step
 
-      def run(self, stop):
-        recording_collectives(self)
-        seen['held'][self.workdir.name] = {{
-          jax.tree_util.keystr(path): [
-            list(a.sharding.spec), a.nbytes, a.addressable_shards[0].data.nbytes
-          ] for path, a in flat(self.state)
-        }}
-        result = original(self, stop)
-        if self.workdir.name == 'tp':
-          params = nnx.to_pure_dict(self.state.params)
-          np.savez(root / 'tp.npz', **{{jax.tree_util.keystr(p): np.asarray(a) for p, a in flat(params)}})
-        return result
-
-      loop._Training.run = run
-      for name, mesh in {MESHES!r}.items():
-        config = tiny_vit_config(**{SHORT!r})
-        config.mesh.update(mesh)
-        train_and_evaluate(config, root / name)
-
-      saved = np.load(root / 'tp.npz')
-      _, _, params, step = restore_checkpoint(root / 'tp', 'latest', mesh=make_mesh(data=8))
-      restored = flat(nnx.to_pure_dict(params))
-      seen['restored'] = dict(
-        step=step,
-        keys=sorted(jax.tree_util.keystr(p) for p, _ in restored) == sorted(saved.files),
-        equal=all(np.array_equal(np.asarray(a), saved[jax.tree_util.keystr(p)]) for p, a in restored),
-        replicated=all(not any(a.sharding.spec) for _, a in restored),
+    def first(*args):  # the compiled train step's HLO: which collectives it runs, and how many
+      hlo = step.lower(*args).compile().as_text()
+      seen['collectives'][self.workdir.name] = dict(
+        collections.Counter(match.group(1) for match in map(op.search, hlo.splitlines()) if match)
       )
+      self.train_step = step
+      return step(*args)
 
-      from attention import DecoderBlock
+    self.train_step = first
 
-      class NewFamily(nnx.Module):  # a model the trainer has never heard of, naming its axes
-        def __init__(self):
-          self.block = DecoderBlock(64, 4, 128, rngs=nnx.Rngs(0))
-          self.odd_heads = DecoderBlock(48, 3, 96, rngs=nnx.Rngs(0))  # 3 heads: model=2 cannot cut them
-          self.mixer = nnx.Param(np.zeros((64, 256), np.float32), out_sharding=(None, 'mlp'), eager_sharding=False)
-          self.head = nnx.Linear(64, 32, rngs=nnx.Rngs(0))
+  def run(self, stop):
+    recording_collectives(self)
+    seen['held'][self.workdir.name] = {
+      jax.tree_util.keystr(path): [list(a.sharding.spec), a.nbytes, a.addressable_shards[0].data.nbytes]
+      for path, a in _flat(self.state)
+    }
+    result = original(self, stop)
+    if self.workdir.name == 'tp':
+      params = nnx.to_pure_dict(self.state.params)
+      np.savez(root / 'tp.npz', **{jax.tree_util.keystr(p): np.asarray(a) for p, a in _flat(params)})
+    return result
 
-      def table(mesh):
-        tree = nnx.state(nnx.eval_shape(NewFamily), nnx.Param)
-        return {{jax.tree_util.keystr(p).removesuffix('.value'): list(s.spec) for p, s in flat(state_shardings(tree, mesh))}}
+  with mock.patch.object(loop._Training, 'run', run):
+    for name, mesh in MESHES.items():
+      config = tiny_vit_config(**SHORT)
+      config.mesh.update(mesh)
+      train_and_evaluate(config, root / name)
 
-      seen['specs'] = {{'tp': table(make_mesh(data=2, fsdp=2, model=2)), 'model8': table(make_mesh(model=8))}}
-      seen['errors'] = []
-      for mesh in (dict(model=3), dict(model=0), dict(fsdp=4, model=4), dict(data=2, model=2)):
-        try:
-          make_mesh(**mesh)
-        except ConfigError as error:
-          seen['errors'].append(str(error))
-      print(json.dumps(seen))
-  """)
-  return root, json.loads(out.splitlines()[-1])
+  saved = np.load(root / 'tp.npz')
+  _, _, params, step = restore_checkpoint(root / 'tp', 'latest', mesh=make_mesh(data=8))
+  restored = _flat(nnx.to_pure_dict(params))
+  seen['restored'] = dict(
+    step=step,
+    keys=sorted(jax.tree_util.keystr(p) for p, _ in restored) == sorted(saved.files),
+    equal=all(np.array_equal(np.asarray(a), saved[jax.tree_util.keystr(p)]) for p, a in restored),
+    replicated=all(not any(a.sharding.spec) for _, a in restored),
+  )
+
+  def table(mesh):
+    tree = nnx.state(nnx.eval_shape(_NewFamily), nnx.Param)
+    return {
+      jax.tree_util.keystr(p).removesuffix('.value'): list(s.spec)
+      for p, s in _flat(state_shardings(tree, mesh))
+    }
+
+  seen['specs'] = {'tp': table(make_mesh(data=2, fsdp=2, model=2)), 'model8': table(make_mesh(model=8))}
+  seen['errors'] = []
+  for mesh in (dict(model=3), dict(model=0), dict(fsdp=4, model=4), dict(data=2, model=2)):
+    try:
+      make_mesh(**mesh)
+    except ConfigError as error:
+      seen['errors'].append(str(error))
+  return seen
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory, eight_devices):
+  """Trains under each of ``MESHES`` on 8 devices; returns the workdirs and what the worker saw."""
+  root = tmp_path_factory.mktemp('tensor_parallel')
+  return root, eight_devices(train_under_each_mesh, root=str(root))
 
 
 def test_tensor_parallel_trains_like_data_parallel(runs):

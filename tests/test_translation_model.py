@@ -40,7 +40,11 @@ def test_padding_does_not_change_the_encoding_of_real_tokens(posemb):
   np.testing.assert_allclose(padded, unpadded, atol=1e-5)
 
 
-@pytest.mark.parametrize('posemb', ['learn1d', 'relative', 'rope'])
+# The fast tier decodes with one of them; the full suite with each.
+@pytest.mark.parametrize(
+  'posemb',
+  ['learn1d', pytest.param('relative', marks=pytest.mark.slow), pytest.param('rope', marks=pytest.mark.slow)],
+)
 def test_cached_greedy_search_equals_rerunning_the_decoder(posemb):
   model = tiny_transformer(posemb)
   src = sources()
@@ -59,7 +63,7 @@ def test_cached_greedy_search_equals_rerunning_the_decoder(posemb):
     assert end <= length + 6 and not row[end + 1 :].any()
 
 
-@pytest.mark.parametrize('posemb', ['sincos1d', 'relative'])
+@pytest.mark.parametrize('posemb', ['sincos1d', pytest.param('relative', marks=pytest.mark.slow)])
 def test_cached_beam_search_equals_rerunning_the_decoder(posemb):
   model = tiny_transformer(posemb)
   src = sources()
@@ -180,6 +184,7 @@ def test_variants_and_their_errors():
 PAPER_RECIPE = dict(activation='relu', norm_placement='post', use_bias=False)
 
 
+@pytest.mark.slow  # decodes step by step
 def test_the_papers_recipe_decodes_with_the_cache_as_without():
   model = tiny_transformer('sincos1d', **PAPER_RECIPE)
   src = sources()

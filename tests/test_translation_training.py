@@ -42,6 +42,7 @@ def scan_run(tmp_path_factory):
   return workdir, train_and_evaluate(tiny_translation_config(), workdir)
 
 
+@pytest.mark.slow  # runs the trainer
 def test_scan_trains_and_reports_translation_metrics(scan_run):
   workdir, result = scan_run
   assert result.step == 4 and not result.interrupted
@@ -53,6 +54,7 @@ def test_scan_trains_and_reports_translation_metrics(scan_run):
   assert [r['step'] for r in read_metrics(workdir) if r['split'] == 'eval'] == [2, 4]
 
 
+@pytest.mark.slow  # runs the trainer
 def test_evaluate_reproduces_the_logged_metrics(scan_run):
   workdir, _ = scan_run
   logged = {r['step']: r for r in read_metrics(workdir) if r['split'] == 'eval'}
@@ -66,6 +68,7 @@ def test_evaluate_reproduces_the_logged_metrics(scan_run):
   assert 'case:lc' in result['bleu_lowercase_signature'] and result['chrf_signature']
 
 
+@pytest.mark.slow  # trains each way
 def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
   """Micro-batches with very different token counts: each target token weighs the same, as in the
   whole batch (a mean of the micro-batches' token means would weigh the short ones' tokens more)."""
@@ -81,6 +84,7 @@ def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
   assert_micro_batches_give_the_whole_batch(task, batch, 4, ('loss', 'accuracy'))
 
 
+@pytest.mark.slow  # runs the trainer
 def test_few_steps_on_mock_wmt14(tmp_path):
   config = tiny_parallel_config(tmp_path, total_steps=1, eval_split='validation')
   config.data.update(source='tfds', name='wmt14_translate/de-en', path=None, max_eval_examples=8)
@@ -104,6 +108,7 @@ def test_bleu_and_chrf_are_sacrebleus():
   assert scores['bleu_signature'].startswith('nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:')
 
 
+@pytest.mark.slow  # runs the trainer
 def test_parallel_text_with_a_given_sentencepiece_model_that_must_match_the_workdir(tmp_path):
   write_corpus(tmp_path / 'corpus', 'train', 60)
   write_corpus(tmp_path / 'corpus', 'val', 10, seed=1)
@@ -199,6 +204,7 @@ def test_bad_config_fails_before_any_work(tmp_path, overrides, message):
   assert not workdir.exists()
 
 
+@pytest.mark.slow  # runs the trainer
 def test_evaluation_reads_no_training_data(tmp_path):
   corpus = tmp_path / 'corpus'
   write_corpus(corpus, 'train', 60)

@@ -177,8 +177,9 @@ def reference_logits(model, clip):
 
 
 @pytest.mark.parametrize('layout', LAYOUTS)
-@pytest.mark.parametrize(
-  'pool, temporal_posemb, tubelet', [('cls', 'learn1d', (1, 4, 4)), ('gap', 'relative', (2, 4, 2))]
+@pytest.mark.parametrize(  # the fast tier checks each layout once; the full suite with the second options too
+  'pool, temporal_posemb, tubelet',
+  [('cls', 'learn1d', (1, 4, 4)), pytest.param('gap', 'relative', (2, 4, 2), marks=pytest.mark.slow)],
 )
 def test_layout_equals_numpy_reference(layout, pool, temporal_posemb, tubelet):
   model = randomise(tiny_video(attention=layout, pool=pool, temporal_posemb=temporal_posemb, tubelet=tubelet))
@@ -210,7 +211,7 @@ def image_vit(**overrides):
   return randomise(model, seed=4)
 
 
-@pytest.mark.parametrize('pool', ['cls', 'gap'])
+@pytest.mark.parametrize('pool', ['cls', pytest.param('gap', marks=pytest.mark.slow)])
 def test_divided_with_one_frame_equals_the_image_vit(pool):
   image = image_vit(pool=pool)
   video = tiny_video(attention='divided', clip_shape=(1, 8, 8, 2), temporal_posemb='none', pool=pool)

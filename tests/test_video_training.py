@@ -119,6 +119,7 @@ def test_bad_options_fail_with_one_line(field, value, message):
     load_task(tiny_video_config(**{field: value}))
 
 
+@pytest.mark.slow  # trains each way
 def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
   config = tiny_video_config(**{'model.drop_path': 0.0, 'model.head_zero_init': False})
   task = load_task(config)
@@ -128,6 +129,7 @@ def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
   assert_micro_batches_give_the_whole_batch(task, batch, 4, metrics)
 
 
+@pytest.mark.slow  # runs the trainer
 def test_training_evaluation_table_and_pictures(tmp_path):
   config = tiny_video_config(**{'model.attention': 'factorised_dot_product', 'model.pool': 'cls'})
   result = train_and_evaluate(config, tmp_path / 'run')
@@ -163,6 +165,7 @@ def test_training_evaluation_table_and_pictures(tmp_path):
   'layout, pool',
   [('spacetime', 'cls'), ('factorised_encoder', 'gap'), ('divided', 'cls'), ('spacetime', 'gap')],
 )
+@pytest.mark.slow  # a model of each layout
 def test_pictures_of_every_layout(tmp_path, layout, pool):
   task = load_task(tiny_video_config(**{'model.attention': layout, 'model.pool': pool}))
   model = task.make_model(nnx.Rngs(0))

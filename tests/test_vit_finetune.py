@@ -1,10 +1,10 @@
 """Fine-tuning from a checkpoint: init_from an exported .npz or a workdir, a new grid, few-shot evaluation."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
+from unittest import mock
 
 import jax
 import ml_collections
@@ -14,9 +14,11 @@ from flax import nnx
 
 from tests.config_overrides import override
 from tests.vit_test_configs import tiny_vit_config
+from trainer.devices import Devices
 from trainer.errors import CheckpointError, ConfigError
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
+from trainer.partitioning import make_mesh
 from trainer.task import load_task
 from vit import fewshot, fewshot_command, pretrained
 from vit.export_npz import export
@@ -48,6 +50,7 @@ def _block_params(model):
   }
 
 
+@pytest.mark.slow  # runs the trainer
 def test_exported_npz_and_the_workdir_load_the_trained_parameters(pretrained_run):
   workdir, npz = pretrained_run
   _, parts, params, _ = restore_checkpoint(workdir)
@@ -66,6 +69,7 @@ def test_exported_npz_and_the_workdir_load_the_trained_parameters(pretrained_run
       )
 
 
+@pytest.mark.slow  # runs the trainer
 def test_finetune_at_another_resolution_resamples_and_trains(pretrained_run, tmp_path, capsys):
   _, npz = pretrained_run
   config = _finetune_config(npz)
@@ -76,6 +80,7 @@ def test_finetune_at_another_resolution_resamples_and_trains(pretrained_run, tmp
   assert 'resampled 2x2 -> 3x3 (bicubic)' in capsys.readouterr().out
 
 
+@pytest.mark.slow  # runs the trainer
 def test_bad_sources_fail_before_the_workdir_is_made(pretrained_run, tmp_path):
   _, npz = pretrained_run
   not_npz = tmp_path / 'weights.npz'
@@ -113,6 +118,7 @@ def test_fewshot_solver_separates_separable_features_and_not_noise():
   assert chance['fewshot_5shot'] < 0.45
 
 
+@pytest.mark.slow  # runs the trainer
 def test_fewshot_runs_as_the_periodic_extra_evaluation_and_from_a_workdir(pretrained_run):
   config = tiny_vit_config()
   config.fewshot = ml_collections.ConfigDict(
@@ -174,39 +180,24 @@ def test_a_second_fewshot_evaluation_compiles_nothing():
   assert 0.0 <= results['fewshot_5shot'] <= 1.0
 
 
-_EIGHT_DEVICES = """
-import json
-import jax
-from flax import nnx
-from tests.test_vit_finetune import _fewshot_config
-from trainer.devices import Devices
-from trainer.partitioning import make_mesh
-from trainer.task import load_task
+def fewshot_accuracies():
+  """On 8 devices: the few-shot accuracies of an untrained tiny ViT, its features computed on all 8."""
+  gather, gathered = Devices.gather, []
 
-assert jax.device_count() == 8
-gather, gathered = Devices.gather, []
+  def gather_checked(self, tree):
+    gathered.append(len(tree[0].sharding.device_set))  # the devices that computed the features
+    return gather(self, tree)
 
-def gather_checked(self, tree):
-  gathered.append(len(tree[0].sharding.device_set))  # the devices that computed the features
-  return gather(self, tree)
-
-Devices.gather = gather_checked
-task = load_task(_fewshot_config())
-results = task.extra_evaluation(task.make_model(nnx.Rngs(0)), 'test', None, Devices(make_mesh()))
-assert gathered and set(gathered) == {8}, gathered
-print(json.dumps(results))
-"""
+  with mock.patch.object(Devices, 'gather', gather_checked):
+    task = load_task(_fewshot_config())
+    results = task.extra_evaluation(task.make_model(nnx.Rngs(0)), 'test', None, Devices(make_mesh()))
+  assert gathered and set(gathered) == {8}, gathered
+  return results
 
 
-@pytest.mark.slow
-def test_fewshot_on_eight_devices_gives_the_one_device_accuracies():
-  root = pathlib.Path(__file__).resolve().parent.parent
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
-  result = subprocess.run(
-    [sys.executable, '-c', _EIGHT_DEVICES], cwd=root, env=env, capture_output=True, text=True, timeout=300
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  eight = json.loads(result.stdout.strip().splitlines()[-1])
+@pytest.mark.slow  # runs on 8 host devices
+def test_fewshot_on_eight_devices_gives_the_one_device_accuracies(eight_devices):
+  eight = eight_devices(fewshot_accuracies)
   assert jax.device_count() == 1
   task = load_task(_fewshot_config())
   one = task.extra_evaluation(task.make_model(nnx.Rngs(0)), 'test', None, None)

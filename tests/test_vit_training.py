@@ -4,9 +4,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import textwrap
 
 import jax
 import numpy as np
@@ -46,6 +43,7 @@ def finished_run(tmp_path_factory):
   return workdir, result
 
 
+@pytest.mark.slow  # runs the trainer
 def test_digits_trains_and_writes_a_self_describing_workdir(finished_run):
   workdir, result = finished_run
   assert result.step == 8 and not result.interrupted
@@ -59,6 +57,7 @@ def test_digits_trains_and_writes_a_self_describing_workdir(finished_run):
   assert any((workdir / 'tensorboard' / 'train').iterdir())
 
 
+@pytest.mark.slow  # runs the trainer
 def test_evaluate_reproduces_the_logged_accuracy(finished_run):
   workdir, _ = finished_run
   logged = {r['step']: r for r in read_metrics(workdir) if r['split'] == 'eval'}
@@ -72,6 +71,7 @@ def test_evaluate_reproduces_the_logged_accuracy(finished_run):
   assert best['accuracy'] == max(r['accuracy'] for r in logged.values())
 
 
+@pytest.mark.slow  # runs the trainer
 def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, monkeypatch):
   reference_dir, _ = finished_run
   original = ImageData.train_batches
@@ -94,23 +94,21 @@ def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, 
   assert _train_losses(tmp_path) == _train_losses(reference_dir)
 
 
-@pytest.mark.slow
-def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path):
+def train_tiny_vit(workdir):
+  """On 8 devices: the tiny ViT trained into ``workdir``."""
+  train_and_evaluate(tiny_vit_config(), workdir)
+
+
+@pytest.mark.slow  # runs on 8 host devices
+def test_eight_devices_give_the_same_losses_as_one(finished_run, tmp_path, eight_devices):
   reference_dir, _ = finished_run
-  script = textwrap.dedent(f"""
-      import jax
-      assert jax.device_count() == 8, jax.devices()
-      from tests.vit_test_configs import tiny_vit_config
-      from trainer.loop import train_and_evaluate
-      train_and_evaluate(tiny_vit_config(), {str(tmp_path)!r})
-  """)
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8', JAX_PLATFORMS='cpu')
-  subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, check=True, capture_output=True)
+  eight_devices(train_tiny_vit, workdir=str(tmp_path))
   eight, one = _train_losses(tmp_path), _train_losses(reference_dir)
   assert sorted(eight) == sorted(one)
   np.testing.assert_allclose([eight[s] for s in sorted(one)], [one[s] for s in sorted(one)], rtol=2e-5)
 
 
+@pytest.mark.slow  # runs the trainer
 def test_gradient_accumulation_trains(tmp_path):
   result = train_and_evaluate(
     tiny_vit_config(grad_accum_steps=4, total_steps=2, eval_every_steps=2), tmp_path
@@ -118,6 +116,7 @@ def test_gradient_accumulation_trains(tmp_path):
   assert result.step == 2 and np.isfinite(result.eval_metrics['loss'])
 
 
+@pytest.mark.slow  # trains each way
 def test_micro_batches_give_the_whole_batch_update_and_metrics(tmp_path):
   task = load_task(tiny_vit_config(**{'model.dropout': 0.0}))
   task.prepare(tmp_path)
@@ -146,6 +145,7 @@ def test_micro_batches_are_traced_once_inside_the_scan(tmp_path, monkeypatch):
   assert traced == [8]
 
 
+@pytest.mark.slow  # runs the trainer
 def test_few_steps_on_mock_cifar10(tmp_path):
   config = tiny_vit_config(total_steps=3, eval_every_steps=3)
   config.data.update(source='tfds', name='cifar10')
@@ -156,6 +156,7 @@ def test_few_steps_on_mock_cifar10(tmp_path):
   assert result.step == 3 and 0.0 <= result.eval_metrics['accuracy'] <= 1.0
 
 
+@pytest.mark.slow  # runs the trainer
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   config = tiny_vit_config(checkpoint_every_steps=1, eval_every_steps=100, total_steps=20)
   config.optimizer.update(learning_rate=1e30, grad_clip_norm=0.0, warmup_steps=3, schedule='constant')
@@ -222,6 +223,7 @@ def test_empty_and_unreadable_image_folders_fail_clearly(tmp_path):
     )
 
 
+@pytest.mark.slow  # runs the trainer
 def test_workdir_of_another_model_is_refused_and_left_intact(finished_run):
   workdir, _ = finished_run
   before = sorted(p.name for p in (workdir / 'checkpoints').iterdir())
