@@ -61,7 +61,13 @@ REMAT_BY_LAYOUT = {
 }
 
 
-@pytest.mark.parametrize('layout, remat', REMAT_BY_LAYOUT.items())
+@pytest.mark.parametrize(
+  'layout, remat',
+  [  # the fast tier checks one layout; the full suite every one
+    pytest.param(layout, remat, marks=() if layout == 'divided' else pytest.mark.slow)
+    for layout, remat in REMAT_BY_LAYOUT.items()
+  ],
+)
 def test_scanned_layout_gives_the_unrolled_numbers_and_gradients(layout, remat):
   reference = _video(layout)
   model = _video(layout, scan_layers=True, remat=remat)
@@ -89,7 +95,7 @@ def test_unrolled_rematerialised_layout_gives_the_plain_numbers():
   _assert_trees_close(grads, expected_grads, atol=1e-5)
 
 
-@pytest.mark.parametrize('layout', ['divided', 'factorised_encoder'])
+@pytest.mark.parametrize('layout', ['divided', pytest.param('factorised_encoder', marks=pytest.mark.slow)])
 def test_checkpoints_convert_between_unrolled_and_scanned(layout):
   unrolled = randomise(_video(layout))
   scanned_tree = stack_blocks(_params(unrolled), STACKS)
@@ -106,7 +112,14 @@ def test_checkpoints_convert_between_unrolled_and_scanned(layout):
   _assert_trees_close(unstack_blocks(_params(scanned), STACKS), _params(unrolled), atol=0)
 
 
-@pytest.mark.parametrize('image_scanned, video_scanned', [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize(
+  'image_scanned, video_scanned',
+  [
+    (False, True),
+    pytest.param(True, False, marks=pytest.mark.slow),
+    pytest.param(True, True, marks=pytest.mark.slow),
+  ],
+)
 def test_inflation_from_an_image_vit_works_scanned_or_not(image_scanned, video_scanned):
   image = image_vit(scan_layers=image_scanned)
   video = tiny_video(
@@ -135,6 +148,7 @@ def test_layer_decay_with_scanned_stacks_is_refused_in_one_line():
     load_task(config)
 
 
+@pytest.mark.slow  # trains through the trainer
 def test_a_scanned_rematerialised_video_model_trains_and_its_checkpoint_evaluates(tmp_path):
   from tests.test_video_training import tiny_video_config
   from trainer.evaluation import evaluate_workdir

@@ -134,6 +134,7 @@ def test_resuming_an_older_workdir_adds_the_record(folder_run, tmp_path):
   )
 
 
+@pytest.mark.slow  # trains a video workdir
 def test_a_video_workdir_predicts_without_its_data(tmp_path, monkeypatch):
   workdir = tmp_path / 'run'
   train_and_evaluate(tiny_video_config(total_steps=2, eval_every_steps=2, checkpoint_every_steps=2), workdir)
@@ -169,6 +170,7 @@ def test_a_video_task_without_data_describes_its_batches_for_compiling():
   assert loss_sum.shape == weight.shape == ()
 
 
+@pytest.mark.slow  # trains a translator workdir
 def test_a_translator_workdir_predicts_without_its_data(tmp_path, monkeypatch):
   workdir = tmp_path / 'run'
   train_and_evaluate(
