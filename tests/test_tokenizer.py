@@ -5,6 +5,7 @@ import random
 import sys
 
 import pytest
+from etils import epath
 from fsspec.implementations.memory import MemoryFileSystem
 
 from seq2seq.scan import generate_scan
@@ -201,7 +202,14 @@ def memory_bucket(monkeypatch, tmp_path):
   monkeypatch.setattr(_MemoryBucket, 'store', {})
   monkeypatch.setattr(_MemoryBucket, 'pseudo_dirs', [''])
   monkeypatch.chdir(tmp_path)  # where a path mistaken for a local one would land
-  yield _MemoryBucket.store
+  # epath keeps one file system per protocol: start from none, and leave none of ours behind for
+  # later tests in this process (the bucket tests' gs:// must reach their emulator through gcsfs).
+  epath_filesystems = epath.backend.fsspec_backend._get_filesystem
+  epath_filesystems.cache_clear()
+  try:
+    yield _MemoryBucket.store
+  finally:
+    epath_filesystems.cache_clear()
   assert not list(tmp_path.iterdir()), 'a bucket URL was written as a local path'
 
 
