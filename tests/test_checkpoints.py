@@ -16,6 +16,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.compilations import counted_compilations
 from tests.vit_test_configs import tiny_vit_config
 from trainer import checkpoints as checkpoints_lib
 from trainer.checkpoints import Checkpoints, abstract_like, count_non_finite
@@ -204,18 +205,8 @@ def test_host_arrays_are_checked_for_non_finite_values_without_compiling(monkeyp
   floats = {'w': np.ones((3, 7), np.float32), 'b': np.full(5, np.nan, np.float32), 'h': np.ones((2, 11))}
   floats['h'][1, 3] = -np.inf
   tree = {**jax.device_put(floats), 'count': jax.device_put(np.arange(4)), 'host': np.ones(2)}
-  compiles = []
-
-  def on_event(event, duration, **kwargs):
-    del duration, kwargs
-    if event == '/jax/core/compile/backend_compile_duration':
-      compiles.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(on_event)
-  try:
+  with counted_compilations() as compiles:
     assert count_non_finite(tree) == 2
-  finally:
-    jax.monitoring.unregister_event_duration_listener(on_event)
   assert not compiles
   monkeypatch.setattr(checkpoints_lib, '_on_this_host', lambda x: False)  # as on an accelerator
   assert count_non_finite(tree) == 2

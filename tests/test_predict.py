@@ -1,7 +1,6 @@
 """Predictions on a user's own inputs (``predict.py``, ``trainer.predictor``) for every family: they
 agree with evaluation, bad inputs are one line each, and read-only workdirs still answer."""
 
-import contextlib
 import io
 import json
 import os
@@ -11,13 +10,13 @@ import shutil
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 from flax import nnx
 from PIL import Image
 
 import predict
+from tests.compilations import counted_compilations
 from tests.test_video_training import tiny_video_config
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
@@ -250,23 +249,6 @@ def test_bad_sentences_are_one_line_each_and_the_rest_are_answered(scan_workdir,
     '001_jump_twice.png',
     '005_walk_left.png',
   ]
-
-
-@contextlib.contextmanager
-def counted_compilations():
-  """A list that gets one entry per XLA compilation made inside the block."""
-  compiles = []
-
-  def on_event(event, duration, **kwargs):
-    del duration, kwargs
-    if event == '/jax/core/compile/backend_compile_duration':
-      compiles.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(on_event)
-  try:
-    yield compiles
-  finally:
-    jax.monitoring.unregister_event_duration_listener(on_event)
 
 
 def test_loading_a_predictor_compiles_nothing_and_its_first_answer_compiles_once(digits_workdir, tmp_path):
