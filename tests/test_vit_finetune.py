@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tests.compilations import counted_compilations
 from tests.config_overrides import override
 from tests.vit_test_configs import tiny_vit_config
 from trainer.devices import Devices
@@ -160,22 +161,12 @@ def _fewshot_config():
 def test_a_second_fewshot_evaluation_compiles_nothing():
   task = load_task(_fewshot_config())
   first, second = task.make_model(nnx.Rngs(0)), task.make_model(nnx.Rngs(1))
-  compiled = []
-
-  def count(event, duration, **kwargs):
-    del duration, kwargs
-    if event == '/jax/core/compile/backend_compile_duration':
-      compiled.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(count)
-  try:
+  with counted_compilations() as compiled:
     jax.jit(lambda x: x * 3.0 + 1.0)(np.zeros(3))  # the listener hears compilations
     assert compiled
     task.extra_evaluation(first, 'test', None, None)  # compiles, unless an earlier test did
     after_first = len(compiled)
     results = task.extra_evaluation(second, 'test', None, None)  # new parameters, the same model
-  finally:
-    jax.monitoring.unregister_event_duration_listener(count)
   assert len(compiled) == after_first
   assert 0.0 <= results['fewshot_5shot'] <= 1.0
 
