@@ -68,15 +68,17 @@ def _throughput(task, batches: list[dict], config) -> float:
   step = make_train_step(task, parts, optimizer, mesh, seed=0)
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   device_batches = [global_batch(batch, mesh) for batch in batches]
-  compiled = {}
+  compiled, steps = {}, []
   for batch in device_batches:
     shapes = tuple((name, value.shape) for name, value in sorted(batch.items()))
     if shapes not in compiled:
       compiled[shapes] = step.lower(state, metrics, batch).compile()
-      jax.block_until_ready(compiled[shapes](state, metrics, batch))
+      state, metrics = compiled[shapes](state, metrics, batch)  # the first call of a shape, untimed
+    steps.append(compiled[shapes])
+  jax.block_until_ready(state)
   start = time.perf_counter()
-  for batch in device_batches:
-    state, metrics = step(state, metrics, batch)
+  for run, batch in zip(steps, device_batches):
+    state, metrics = run(state, metrics, batch)
   jax.block_until_ready(state)
   return (time.perf_counter() - start) / len(device_batches)
 
@@ -88,34 +90,39 @@ def main(argv):
     config.data.path = _DATA_PATH.value
   workdir = pathlib.Path(_WORKDIR.value)
   workdir.mkdir(parents=True, exist_ok=True)
-  mean_pairs = None
+  bucketed_batch_size = config.batch_size
   for packing in (False, True):
     config.data.packing = packing
     task = load_task(config)
     task.prepare(workdir)
-    batch_size = config.batch_size
-    if packing:
-      batch_size = _PACKED_BATCH_SIZE.value or max(1, round(config.batch_size / mean_pairs))
+    batch_size = bucketed_batch_size
+    if packing and _PACKED_BATCH_SIZE.value:
+      batch_size = _PACKED_BATCH_SIZE.value
+    elif packing:  # rows that hold a bucketed batch's pairs on average
+      batches, _ = _epoch_batches(task, 1)
+      pairs_per_row = sum(_pairs(batch) for batch in batches) / len(batches)
+      batch_size = max(1, round(bucketed_batch_size / pairs_per_row))
     batches, steps = _epoch_batches(task, batch_size)
-    pairs_per_row = np.mean([np.mean(b['tgt_segments'].max(axis=1)) for b in batches]) if packing else 1.0
-    if not packing:
-      mean_pairs = 1.0
-    else:
-      mean_pairs = pairs_per_row
     padding = np.mean([padding_fraction(batch) for batch in batches])
     timed = batches[: _STEPS.value]
     seconds = _throughput(task, timed, config)
     source, target = np.sum([_real_tokens(batch) for batch in timed], axis=0) / len(timed)
-    pairs = batch_size * pairs_per_row
+    pairs = sum(_pairs(batch) for batch in timed) / len(timed)
+    widths = f'{batches[0]["src"].shape[1]} + {batches[0]["tgt_in"].shape[1]}' if packing else 'bucket widths'
     print(
-      f'packing={packing}: batch {batch_size} rows x ({batches[0]["src"].shape[1] if packing else "bucket"} + '
-      f'{batches[0]["tgt_in"].shape[1] if packing else "bucket"}), {pairs_per_row:.2f} pairs per row, '
-      f"{steps} steps per epoch; padding {100 * padding:.1f}% of the epoch's slots"
+      f'packing={packing}: {batch_size} rows of {widths} tokens, {pairs / batch_size:.2f} pairs per row, '
+      f"{steps} steps per epoch; padding {100 * padding:.1f}% of the epoch's source and target slots"
     )
     print(
-      f'  train step {seconds * 1e3:.0f} ms over steps 0-{len(timed) - 1}: {(source + target) / seconds:,.0f} real '
+      f'  train step {seconds * 1e3:.0f} ms (steps 0-{len(timed) - 1}): {(source + target) / seconds:,.0f} real '
       f'tokens/s (source + target), {target / seconds:,.0f} target tokens/s, {pairs / seconds:.1f} pairs/s'
     )
+
+
+def _pairs(batch) -> int:
+  if 'tgt_segments' in batch:
+    return int(batch['tgt_segments'].max(axis=1).sum())
+  return int(np.count_nonzero(batch['tgt_out'][:, 0]))
 
 
 if __name__ == '__main__':

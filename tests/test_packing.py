@@ -230,3 +230,25 @@ def test_the_loss_weight_counts_every_real_target_token_once():
     model(batch['src'], batch['tgt_in'], packing=Packing.from_batch(batch))[0], batch['tgt_out']
   )
   np.testing.assert_allclose(loss_sum, np.sum(np.where(batch['tgt_out'] != 0, nll, 0.0)), rtol=1e-6)
+
+
+def test_packing_is_checked_before_any_data_is_read():
+  import ml_collections
+
+  from configs import rnn_scan, transformer_scan
+  from seq2seq.task import Translation
+  from trainer.errors import ConfigError
+
+  config = rnn_scan.get_config()
+  config.data.packing = True
+  with pytest.raises(ConfigError, match='data.packing is for the Transformer; the rnn translator'):
+    Translation(config)
+  config = transformer_scan.get_config()
+  config.data = ml_collections.ConfigDict(dict(config.data.to_dict(), packing='yes'))
+  with pytest.raises(ConfigError, match="data.packing must be True or False, got 'yes'"):
+    Translation(config)
+  config = transformer_scan.get_config()
+  config.data.packing = True
+  shapes = Translation.without_data(config, {'vocab_size': 16}).batch_shapes(4)
+  assert set(shapes) == {'src', 'tgt_in', 'tgt_out', *PACKING_KEYS}
+  assert shapes['src_segments'].shape == (4, config.data.max_source_length)
