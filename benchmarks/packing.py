@@ -8,7 +8,8 @@ or an empty folder, where they are trained as training does), and for each way o
 (``data.packing`` False and True) prints the padding share of one epoch's batches (source and
 target slots together) and the training throughput: the project's train step run on the real
 batches of steps 0, 1, ... (made beforehand, so the input pipeline is not timed), each batch shape
-compiled before timing; tokens/s counts real tokens only (source + target, and target alone, as
+compiled before timing, the two ways timed in turns of 5 steps (so a shared machine's changing
+load falls on both alike); tokens/s counts real tokens only (source + target, and target alone, as
 the loss counts them). A packed step holds ``--packed_batch_size`` rows (default: as many as give
 the bucketed batch's pairs on average).
 """
@@ -42,6 +43,7 @@ _WORKDIR = flags.DEFINE_string(
 _DATA_PATH = flags.DEFINE_string('data_path', None, 'Overrides config.data.path.')
 _STEPS = flags.DEFINE_integer('steps', 30, 'Timed steps for each way of batching.')
 _PACKED_BATCH_SIZE = flags.DEFINE_integer('packed_batch_size', 0, 'Rows of a packed batch (0: as above).')
+_TURN = 5  # steps timed in a row before the other way's turn
 
 
 def _epoch_batches(task, batch_size: int) -> tuple[list[dict], int]:
@@ -56,31 +58,43 @@ def _real_tokens(batch) -> tuple[int, int]:
   return int(np.count_nonzero(batch['src'])), int(np.count_nonzero(batch['tgt_out']))
 
 
-def _throughput(task, batches: list[dict], config) -> float:
-  """Seconds per step over ``batches``, after compiling each of their shapes."""
-  mesh = make_mesh()
-  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
-  optimizer = make_optimizer(config.optimizer, 1000)
-  state = jax.device_put(
-    TrainState(step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params)),
-    replicated(mesh),
-  )
-  step = make_train_step(task, parts, optimizer, mesh, seed=0)
-  metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-  device_batches = [global_batch(batch, mesh) for batch in batches]
-  compiled, steps = {}, []
-  for batch in device_batches:
-    shapes = tuple((name, value.shape) for name, value in sorted(batch.items()))
-    if shapes not in compiled:
-      compiled[shapes] = step.lower(state, metrics, batch).compile()
-      state, metrics = compiled[shapes](state, metrics, batch)  # the first call of a shape, untimed
-    steps.append(compiled[shapes])
-  jax.block_until_ready(state)
-  start = time.perf_counter()
-  for run, batch in zip(steps, device_batches):
-    state, metrics = run(state, metrics, batch)
-  jax.block_until_ready(state)
-  return (time.perf_counter() - start) / len(device_batches)
+class _Steps:
+  """The train step of one way of batching over its batches, each shape compiled and run once."""
+
+  def __init__(self, task, batches: list[dict], config):
+    mesh = make_mesh()
+    parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
+    optimizer = make_optimizer(config.optimizer, 1000)
+    self.state = jax.device_put(
+      TrainState(step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params)),
+      replicated(mesh),
+    )
+    self.metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
+    step = make_train_step(task, parts, optimizer, mesh, seed=0)
+    self.batches = [global_batch(batch, mesh) for batch in batches]
+    compiled, self.steps = {}, []
+    for batch in self.batches:
+      shapes = tuple((name, value.shape) for name, value in sorted(batch.items()))
+      if shapes not in compiled:
+        compiled[shapes] = step.lower(self.state, self.metrics, batch).compile()
+        self.state, self.metrics = compiled[shapes](self.state, self.metrics, batch)  # untimed
+      self.steps.append(compiled[shapes])
+    jax.block_until_ready(self.state)
+    self.seconds = 0.0
+
+  def time(self, first: int, stop: int) -> None:
+    """Runs batches ``first .. stop - 1`` and adds their time to ``seconds``."""
+    start = time.perf_counter()
+    for run, batch in zip(self.steps[first:stop], self.batches[first:stop]):
+      self.state, self.metrics = run(self.state, self.metrics, batch)
+    jax.block_until_ready(self.state)
+    self.seconds += time.perf_counter() - start
+
+
+def _pairs(batch) -> int:
+  if 'tgt_segments' in batch:
+    return int(batch['tgt_segments'].max(axis=1).sum())
+  return int(np.count_nonzero(batch['tgt_out'][:, 0]))
 
 
 def main(argv):
@@ -91,6 +105,7 @@ def main(argv):
   workdir = pathlib.Path(_WORKDIR.value)
   workdir.mkdir(parents=True, exist_ok=True)
   bucketed_batch_size = config.batch_size
+  ways = {}
   for packing in (False, True):
     config.data.packing = packing
     task = load_task(config)
@@ -103,26 +118,36 @@ def main(argv):
       pairs_per_row = sum(_pairs(batch) for batch in batches) / len(batches)
       batch_size = max(1, round(bucketed_batch_size / pairs_per_row))
     batches, steps = _epoch_batches(task, batch_size)
-    padding = np.mean([padding_fraction(batch) for batch in batches])
     timed = batches[: _STEPS.value]
-    seconds = _throughput(task, timed, config)
-    source, target = np.sum([_real_tokens(batch) for batch in timed], axis=0) / len(timed)
-    pairs = sum(_pairs(batch) for batch in timed) / len(timed)
-    widths = f'{batches[0]["src"].shape[1]} + {batches[0]["tgt_in"].shape[1]}' if packing else 'bucket widths'
+    ways[packing] = dict(
+      batch_size=batch_size,
+      steps_per_epoch=steps,
+      padding=np.mean([padding_fraction(batch) for batch in batches]),
+      widths=f'{batches[0]["src"].shape[1]} + {batches[0]["tgt_in"].shape[1]}'
+      if packing
+      else 'bucket widths',
+      tokens=np.sum([_real_tokens(batch) for batch in timed], axis=0),
+      pairs=sum(_pairs(batch) for batch in timed),
+      steps=_Steps(task, timed, config),
+    )
+  # Timed in turns of a few steps each, so that a shared machine's changing load falls on both.
+  for first in range(0, _STEPS.value, _TURN):
+    for way in ways.values():
+      way['steps'].time(first, first + _TURN)
+  for packing, way in ways.items():
+    seconds = way['steps'].seconds
+    count = len(way['steps'].batches)
+    source, target = way['tokens']
     print(
-      f'packing={packing}: {batch_size} rows of {widths} tokens, {pairs / batch_size:.2f} pairs per row, '
-      f"{steps} steps per epoch; padding {100 * padding:.1f}% of the epoch's source and target slots"
+      f'packing={packing}: {way["batch_size"]} rows of {way["widths"]} tokens, '
+      f'{way["pairs"] / count / way["batch_size"]:.2f} pairs per row, {way["steps_per_epoch"]} steps per '
+      f"epoch; padding {100 * way['padding']:.1f}% of the epoch's source and target slots"
     )
     print(
-      f'  train step {seconds * 1e3:.0f} ms (steps 0-{len(timed) - 1}): {(source + target) / seconds:,.0f} real '
-      f'tokens/s (source + target), {target / seconds:,.0f} target tokens/s, {pairs / seconds:.1f} pairs/s'
+      f'  train step {seconds / count * 1e3:.0f} ms (steps 0-{count - 1}): {(source + target) / seconds:,.0f} '
+      f'real tokens/s (source + target), {target / seconds:,.0f} target tokens/s, '
+      f'{way["pairs"] / seconds:.1f} pairs/s'
     )
-
-
-def _pairs(batch) -> int:
-  if 'tgt_segments' in batch:
-    return int(batch['tgt_segments'].max(axis=1).sum())
-  return int(np.count_nonzero(batch['tgt_out'][:, 0]))
 
 
 if __name__ == '__main__':
