@@ -252,3 +252,24 @@ def test_packing_is_checked_before_any_data_is_read():
   shapes = Translation.without_data(config, {'vocab_size': 16}).batch_shapes(4)
   assert set(shapes) == {'src', 'tgt_in', 'tgt_out', *PACKING_KEYS}
   assert shapes['src_segments'].shape == (4, config.data.max_source_length)
+
+
+@pytest.mark.slow  # runs the trainer
+def test_the_trainer_trains_on_packed_rows(tmp_path):
+  from tests.translation_test_configs import tiny_translation_config
+  from trainer.loop import train_and_evaluate
+  from trainer.task import load_task
+
+  overrides = {
+    'data.packing': True,
+    'data.max_source_length': 16,
+    'data.max_target_length': 16,
+    'batch_size': 8,
+  }
+  config = tiny_translation_config(**overrides)
+  result = train_and_evaluate(config, tmp_path / 'run')
+  assert result.step == 4 and 0.0 <= result.eval_metrics['bleu'] <= 100.0
+  task = load_task(config)
+  task.prepare(tmp_path / 'run')
+  batch = next(task.train_batches(batch_size=8, seed=0, start_step=3, process_index=0, process_count=1))
+  assert batch['src'].shape == (8, 16) and batch['tgt_segments'].max() > 1  # several pairs in a row
