@@ -6,12 +6,12 @@
 Reads the config's training data with the workdir's tokenizers (a workdir the config trained in,
 or an empty folder, where they are trained as training does), and for each way of batching
 (``data.packing`` False and True) prints the padding share of one epoch's batches (source and
-target slots together) and the training throughput: the project's train step run on the real
-batches of steps 0, 1, ... (made beforehand, so the input pipeline is not timed), each batch shape
-compiled before timing, the two ways timed in turns of 5 steps (so a shared machine's changing
-load falls on both alike); tokens/s counts real tokens only (source + target, and target alone, as
-the loss counts them). A packed step holds ``--packed_batch_size`` rows (default: as many as give
-the bucketed batch's pairs on average).
+target slots together) and the training throughput: the train step as training builds it
+(``trainer.run_step.build_step``) run on the real batches of steps 0, 1, ... (made beforehand, so
+the input pipeline is not timed), each batch shape compiled before timing, the two ways timed in
+turns of 5 steps (so a shared machine's changing load falls on both alike). Tokens/s counts real
+tokens only (source + target, and target alone, as the loss counts them). A packed step holds
+``--packed_batch_size`` rows (default: as many as give the bucketed batch's pairs on average).
 """
 
 from trainer import host_memory
@@ -25,13 +25,12 @@ import time
 import jax
 import numpy as np
 from absl import app, flags
-from flax import nnx
 from ml_collections import config_flags
 
 from seq2seq.packing import padding_fraction
-from trainer.optim import make_optimizer
-from trainer.partitioning import global_batch, make_mesh, replicated
-from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
+from trainer.partitioning import global_batch, replicated
+from trainer.run_step import build_step
+from trainer.state import train_metrics
 from trainer.task import load_task
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -61,17 +60,12 @@ def _real_tokens(batch) -> tuple[int, int]:
 class _Steps:
   """The train step of one way of batching over its batches, each shape compiled and run once."""
 
-  def __init__(self, task, batches: list[dict], config):
-    mesh = make_mesh()
-    parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
-    optimizer = make_optimizer(config.optimizer, 1000)
-    self.state = jax.device_put(
-      TrainState(step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params)),
-      replicated(mesh),
-    )
-    self.metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-    step = make_train_step(task, parts, optimizer, mesh, seed=0)
-    self.batches = [global_batch(batch, mesh) for batch in batches]
+  def __init__(self, config, task, batches: list[dict]):
+    run_step = build_step(config, task, num_steps=config.total_steps)
+    self.state, parts = run_step.init.create()
+    step = run_step.train_step(parts)
+    self.metrics = jax.device_put(train_metrics(task).empty(), replicated(run_step.mesh))
+    self.batches = [global_batch(batch, run_step.mesh) for batch in batches]
     compiled, self.steps = {}, []
     for batch in self.batches:
       shapes = tuple((name, value.shape) for name, value in sorted(batch.items()))
@@ -107,6 +101,7 @@ def main(argv):
   bucketed_batch_size = config.batch_size
   ways = {}
   for packing in (False, True):
+    config = config.copy_and_resolve_references()
     config.data.packing = packing
     task = load_task(config)
     task.prepare(workdir)
@@ -117,6 +112,7 @@ def main(argv):
       batches, _ = _epoch_batches(task, 1)
       pairs_per_row = sum(_pairs(batch) for batch in batches) / len(batches)
       batch_size = max(1, round(bucketed_batch_size / pairs_per_row))
+    config.batch_size = batch_size
     batches, steps = _epoch_batches(task, batch_size)
     timed = batches[: _STEPS.value]
     ways[packing] = dict(
@@ -128,7 +124,7 @@ def main(argv):
       else 'bucket widths',
       tokens=np.sum([_real_tokens(batch) for batch in timed], axis=0),
       pairs=sum(_pairs(batch) for batch in timed),
-      steps=_Steps(task, timed, config),
+      steps=_Steps(config, task, timed),
     )
   # Timed in turns of a few steps each, so that a shared machine's changing load falls on both.
   for first in range(0, _STEPS.value, _TURN):
