@@ -10,7 +10,9 @@ PRINTS_NUMBERS = 'echo starting; echo \'{"accuracy": 0.75, "nested": {"loss": 0.
 
 
 def test_numbers_are_the_last_json_line_flattened_and_without_strings():
-  stdout = 'log line\n{"not": "last"}\n{"accuracy": 0.5, "b": {"c": [1, 2]}, "split": "test", "ok": true}\nbye\n'
+  stdout = (
+    'log line\n{"not": "last"}\n{"accuracy": 0.5, "b": {"c": [1, 2]}, "split": "test", "ok": true}\nbye\n'
+  )
   assert records.numbers_from_stdout(stdout) == {'accuracy': 0.5, 'b.c.0': 1, 'b.c.1': 2, 'ok': True}
   with pytest.raises(records.RecordError, match='no JSON object'):
     records.numbers_from_stdout('no numbers here\n')
@@ -49,7 +51,9 @@ def test_a_number_is_within_its_spread_or_equal_at_the_stated_digits():
   assert reproduce.within('loss', 0.1224, 0.12238, {})  # the record states four decimals
   assert not reproduce.within('loss', 0.1224, 0.1226, {})
   assert not reproduce.within('loss', 0.1224, None, {})
-  lines, ok = reproduce.comparison({'numbers': {'accuracy': 0.9917}, 'spread': spread}, {'accuracy': 0.97, 'x': 1})
+  lines, ok = reproduce.comparison(
+    {'numbers': {'accuracy': 0.9917}, 'spread': spread}, {'accuracy': 0.97, 'x': 1}
+  )
   assert not ok and 'OUTSIDE' in lines[1] and 'not in the record' in lines[2]
 
 
