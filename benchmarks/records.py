@@ -212,9 +212,12 @@ def numbers_from_file(path: pathlib.Path) -> dict[str, Any]:
 
 
 def flatten(value: Any, prefix: str = '') -> dict[str, Any]:
-  """Numeric and boolean leaves of nested dicts and lists, named by their path (``a.b.0``)."""
+  """Numeric and boolean leaves of nested dicts and lists, named by their path (``a.b.0``); a list of
+  dicts that each have a ``name`` (an ablation's runs) is keyed by those names."""
   if isinstance(value, dict):
     items = value.items()
+  elif isinstance(value, list) and value and all(isinstance(item, dict) and 'name' in item for item in value):
+    items = [(item['name'], {key: each for key, each in item.items() if key != 'name'}) for item in value]
   elif isinstance(value, list):
     items = enumerate(value)
   else:

@@ -18,6 +18,11 @@ def test_numbers_are_the_last_json_line_flattened_and_without_strings():
     records.numbers_from_stdout('no numbers here\n')
 
 
+def test_an_ablations_runs_are_named_by_their_run_names():
+  summary = {'seeds': 1, 'runs': [{'name': 'posemb=none', 'metrics': {'accuracy': 0.5, 'split': 'test'}}]}
+  assert records.flatten(summary) == {'seeds': 1, 'runs.posemb=none.metrics.accuracy': 0.5}
+
+
 def test_a_record_name_is_checked_before_anything_runs():
   with pytest.raises(records.RecordError, match='lowercase'):
     records.path_of('../outside')
