@@ -112,7 +112,7 @@ TABLES = {
   ),
   'video-first-recipe': Table(
     'docs/results.md',
-    ('what', 'accuracy (%)', 'digit (%)', 'direction (%)', 'time', 'machine', 'recorded at'),
+    ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
     ('video_divided_sincos_0.2', 'video_divided_learn1d_0.2', 'video_spacetime_learn1d_0.2'),
   ),
 }
