@@ -6,7 +6,8 @@
   python -m benchmarks.reproduce --all --max-minutes 30   # the records whose time fits, shortest first
 
 A rerun runs the record's command as ``benchmarks.record`` does (a scratch checkout, fresh ``runs/``)
-and prints each of the record's numbers beside the new one. A number is flagged (``OUTSIDE``) when it
+and prints each of the record's numbers beside the new one (those its ``compared`` field names, when
+it has one, are the ones compared: a median of several runs, not their range). A number is flagged (``OUTSIDE``) when it
 moved by more than the spread the record states for it (a seed spread, the difference between CPU
 kinds), or, where the record states none, when it differs at the digits the record gives. The exit
 status is 1 when a number is flagged or a command failed. ``--override FLAG`` adds FLAG to every part
@@ -67,10 +68,15 @@ def within(metric: str, old: Any, new: Any, spread: dict[str, Any]) -> bool:
 def comparison(record: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], bool]:
   """The lines that set the record's numbers beside the new ones, and whether all are within spread."""
   spread = record.get('spread') or {}
+  compared = record.get('compared', list(record['numbers']))
   lines = [f'{"metric":<28} {"record":>14} {"rerun":>14}  spread']
   all_within = True
   for metric, old in record['numbers'].items():
     value = new.get(metric)
+    if metric not in compared:
+      shown = '' if value is None else f'{value:.6g}'
+      lines.append(f'{metric:<28} {old:>14.6g} {shown:>14}  (recorded, not compared)')
+      continue
     ok = within(metric, old, value, spread)
     all_within &= ok
     stated = f'{spread[metric]["value"]:g} ({spread[metric]["why"]})' if metric in spread else 'none stated'

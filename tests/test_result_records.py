@@ -60,6 +60,12 @@ def test_a_number_is_within_its_spread_or_equal_at_the_stated_digits():
     {'numbers': {'accuracy': 0.9917}, 'spread': spread}, {'accuracy': 0.97, 'x': 1}
   )
   assert not ok and 'OUTSIDE' in lines[1] and 'not in the record' in lines[2]
+  median_only = {
+    'numbers': {'images_per_second': 100.0, 'images_per_second.max': 120.0},
+    'compared': ['images_per_second'],
+  }
+  lines, ok = reproduce.comparison(median_only, {'images_per_second': 100.0})
+  assert ok and 'not compared' in lines[2]
 
 
 def test_durations_read_as_the_docs_write_them():
