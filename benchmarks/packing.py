@@ -12,6 +12,7 @@ the input pipeline is not timed), each batch shape compiled before timing, the t
 turns of 5 steps (so a shared machine's changing load falls on both alike). Tokens/s counts real
 tokens only (source + target, and target alone, as the loss counts them). A packed step holds
 ``--packed_batch_size`` rows (default: as many as give the bucketed batch's pairs on average).
+The last line is the numbers as JSON, for ``benchmarks.record``.
 """
 
 from trainer import host_memory
@@ -19,6 +20,7 @@ from trainer import host_memory
 if __name__ == '__main__':
   host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
 
+import json
 import pathlib
 import time
 
@@ -130,6 +132,7 @@ def main(argv):
   for first in range(0, _STEPS.value, _TURN):
     for way in ways.values():
       way['steps'].time(first, first + _TURN)
+  numbers = {}
   for packing, way in ways.items():
     seconds = way['steps'].seconds
     count = len(way['steps'].batches)
@@ -144,6 +147,15 @@ def main(argv):
       f'real tokens/s (source + target), {target / seconds:,.0f} target tokens/s, '
       f'{way["pairs"] / seconds:.1f} pairs/s'
     )
+    numbers['packed' if packing else 'bucketed'] = {
+      'rows': way['batch_size'],
+      'padding': round(float(way['padding']), 4),
+      'step_ms': round(seconds / count * 1e3, 1),
+      'tokens_per_s': round(float(source + target) / seconds, 1),
+      'target_tokens_per_s': round(float(target) / seconds, 1),
+      'pairs_per_s': round(way['pairs'] / seconds, 2),
+    }
+  print(json.dumps(numbers))  # the numbers of a record (benchmarks/record.py)
 
 
 if __name__ == '__main__':
