@@ -33,7 +33,7 @@ from trainer.checkpoints import Checkpoints, count_non_finite
 from trainer.devices import Devices
 from trainer.errors import CheckpointError, DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
-from trainer.optim import describe_weight_decay, frozen_paths, make_optimizer
+from trainer.optim import describe_frozen, describe_weight_decay, frozen_paths, make_optimizer
 from trainer.partitioning import check_batch_size, check_micro_batches, global_batch, make_mesh, replicated
 from trainer.state import ModelParts, make_eval_step, make_train_step, train_metrics
 from trainer.state_init import StateInit
@@ -193,6 +193,8 @@ class _Training:
       workdir_lib.save_class_names(workdir, task.class_names())
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
       print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
+      if frozen_line := describe_frozen(config.optimizer, self.state.params):
+        print(frozen_line, flush=True)
     self.writers = make_writers(workdir, self.is_main)
 
     self.train_step = make_train_step(

@@ -23,6 +23,7 @@ from attention.options import with_defaults
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
 from trainer.predictor import classify, present_classes
+from trainer.scanned_regexes import check_regexes_under_scan
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
@@ -95,6 +96,16 @@ class VideoClassification(Task):
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+    if model.get('scan_layers', False):
+      check_regexes_under_scan(
+        config.get('optimizer'),
+        lambda scan: make_video_model(
+          {**model.to_dict(), 'scan_layers': scan},
+          num_classes=self.data.num_classes,
+          clip_shape=self.data.clip_shape,
+          rngs=nnx.Rngs(0),
+        ),
+      )
 
   @classmethod
   def without_data(cls, config, sizes):

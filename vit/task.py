@@ -20,6 +20,7 @@ from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
 from trainer.partitioning import check_batch_size
 from trainer.predictor import classify, present_classes
+from trainer.scanned_regexes import check_regexes_under_scan
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
@@ -101,6 +102,16 @@ class ImageClassification(Task):
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+    if model.scan_layers:
+      check_regexes_under_scan(
+        config.get('optimizer'),
+        lambda scan: make_vit(
+          {**model.to_dict(), 'scan_layers': scan},
+          num_classes=self.data.num_classes,
+          image_shape=self.data.image_shape,
+          rngs=nnx.Rngs(0),
+        ),
+      )
 
   @classmethod
   def without_data(cls, config, sizes):
