@@ -20,7 +20,8 @@ Under ``model.scan_layers`` a regex must not name layer numbers (``trainer.scann
 (the number ``layer_regex`` captures, default ``'blocks\\.(\\d+)\\.'``) of ``L`` learn at
 ``layer_decay ** (L - i)`` times the rate, those matching ``layer_decay_stem`` (the embeddings)
 at ``layer_decay ** (L + 1)``, all others (head, final norm) at the full rate. Each group gets
-its own optimizer through ``optax.multi_transform``. Gradient clipping sees the trained
+its own multiplier, computed from the whole parameter tree (frozen layers count towards ``L``, so
+freezing the top block moves no other layer's rate). Gradient clipping sees the trained
 parameters' gradients only: a frozen backbone's gradient norm does not scale a probe's head
 update (and the train step does not compute frozen gradients, ``trainer/state.py``).
 """
@@ -149,8 +150,10 @@ def _scale_by_group(config: ml_collections.ConfigDict) -> optax.GradientTransfor
 
   def scale(updates, params):
     del params
-    groups = parameter_groups(config, updates)
-    return jax.tree_util.tree_map_with_path(lambda key, u: u * groups[parameter_path(key)], updates)
+    groups = parameter_groups(config, updates)  # the whole tree: frozen updates are zeros
+    return jax.tree_util.tree_map_with_path(
+      lambda key, u: u if groups[parameter_path(key)] is None else u * groups[parameter_path(key)], updates
+    )
 
   return optax.stateless(scale)
 
@@ -209,11 +212,12 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
   _group_options(config)  # bad group options fail here, before any parameter exists
   _decay_mask(config)  # and a bad weight_decay_regex
   optimizer = _base_optimizer(config, learning_rate_schedule(config, total_steps))
-  if config.get('layer_decay', 1.0) != 1.0:
+  layer_decay, frozen = config.get('layer_decay', 1.0) != 1.0, bool(config.get('frozen', ''))
+  if layer_decay and not frozen:
     optimizer = optax.chain(optimizer, _scale_by_group(config))
   if config.grad_clip_norm:  # inside the frozen/trained split: only trained gradients count
     optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), optimizer)
-  if config.get('frozen', ''):
+  if frozen:
 
     def label(params):
       groups = parameter_groups(config, params)
@@ -222,6 +226,8 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
       )
 
     optimizer = optax.multi_transform({'trained': optimizer, 'frozen': optax.set_to_zero()}, label)
+    if layer_decay:  # outside the split, so the depth counts the frozen layers too
+      optimizer = optax.chain(optimizer, _scale_by_group(config))
   return optimizer
 
 
