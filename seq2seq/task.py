@@ -62,7 +62,7 @@ from trainer import storage
 from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, InputError, WorkdirError
 from trainer.losses import token_losses
-from trainer.scanned_regexes import check_regexes_under_scan
+from trainer.parameter_regexes import check_regexes_under_scan
 from trainer.task import NotApplicable, Task, prediction_rows
 from trainer.validation import check_split_name, resolve_split
 

@@ -10,7 +10,13 @@ from tests.test_video_training import tiny_video_config
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.errors import ConfigError
-from trainer.optim import default_optimizer_config, describe_frozen, frozen_paths, parameter_path
+from trainer.optim import (
+  default_optimizer_config,
+  describe_frozen,
+  frozen_paths,
+  parameter_groups,
+  parameter_path,
+)
 from trainer.task import load_task
 from vit.model import make_vit
 
@@ -86,3 +92,33 @@ def test_the_frozen_line_counts_arrays_and_values():
     f'frozen: {len(frozen)} of {len(leaves)} parameter arrays ({sum(frozen):,} of {total:,} values) '
     r"match '^(?!head\.)'"
   )
+
+
+def _video_decay(layout, **fields):
+  config = tiny_video_config(**{'model.attention': layout, 'model.depth': 2, 'model.temporal_depth': 2})
+  return _with(config, {'optimizer.layer_decay': 0.5, **fields})
+
+
+@pytest.mark.parametrize('layout', ['divided', 'factorised_encoder'])
+def test_layer_decay_on_a_video_layout_whose_paths_misnumber_its_layers_is_a_config_error(layout):
+  """The default ``blocks\\.(\\d+)\\.`` gives 'divided''s temporal sublayers no layer, and the factorised
+  encoder's temporal blocks (the top of the network) the numbers of the spatial blocks below them."""
+  with pytest.raises(ConfigError, match=f"does not number the {layout!r} layout's layers by depth") as raised:
+    load_task(_video_decay(layout))
+  assert '\n' not in str(raised.value)
+
+
+def test_layer_decay_on_video_layouts_numbered_by_depth_gives_each_layer_its_rate():
+  load_task(_video_decay('spacetime'))
+  load_task(_video_decay('factorised_dot_product'))
+  task = load_task(_video_decay('divided', **{'optimizer.layer_regex': r'(?:blocks|temporal)\.(\d+)\.'}))
+  params = nnx.state(task.make_model(nnx.Rngs(0)), nnx.Param)
+  groups = parameter_groups(task.config.optimizer, params)
+  assert groups['layout.temporal.1.attention.out.kernel'] == groups['layout.blocks.1.mlp.fc1.kernel'] == 0.5
+  assert groups['layout.temporal.0.attention.out.kernel'] == groups['layout.blocks.0.mlp.fc1.kernel'] == 0.25
+  assert groups['head.kernel'] == 1.0
+  relative = _video_decay('spacetime', **{'model.temporal_posemb': 'relative'})  # a time bias per layer
+  with pytest.raises(ConfigError, match="'layout.time_biases.0.table' is in layer 0, the regex says None"):
+    load_task(relative)
+  relative.optimizer.layer_regex = r'(?:blocks|time_biases)\.(\d+)\.'
+  load_task(relative)

@@ -15,7 +15,7 @@ says how many arrays and values match; the trainer prints it at start-up.
 ``frozen``: a regular expression; matching parameters are never updated ('' = none;
 ``'^(?!head\\.)'`` trains the head alone, a linear probe); one that matches no parameter is an
 error, and ``describe_frozen`` says how many arrays and values it freezes (printed at start-up).
-Under ``model.scan_layers`` a regex must not name layer numbers (``trainer.scanned_regexes``).
+Under ``model.scan_layers`` a regex must not name layer numbers (``trainer.parameter_regexes``).
 ``layer_decay``: layer-wise learning-rate decay (1.0 = off): the parameters of layer ``i``
 (the number ``layer_regex`` captures, default ``'blocks\\.(\\d+)\\.'``) of ``L`` learn at
 ``layer_decay ** (L - i)`` times the rate, those matching ``layer_decay_stem`` (the embeddings)
@@ -121,13 +121,17 @@ def _group_options(config: ml_collections.ConfigDict):
   return frozen, layer_regex, stem, decay
 
 
+def layer_numbers(config: ml_collections.ConfigDict, paths: list[str]) -> dict[str, int]:
+  """The layer number ``layer_regex`` gives each of ``paths`` that it matches."""
+  layer_regex = _group_options(config)[1]
+  return {path: int(found.group(1)) for path in paths if layer_regex and (found := layer_regex.search(path))}
+
+
 def parameter_groups(config: ml_collections.ConfigDict, params) -> dict[str, float | None]:
   """Each parameter path -> its learning-rate multiplier, or ``None`` when frozen."""
-  frozen, layer_regex, stem, decay = _group_options(config)
+  frozen, _, stem, decay = _group_options(config)
   paths = [parameter_path(key) for key, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
-  layers = {
-    path: int(found.group(1)) for path in paths if layer_regex and (found := layer_regex.search(path))
-  }
+  layers = layer_numbers(config, paths)
   depth = max(layers.values(), default=-1) + 1
   groups = {}
   for path in paths:

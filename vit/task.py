@@ -18,9 +18,9 @@ from pipelines.image_sources import IMAGE_SUFFIXES
 from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
+from trainer.parameter_regexes import check_regexes_under_scan
 from trainer.partitioning import check_batch_size
 from trainer.predictor import classify, present_classes
-from trainer.scanned_regexes import check_regexes_under_scan
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained

@@ -1,4 +1,10 @@
-"""Refuses parameter regexes that a scanned model cannot honour.
+"""Refuses parameter regexes that select something other than what they mean.
+
+``check_layer_numbering``: ``optimizer.layer_regex`` numbers the layers for ``layer_decay``; a
+model whose paths do not spell its depth (a video layout with two stacks) says each parameter's
+real layer, and a regex that numbers any parameter otherwise is a one-line ``ConfigError``.
+
+``check_regexes_under_scan``:
 
 A model whose layers are scanned (``model.scan_layers``) keeps each stack in one array per
 parameter, on a leading depth axis, and its path has no layer number: the unrolled
@@ -17,7 +23,7 @@ import ml_collections
 from flax import nnx
 
 from trainer.errors import ConfigError
-from trainer.optim import DEFAULT_WEIGHT_DECAY_REGEX, compile_regex, parameter_path
+from trainer.optim import DEFAULT_WEIGHT_DECAY_REGEX, compile_regex, layer_numbers, parameter_path
 
 
 def _abstract_paths(build: Callable[[], nnx.Module]) -> list[str]:
@@ -67,3 +73,26 @@ def check_regexes_under_scan(
           'model.scan_layers stacks the layers into one array whose path has no layer number; set '
           'model.scan_layers=False or write the regex without layer numbers.'
         )
+
+
+def check_layer_numbering(
+  config: ml_collections.ConfigDict | None,
+  build: Callable[[], nnx.Module],
+  real_layer: Callable[[str], int | None],
+  what: str,
+) -> None:
+  """With ``layer_decay`` on, raises unless ``layer_regex`` gives every parameter of the model
+  ``build`` makes the layer ``real_layer(path)`` says (``None``: in no layer); ``what`` names the model."""
+  config = config or ml_collections.ConfigDict()
+  if config.get('layer_decay', 1.0) == 1.0:
+    return
+  paths = _abstract_paths(build)
+  given = layer_numbers(config, paths)
+  for path in paths:
+    if given.get(path) != real_layer(path):
+      pattern = config.get('layer_regex', r'blocks\.(\d+)\.')
+      raise ConfigError(
+        f"config.optimizer.layer_regex '{pattern}' does not number {what}'s layers by depth: {path!r} is "
+        f'in layer {real_layer(path)}, the regex says {given.get(path)}; set one that does, or '
+        'optimizer.layer_decay=1.0.'
+      )
