@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 from PIL import Image
 
+from pipelines.fetch_hint import fetch_hint
 from trainer.errors import ConfigError, DataError, MissingFileError
 
 SPLIT_NAMES = ('train', 'validation', 'test')
@@ -104,7 +105,7 @@ def load_idx_source(config: ml_collections.ConfigDict) -> InMemoryImages:
   """MNIST-style IDX files (optionally gzipped) in one folder; 't10k' is the test split."""
   root = _required_path(config, 'idx')
   if not root.is_dir():
-    raise MissingFileError(f'IDX folder {root} does not exist')
+    raise MissingFileError(f'IDX folder {root} does not exist{fetch_hint(root)}')
   files = {
     split: tuple(_find_idx_file(root, stem) for stem in stems) for split, stems in _IDX_FILE_STEMS.items()
   }
@@ -124,7 +125,7 @@ def _find_idx_file(root: pathlib.Path, stem: str) -> pathlib.Path:
   for candidate in (root / stem, root / f'{stem}.gz'):
     if candidate.is_file():
       return candidate
-  raise MissingFileError(f'IDX file {root / stem}[.gz] not found')
+  raise MissingFileError(f'IDX file {root / stem}[.gz] not found{fetch_hint(root)}')
 
 
 def read_idx(path: pathlib.Path, *, expected_ndim: int) -> np.ndarray:
@@ -186,10 +187,10 @@ def _sorted_entries(folder: pathlib.Path, directories: bool) -> list[str]:
 
 def _list_image_folder(root: pathlib.Path) -> tuple[list[str], dict[str, _FolderSplit]]:
   if not root.is_dir():
-    raise MissingFileError(f'image folder {root} does not exist')
+    raise MissingFileError(f'image folder {root} does not exist{fetch_hint(root)}')
   if not (root / 'train').is_dir():
     raise MissingFileError(
-      f'split folder {root / "train"} is missing (expected {root}/<split>/<class>/*.png)'
+      f'split folder {root / "train"} is missing (expected {root}/<split>/<class>/*.png){fetch_hint(root)}'
     )
   class_names = _sorted_entries(root / 'train', directories=True)
   if not class_names:
