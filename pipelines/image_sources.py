@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import pathlib
+import zlib
 from collections.abc import Sequence
 
 import ml_collections
@@ -133,7 +134,7 @@ def read_idx(path: pathlib.Path, *, expected_ndim: int) -> np.ndarray:
   try:
     with (gzip.open if path.suffix == '.gz' else open)(path, 'rb') as file:
       data = file.read()
-  except (OSError, EOFError) as error:
+  except (OSError, EOFError, zlib.error) as error:
     raise DataError(f'cannot read IDX file {path}: {error}') from None
   if len(data) < 4 or data[0] != 0 or data[1] != 0:
     raise DataError(f'{path} is not an IDX file (bad magic number 0x{data[:4].hex()})')
