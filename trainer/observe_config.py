@@ -106,3 +106,22 @@ def check_profile_steps(config, num_steps: int) -> None:
   beyond = [step for step in profile_steps(config) if step > num_steps]
   if beyond:
     _fail('profile_steps', tuple(config.profile_steps), f'this run has steps 1 to {num_steps} only')
+
+
+def named_metrics(config, per_split: dict[str, dict]) -> dict:
+  """One evaluation's metrics, ``{split: {name: value}}``, as written: ``<split>_<name>`` for each of
+  ``eval_splits``; without them, the one split's names as they are."""
+  if not eval_splits(config):
+    (metrics,) = per_split.values()
+    return dict(metrics)
+  return {f'{split}_{name}': value for split, metrics in per_split.items() for name, value in metrics.items()}
+
+
+def check_profile_workdir(config, workdir, is_remote: bool) -> None:
+  """Traces are written by the profiler's own file system code, which a bucket workdir is not tested with."""
+  if profile_steps(config) and is_remote:
+    _fail(
+      'profile_steps',
+      tuple(config.profile_steps),
+      f'traces are written to a local workdir only, not {workdir}',
+    )
