@@ -187,10 +187,9 @@ class _FakeRun:
 @pytest.fixture
 def fake_wandb(monkeypatch):
   """A ``wandb`` module that records what it is asked."""
-  calls, ids = [], iter(['first', 'second'])
+  calls = []
   module = types.ModuleType('wandb')
   module.init = lambda **kwargs: calls.append(('init', kwargs)) or _FakeRun(calls)
-  module.util = types.SimpleNamespace(generate_id=lambda: next(ids))
   monkeypatch.setitem(sys.modules, 'wandb', module)
   return calls
 
@@ -206,7 +205,9 @@ def test_wandb_gets_the_scalars_against_the_step_and_the_resolved_config(fake_wa
   writers['eval'].close()
   (_, init), *rest = fake_wandb
   assert init['project'] == 'attention-lab' and init['entity'] is None and init['name'] == tmp_path.name
-  assert init['id'] == 'first' and init['resume'] == 'allow' and init['dir'] == str(tmp_path)
+  assert (
+    re.fullmatch('[0-9a-f]{12}', init['id']) and init['resume'] == 'allow' and init['dir'] == str(tmp_path)
+  )
   assert init['config']['batch_size'] == 128 and init['config']['model']['width'] == 64
   assert ('define_metric', 'train/*', {'step_metric': 'step'}) in rest
   logged = [call[1] for call in rest if call[0] == 'log']
@@ -215,9 +216,9 @@ def test_wandb_gets_the_scalars_against_the_step_and_the_resolved_config(fake_wa
     {'step': 5, 'eval/accuracy': 0.75},
   ]
   assert rest.count(('finish',)) == 1
-  assert json.loads((tmp_path / 'wandb.json').read_text()) == {'id': 'first'}
+  assert json.loads((tmp_path / 'wandb.json').read_text()) == {'id': init['id']}
   wandb_log.make_writers(config, tmp_path)  # resuming the workdir continues the same W&B run
-  assert [call[1]['id'] for call in fake_wandb if call[0] == 'init'] == ['first', 'first']
+  assert [call[1]['id'] for call in fake_wandb if call[0] == 'init'] == [init['id'], init['id']]
 
 
 def test_a_missing_wandb_package_is_one_line_naming_the_pip_command(monkeypatch):

@@ -14,6 +14,7 @@ variable) keeps everything on disk, for ``wandb sync`` later.
 
 import json
 import pathlib
+import secrets
 
 from trainer import storage
 from trainer.errors import ConfigError
@@ -71,7 +72,7 @@ class WandbWriter(ScalarsOnly):
     self._run.finish()
 
 
-def _run_id(wandb, workdir) -> str:
+def _run_id(workdir) -> str:
   """The W&B run id of this workdir: read from ``wandb.json``, or made and saved there."""
   path = storage.as_path(workdir) / RUN_ID_FILE
   if path.exists():
@@ -79,7 +80,7 @@ def _run_id(wandb, workdir) -> str:
       return str(json.loads(path.read_text())['id'])
     except (json.JSONDecodeError, KeyError, TypeError):
       pass  # damaged: a new run is started and recorded
-  run_id = wandb.util.generate_id()
+  run_id = secrets.token_hex(6)  # W&B's ids are short lowercase alphanumerics
   storage.write_text(path, json.dumps({'id': run_id}) + '\n')
   return run_id
 
@@ -95,7 +96,7 @@ def make_writers(config, workdir) -> dict[str, WandbWriter]:
     project=section.project,
     entity=section.get('entity') or None,
     name=section.get('name') or pathlib.PurePosixPath(str(workdir)).name,
-    id=_run_id(wandb, workdir),
+    id=_run_id(workdir),
     resume='allow',
     config=json.loads(config.to_json_best_effort()),
     dir=str(workdir) if local else None,
