@@ -221,6 +221,27 @@ def test_wandb_gets_the_scalars_against_the_step_and_the_resolved_config(fake_wa
   assert [call[1]['id'] for call in fake_wandb if call[0] == 'init'] == [init['id'], init['id']]
 
 
+def test_a_run_wandb_cannot_start_is_one_line(monkeypatch, tmp_path):
+  class NotLoggedIn(Exception):
+    pass
+
+  def init(**kwargs):
+    raise NotLoggedIn('api_key not configured (no-tty). call wandb.login(key=[your_api_key])\nmore detail')
+
+  module = types.ModuleType('wandb')
+  module.init, module.errors = init, types.SimpleNamespace(Error=NotLoggedIn)
+  monkeypatch.setitem(sys.modules, 'wandb', module)
+  config = vit_digits.get_config()
+  config.wandb.project = 'attention-lab'
+  with pytest.raises(ConfigError) as error:
+    wandb_log.make_writers(config, tmp_path)
+  assert str(error.value) == (
+    "config.wandb.project is 'attention-lab' but W&B could not start a run (api_key not configured "
+    '(no-tty). call wandb.login(key=[your_api_key])); run `wandb login`, or set WANDB_MODE=offline to '
+    'log to disk.'
+  )
+
+
 def test_a_missing_wandb_package_is_one_line_naming_the_pip_command(monkeypatch):
   monkeypatch.setitem(sys.modules, 'wandb', None)  # ``import wandb`` raises ImportError
   config = vit_digits.get_config()

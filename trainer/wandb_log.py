@@ -92,15 +92,22 @@ def make_writers(config, workdir) -> dict[str, WandbWriter]:
   wandb = import_wandb(config)
   section = config.wandb
   local = not storage.is_remote(workdir)
-  run = wandb.init(
-    project=section.project,
-    entity=section.get('entity') or None,
-    name=section.get('name') or pathlib.PurePosixPath(str(workdir)).name,
-    id=_run_id(workdir),
-    resume='allow',
-    config=json.loads(config.to_json_best_effort()),
-    dir=str(workdir) if local else None,
-  )
+  try:
+    run = wandb.init(
+      project=section.project,
+      entity=section.get('entity') or None,
+      name=section.get('name') or pathlib.PurePosixPath(str(workdir)).name,
+      id=_run_id(workdir),
+      resume='allow',
+      config=json.loads(config.to_json_best_effort()),
+      dir=str(workdir) if local else None,
+    )
+  except wandb.errors.Error as error:  # not logged in, no network, a project one may not write
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    raise ConfigError(
+      f'config.wandb.project is {section.project!r} but W&B could not start a run ({first_line}); '
+      'run `wandb login`, or set WANDB_MODE=offline to log to disk.'
+    ) from None
   run.define_metric('step')
   for split in ('train', 'eval'):
     run.define_metric(f'{split}/*', step_metric='step')
