@@ -561,3 +561,87 @@ def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):
   report = pretrained.load_into(built, init_from, pretrained.read_canonical(init_from))
   assert 'head: zero-initialised' in report and 'resampled 4x4 -> 6x6' in report
   assert not np.any(np.asarray(built.head.kernel[...]))
+
+
+# Prediction without a workdir ---------------------------------------------------------------------
+
+
+def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_path):
+  from vit.weights_predictor import load_predictor, prepare_pixels  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(11)
+  arrays = timm_arrays(rng, layer_scale=True, reg=4, no_embed_class=True)
+  labels = [f'class {i}' for i in range(CLASSES)]
+  folder = write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_reg4_dinov2', labels=labels)
+  predictor = load_predictor(folder)
+  image = rng.integers(
+    0, 256, (20, 30, 3), dtype=np.uint8
+  )  # resized to 18 x 27 (shortest side), cropped 16 x 16
+  pixels = prepare_pixels(image, predictor.task.preparation.preprocessing)
+  assert pixels.shape == (16, 16, 3)
+  normalised = (pixels[None].astype(np.float64) / 255 - 0.5) / 0.5
+  expected = dict(act='gelu_exact', eps=1e-6, no_embed_class=True, pool='token')
+  np.testing.assert_allclose(
+    predictor.features([image]),
+    timm_forward(arrays, normalised, pre_logits=True, **expected),
+    rtol=1e-3,
+    atol=1e-3,
+  )
+  logits = predictor.logits([image, image])
+  np.testing.assert_allclose(logits[0], timm_forward(arrays, normalised, **expected)[0], rtol=1e-3, atol=1e-3)
+  [prediction] = predictor([image])
+  assert prediction['classes'][0]['name'] == labels[int(np.argmax(logits[0]))]
+  picture = predictor.explain(image, tmp_path / 'attention.png')
+  assert picture.stat().st_size > 0
+
+
+def test_predictor_on_headless_dinov2_gives_features_and_pictures(tmp_path):
+  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(12)
+  arrays = transformers_arrays(rng, prefix='', dinov2=True, classes=0)
+  folder = write_transformers_folder(
+    tmp_path / 'w', arrays, transformers_config('dinov2', eps=1e-6, classes=0)
+  )
+  predictor = load_predictor(folder)
+  image = rng.integers(
+    0, 256, (16, 16, 3), dtype=np.uint8
+  )  # no processor config: resized to 16 x 16, mean 0.5
+  features = predictor.features([image])
+  normalised = (image[None].astype(np.float64) / 255 - 0.5) / 0.5
+  _, expected = transformers_forward(arrays, normalised, act='gelu_exact', eps=1e-6, dinov2=True)
+  np.testing.assert_allclose(features, expected, rtol=1e-3, atol=1e-3)
+  assert predictor([image])[0]['classes'] == []
+  assert predictor.explain(image, tmp_path / 'a.png').exists()
+  with pytest.raises(Exception, match='no classification head'):
+    predictor.logits([image])
+
+
+@pytest.mark.slow
+def test_predict_py_with_weights_answers_explains_and_writes_features(tmp_path):
+  import pathlib  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+
+  root = pathlib.Path(__file__).resolve().parents[1]
+  rng = np.random.default_rng(13)
+  folder = write_timm_folder(tmp_path / 'w', timm_arrays(rng), 'vit_base_patch16_224', labels=list('abcde'))
+  Image.fromarray(rng.integers(0, 256, (24, 20, 3), dtype=np.uint8)).save(tmp_path / 'cat.png')
+  command = [sys.executable, 'predict.py', f'--weights={folder}', str(tmp_path / 'cat.png')]
+  run = subprocess.run([*command, f'--explain={tmp_path / "out"}'], cwd=root, capture_output=True, text=True)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.startswith(f'{tmp_path / "cat.png"}: ') and '%' in run.stdout
+  assert (tmp_path / 'out' / '001_cat.png').exists()
+  run = subprocess.run(
+    [*command, f'--features={tmp_path / "f.npy"}'], cwd=root, capture_output=True, text=True
+  )
+  assert run.returncode == 0, run.stderr
+  assert np.load(tmp_path / 'f.npy').shape == (1, WIDTH)
+  pickle = tmp_path / 'model.pth'
+  pickle.write_bytes(b'x')
+  run = subprocess.run(
+    [sys.executable, 'predict.py', f'--weights={pickle}', 'x.png'], cwd=root, capture_output=True, text=True
+  )
+  assert run.returncode == 2 and run.stderr.count('\n') == 1 and 'is a pickle' in run.stderr

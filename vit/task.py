@@ -19,7 +19,7 @@ from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
 from trainer.partitioning import check_batch_size
-from trainer.predictor import classify, present_classes
+from trainer.predictor import batched, classify, compiled_features, compiled_logits, present_classes
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
@@ -223,6 +223,25 @@ class ImageClassification(Task):
     """The ``options.top_k`` most probable classes of each image: ``{'classes': [{index, name,
     probability}, ...]}``, the first being the argmax of the logits that evaluation scores."""
     return classify(model, inputs, options, self.data.image_shape, self.preparation.prepare_images)
+
+  def features(self, model, inputs, options):
+    """The pooled pre-logits embedding (``intermediates['pre_logits']``) of each image: float32 ``[n, D]``."""
+    return batched(
+      compiled_features(model),
+      inputs,
+      options.batch_size,
+      self.data.image_shape,
+      self.preparation.prepare_images,
+    )
+
+  def logits(self, model, inputs, options):
+    return batched(
+      compiled_logits(model),
+      inputs,
+      options.batch_size,
+      self.data.image_shape,
+      self.preparation.prepare_images,
+    )
 
   def present(self, name, prediction):
     return present_classes(name, prediction)
