@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 from scipy.special import erf
 
 from trainer.errors import CheckpointError, ConfigError, MissingFileError
-from vit import checkpoint_npz, pretrained, weights, weights_timm, weights_transformers
+from vit import checkpoint_npz, pretrained, weights
 from vit.model import make_vit
 
 WIDTH, HEADS, DEPTH, MLP, PATCH, IMAGE, CLASSES = 24, 3, 2, 40, 4, 16, 5
@@ -160,9 +160,9 @@ def transformers_forward(a, images, *, act, eps, dinov2):
 
 
 def timm_arrays(rng, *, cls=True, reg=0, no_embed_class=False, layer_scale=False, norm_pre=False,
-                patch_bias=True, fc_norm=False, final_norm=True, attn_pool=False, classes=CLASSES):  # fmt: skip
+                patch_bias=True, fc_norm=False, final_norm=True, attn_pool=False, classes=CLASSES, channels=3):  # fmt: skip
   """The state dict of timm's ``VisionTransformer`` with these options (names and shapes as timm's)."""
-  a = {'patch_embed.proj.weight': _draw(rng, WIDTH, 3, PATCH, PATCH)}
+  a = {'patch_embed.proj.weight': _draw(rng, WIDTH, channels, PATCH, PATCH)}
   if patch_bias:
     a['patch_embed.proj.bias'] = _draw(rng, WIDTH)
   prefix = int(cls) + reg
@@ -479,59 +479,82 @@ def test_transformers_processor_config_and_errors(tmp_path):
 # Round trips and fine-tuning ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-  'architecture',
-  [
-    'deit3_base_patch16_224',
-    'vit_small_patch14_reg4_dinov2',
-    'vit_base_patch16_siglip_224',
-    'vit_base_patch16_clip_224',
-    'vit_base_patch16_224',
-  ],
-)
-def test_timm_round_trip_is_exact(architecture, tmp_path):
-  """timm -> ours -> timm gives back every array bit for bit (prefix rows of pos_embed: folded, then zero)."""
+def _params(model):
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return [np.asarray(leaf) for leaf in jax.tree.leaves(nnx.to_pure_dict(nnx.state(model, nnx.Param)))]
+
+
+ROUND_TRIP = ['deit3_base_patch16_224', 'vit_small_patch14_reg4_dinov2', 'vit_base_patch16_siglip_224',
+              'vit_base_patch16_clip_quickgelu_224', 'vit_base_patch16_224', 'vit_small_patch14_dinov2']  # fmt: skip
+
+
+@pytest.mark.parametrize('architecture', ROUND_TRIP)
+def test_ours_to_timm_to_ours_is_exact(architecture, tmp_path):
+  """A model of ours (read from a timm folder) -> ``export_weights.write_timm`` -> read back: the same
+  parameters bit for bit, and a timm folder with the source's names (prefix rows of pos_embed zero)."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+
+  from vit import export_weights  # pylint: disable=g-import-not-at-top
+
   rng = np.random.default_rng(8)
   options, *_ = TIMM_CASES[architecture]
   arrays = timm_arrays(rng, **options)
-  source = weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, architecture))
-  model = _model_from(source)
-  no_embed_class = weights_timm.resolve_architecture(architecture).no_embed_class
-  written = weights_timm.from_canonical(
-    checkpoint_npz.to_canonical(checkpoint_npz.model_to_official(model)), no_embed_class=no_embed_class
-  )
-  again = weights.read_weights(write_timm_folder(tmp_path / 'again', written, architecture))
-  model_again = _model_from(again)
-  first = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-  second = nnx.to_pure_dict(nnx.state(model_again, nnx.Param))
-  for a, b in zip(*(jax_leaves(tree) for tree in (first, second))):
-    np.testing.assert_array_equal(a, b)
+  model = _model_from(weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, architecture)))
+  out = export_weights.write_timm(
+    model, tmp_path / 'out', architecture, image_size=(IMAGE, IMAGE), mean=(0.5,) * 3, std=(0.5,) * 3,
+    class_names=list('abcde'),
+  )  # fmt: skip
+  again = weights.read_weights(out)
+  assert again.class_names == list('abcde') and again.arch == architecture
+  for first, second in zip(_params(model), _params(_model_from(again)), strict=True):
+    np.testing.assert_array_equal(first, second)
+  written = load_file(str(out / 'model.safetensors'))
   assert set(written) == set(arrays)
+  assert all(written[key].shape == arrays[key].shape for key in arrays)
 
 
-def jax_leaves(tree):
-  import jax  # pylint: disable=g-import-not-at-top
+def test_ours_to_transformers_to_ours_is_exact(tmp_path):
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
 
-  return [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
+  from vit import export_weights  # pylint: disable=g-import-not-at-top
 
-
-def test_transformers_round_trip_is_exact(tmp_path):
   rng = np.random.default_rng(9)
   arrays = transformers_arrays(rng)
-  source = weights.read_weights(write_transformers_folder(tmp_path / 'w', arrays, transformers_config('vit')))
-  model = _model_from(source)
-  written = weights_transformers.from_canonical(
-    checkpoint_npz.to_canonical(checkpoint_npz.model_to_official(model)), prefix='vit.'
+  folder = write_transformers_folder(tmp_path / 'w', arrays, transformers_config('vit'))
+  model = _model_from(weights.read_weights(folder))
+  out = export_weights.write_transformers(
+    model,
+    tmp_path / 'out',
+    image_size=(IMAGE, IMAGE),
+    mean=(0.5,) * 3,
+    std=(0.25,) * 3,
+    class_names=list('vwxyz'),
   )
-  assert set(written) == set(arrays)
-  again = _model_from(
-    weights.read_weights(write_transformers_folder(tmp_path / 'again', written, transformers_config('vit')))
+  again = weights.read_weights(out)
+  assert again.class_names == list('vwxyz') and again.preprocessing.std == (0.25,) * 3
+  assert again.preprocessing.resize == 'exact' and again.preprocessing.size == (IMAGE, IMAGE)
+  for first, second in zip(_params(model), _params(_model_from(again)), strict=True):
+    np.testing.assert_array_equal(first, second)
+  assert set(load_file(str(out / 'model.safetensors'))) == set(arrays)
+  config = json.loads((out / 'config.json').read_text())
+  assert config['hidden_act'] == 'gelu' and config['layer_norm_eps'] == 1e-12
+
+
+def test_export_refuses_a_model_that_is_not_the_architecture(tmp_path):
+  from vit import export_weights  # pylint: disable=g-import-not-at-top
+
+  arrays = timm_arrays(np.random.default_rng(14), layer_scale=True)
+  model = _model_from(
+    weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_dinov2'))
   )
-  for a, b in zip(
-    jax_leaves(nnx.to_pure_dict(nnx.state(model, nnx.Param))),
-    jax_leaves(nnx.to_pure_dict(nnx.state(again, nnx.Param))),
+  common = dict(image_size=(IMAGE, IMAGE), mean=(0.5,) * 3, std=(0.5,) * 3)
+  with pytest.raises(
+    CheckpointError, match=r'not a timm vit_base_patch16_clip_224: .*layernorm_epsilon 1e-06'
   ):
-    np.testing.assert_array_equal(a, b)
+    export_weights.write_timm(model, tmp_path / 'a', 'vit_base_patch16_clip_224', **common)
+  with pytest.raises(CheckpointError, match='transformers ViTForImageClassification .* layer_scale'):
+    export_weights.write_transformers(model, tmp_path / 'b', **common)
 
 
 def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):

@@ -67,6 +67,10 @@ class Weights:
   preprocessing: Preprocessing
   arch: str = ''
 
+  @property
+  def channels(self) -> int:
+    return int(self.canonical['embedding/kernel'].shape[2])
+
 
 def is_weights_path(path) -> bool:
   """A safetensors file, a pickle, or a folder of timm or transformers weights (not a workdir of ours)."""

@@ -37,24 +37,25 @@ class WeightsPreparation(ImagePreparation):
   preprocessing: weights.Preprocessing | None = None
 
   def read_image(self, image) -> np.ndarray:
-    return prepare_pixels(image, self.preprocessing)
+    return prepare_pixels(image, self.preprocessing, self.image_shape[-1])
 
 
-def prepare_pixels(image, preprocessing: weights.Preprocessing) -> np.ndarray:
-  """One image file or uint8 array -> uint8 ``[H, W, 3]``: resized and centre-cropped as ``preprocessing`` says.
+def prepare_pixels(image, preprocessing: weights.Preprocessing, channels: int = 3) -> np.ndarray:
+  """One image file or uint8 array -> uint8 ``[H, W, channels]`` (grey for one channel, else RGB): resized and centre-cropped as ``preprocessing`` says.
 
   ``shortest``: the shorter side to ``size[0]``, the longer ``int(size * long / short)`` (torchvision's
   and transformers' rule); ``exact``: to ``size``. The crop's corner is ``round((H - h) / 2)``
   (torchvision's ``center_crop``).
   """
+  mode = 'L' if channels == 1 else 'RGB'
   if isinstance(image, np.ndarray):
     if image.dtype != np.uint8 or image.ndim not in (2, 3):
       raise DataError(f'an image array must be uint8 [H, W] or [H, W, C], got {image.dtype} {image.shape}')
-    pil = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[-1] == 1 else image).convert('RGB')
+    pil = Image.fromarray(image[..., 0] if image.ndim == 3 and image.shape[-1] == 1 else image).convert(mode)
   else:
     try:
       with Image.open(os.fspath(image)) as opened:
-        pil = opened.convert('RGB')
+        pil = opened.convert(mode)
     except (OSError, ValueError, Image.DecompressionBombError) as error:
       raise DataError(f'cannot read image {image}: {error}') from None
   width, height = pil.size
@@ -73,7 +74,7 @@ def prepare_pixels(image, preprocessing: weights.Preprocessing) -> np.ndarray:
     crop_h, crop_w = preprocessing.crop
     top, left = int(round((new[1] - crop_h) / 2.0)), int(round((new[0] - crop_w) / 2.0))
     pil = pil.crop((left, top, left + crop_w, top + crop_h))
-  return np.asarray(pil, np.uint8)
+  return np.asarray(pil, np.uint8).reshape(pil.size[1], pil.size[0], channels)
 
 
 class WeightsClassification(ImageClassification):
@@ -111,7 +112,7 @@ def load_predictor(path, arch: str = '') -> Predictor:
   """A ``trainer.predictor.Predictor`` over a timm or transformers folder or a bare timm file (with ``arch``)."""
   source = weights.read_weights(path, arch)
   prep = source.preprocessing
-  image_shape = (*prep.image_size, 3)
+  image_shape = (*prep.image_size, source.channels)
   config = ml_collections.ConfigDict(
     dict(
       task='vit.weights_predictor:WeightsClassification',
