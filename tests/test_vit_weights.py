@@ -668,3 +668,44 @@ def test_predict_py_with_weights_answers_explains_and_writes_features(tmp_path):
     [sys.executable, 'predict.py', f'--weights={pickle}', 'x.png'], cwd=root, capture_output=True, text=True
   )
   assert run.returncode == 2 and run.stderr.count('\n') == 1 and 'is a pickle' in run.stderr
+
+
+@pytest.mark.slow
+def test_fine_tune_from_a_timm_folder_then_export_to_timm_and_transformers(tmp_path):
+  """``init_from.path`` a timm folder: model options from the file, a new head (5 -> 10 classes) and a
+  resampled table (4x4 -> 2x2); then the export command writes folders that read back to the trained model."""
+  import pathlib  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  from tests.vit_test_configs import tiny_vit_config  # pylint: disable=g-import-not-at-top
+  from trainer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
+  from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+
+  root = pathlib.Path(__file__).resolve().parents[1]
+  arrays = timm_arrays(np.random.default_rng(15), channels=1)
+  folder = write_timm_folder(tmp_path / 'timm', arrays, 'vit_base_patch16_224')
+  config = tiny_vit_config(total_steps=2, eval_every_steps=2, checkpoint_every_steps=2)
+  config.model = ml_collections.ConfigDict(dict(dropout=0.0))
+  config.init_from = pretrained.default_init_from_config()
+  config.init_from.path = str(folder)
+  workdir = tmp_path / 'run'
+  train_and_evaluate(config, workdir)
+  saved = workdir_lib.load_config(workdir)
+  assert (saved.model.width, saved.model.num_heads, saved.model.activation) == (WIDTH, HEADS, 'gelu_exact')
+  _, parts, params, _ = restore_checkpoint(workdir, 'latest', read_data=False)
+  trained = _params(parts.merge(params))
+  for to in ('timm', 'transformers'):
+    out = tmp_path / to
+    command = [sys.executable, '-m', 'vit.export_weights', f'--workdir={workdir}', f'--to={to}', str(out)]
+    run = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    source = weights.read_weights(out)
+    assert source.num_classes == 10 and source.image_size == (8, 8)
+    model = make_vit(source.model, num_classes=10, image_shape=(8, 8, 1), rngs=nnx.Rngs(1))
+    checkpoint_npz.canonical_to_model(model, source.canonical)
+    for first, second in zip(trained, _params(model), strict=True):
+      np.testing.assert_array_equal(first, second)
