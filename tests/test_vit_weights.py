@@ -709,3 +709,38 @@ def test_fine_tune_from_a_timm_folder_then_export_to_timm_and_transformers(tmp_p
     checkpoint_npz.canonical_to_model(model, source.canonical)
     for first, second in zip(trained, _params(model), strict=True):
       np.testing.assert_array_equal(first, second)
+
+
+def test_video_inflation_from_timm_weights_folds_layer_scale_exactly(tmp_path):
+  """DeiT III weights inflate into a divided video model: with the video's tanh GELU on both sides, a
+  one-frame clip gives the image model's logits (layer scale folded into the projections it scales)."""
+  from video.inflate import image_vit_from_weights, init_from_image_vit  # pylint: disable=g-import-not-at-top
+  from video.model import make_video_model  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(16)
+  arrays = timm_arrays(rng, layer_scale=True, no_embed_class=True)
+  folder = write_timm_folder(tmp_path / 'w', arrays, 'deit3_base_patch16_224')
+  section = dict(width=WIDTH, depth=DEPTH, num_heads=HEADS, mlp_dim=MLP, tubelet=(1, PATCH, PATCH))
+  section.update(attention='divided', temporal_posemb='none', pool='cls')
+  video = make_video_model(section, num_classes=CLASSES, clip_shape=(1, IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
+  notes = init_from_image_vit(video, image_vit_from_weights(folder))
+  assert notes == ["activation 'gelu_exact' (the video model's: 'gelu', tanh)"]
+  source = weights.read_weights(folder)
+  tanh_image = make_vit(
+    dict(source.model, activation='gelu'),
+    num_classes=CLASSES,
+    image_shape=(IMAGE, IMAGE, 3),
+    rngs=nnx.Rngs(0),
+  )
+  checkpoint_npz.canonical_to_model(tanh_image, source.canonical)
+  images = _images(rng)
+  np.testing.assert_allclose(
+    np.asarray(video(images[:, None])[0]), np.asarray(tanh_image(images)[0]), rtol=1e-4, atol=1e-4
+  )
+  registers = write_timm_folder(
+    tmp_path / 'r',
+    timm_arrays(rng, layer_scale=True, reg=4, no_embed_class=True),
+    'vit_small_patch14_reg4_dinov2',
+  )
+  with pytest.raises(ConfigError, match='register_tokens, which the video model has no place for'):
+    init_from_image_vit(video, image_vit_from_weights(registers))
