@@ -564,7 +564,9 @@ def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):
   folder = write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_reg4_dinov2')
   init_from = pretrained.default_init_from_config()
   init_from.path = str(folder)
-  model = ml_collections.ConfigDict(dict(dropout=0.1))
+  from configs.common import unset  # pylint: disable=g-import-not-at-top
+
+  model = ml_collections.ConfigDict(dict(dropout=0.1, width=unset(int), num_heads=unset(int)))
   pretrained.complete_model_config(model, init_from)
   assert (model.width, model.num_heads, model.reg_tokens, model.layer_scale, model.depth) == (
     WIDTH,

@@ -11,8 +11,9 @@ A workdir's model is read through the same official layout that ``vit.export_npz
 
 ``path`` may also be a timm or Hugging Face transformers folder, or a bare timm ``.safetensors`` with
 ``arch`` (its timm architecture name), read by ``vit.weights``. The model options such a file decides
-(``FILE_DECIDES``) fill the fields the config's ``model`` section leaves unset
-(``complete_model_config``); a field set to something else is an error listing every difference.
+(``FILE_DECIDES``) fill the fields the config's ``model`` section leaves out or leaves unset
+(``configs.common.unset``) (``complete_model_config``); a field set to something else is an error
+listing every difference.
 """
 
 import pathlib
@@ -54,10 +55,10 @@ def complete_model_config(
   the fields it leaves unset take the file's values; ``ConfigError`` listing the ones it contradicts."""
   if init_from is None or not init_from.path or not weights.is_weights_path(init_from.path):
     return
-  if all(name in model for name in FILE_DECIDES):  # a config completed before (a workdir's): nothing to read
-    return
   source = read_weights(init_from.path, init_from.get('arch', ''))
-  stated = dict(model.items())
+  stated = {
+    name: value for name, value in model.items() if value is not None
+  }  # None: unset (configs.common.unset)
   if stated.get('variant', 'custom') != 'custom':
     stated.update(decode_variant(stated['variant']))
   differ = []
@@ -81,6 +82,8 @@ def complete_model_config(
         model[name] = stated[name]
     for name in (*FILE_DECIDES, 'patch_size', 'pre_logits'):
       if name not in stated and name in source.model:
+        if name in model:
+          del model[name]  # an unset field keeps its type; the file's value may be of another
         model[name] = source.model[name]
 
 
