@@ -618,6 +618,11 @@ def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_pat
   assert prediction['classes'][0]['name'] == labels[int(np.argmax(logits[0]))]
   picture = predictor.explain(image, tmp_path / 'attention.png')
   assert picture.stat().st_size > 0
+  from trainer.errors import WorkdirError  # pylint: disable=g-import-not-at-top
+  from trainer.predictor import load_predictor as load_workdir  # pylint: disable=g-import-not-at-top
+
+  with pytest.raises(WorkdirError, match='not a workdir .* predict.py --weights'):
+    load_workdir(folder)
 
 
 def test_predictor_on_headless_dinov2_gives_features_and_pictures(tmp_path):

@@ -22,6 +22,7 @@ from flax import nnx
 
 from trainer import storage
 from trainer import workdir as workdir_lib
+from trainer.errors import WorkdirError
 from trainer.evaluation import restore_checkpoint
 from trainer.task import PredictOptions, prediction_rows
 
@@ -177,6 +178,11 @@ class Predictor:
 def load_predictor(workdir, checkpoint: str | int = 'latest') -> Predictor:
   """Restores checkpoint ``checkpoint`` ('latest', 'best' or a step) of ``workdir`` for prediction."""
   workdir = storage.as_path(workdir)
+  if (workdir / workdir_lib.CONFIG_FILE).exists() and 'task' not in workdir_lib.load_config(workdir):
+    raise WorkdirError(
+      f'{workdir} is not a workdir written by train.py (its config.json names no task); for timm or '
+      'Hugging Face weights use predict.py --weights, or vit.weights_predictor.load_predictor.'
+    )
   task, parts, params, step = restore_checkpoint(workdir, checkpoint, read_data=False)
   class_names = workdir_lib.load_class_names(workdir)
   return Predictor(workdir, task, parts.merge(params), int(step), class_names)
