@@ -135,8 +135,9 @@ def transformers_forward(a, images, *, act, eps, dinov2):
   kernel = a['embeddings.patch_embeddings.projection.weight']
   x = _patches_nchw(images.astype(np.float64), kernel) @ kernel.reshape(kernel.shape[0], -1).T
   x = x + a['embeddings.patch_embeddings.projection.bias']
-  cls = np.broadcast_to(a['embeddings.cls_token'], (x.shape[0], 1, x.shape[-1]))
-  x = np.concatenate([cls, x], axis=1) + a['embeddings.position_embeddings']
+  prefix = [a[name] for name in ('embeddings.cls_token', 'embeddings.distillation_token') if name in a]
+  prefix = [np.broadcast_to(token, (x.shape[0], 1, x.shape[-1])) for token in prefix]
+  x = np.concatenate([*prefix, x], axis=1) + a['embeddings.position_embeddings']
   for layer in range(DEPTH):
     b = f'encoder.layer.{layer}'
     n1, n2 = ('norm1', 'norm2') if dinov2 else ('layernorm_before', 'layernorm_after')
@@ -351,15 +352,19 @@ def test_timm_preprocessing_and_labels(tmp_path):
 
 def transformers_arrays(rng, *, dinov2=False, prefix='vit.', classes=CLASSES, pooler=False):
   """The state dict of ``ViTForImageClassification`` (``prefix='vit.'``), ``DeiTForImageClassification``
-  (``'deit.'``), or a base model saved alone (``ViTModel``, ``Dinov2Model``: ``prefix=''``)."""
+  (``'deit.'``: a ``distillation_token`` after the class token), or a base model saved alone
+  (``ViTModel``, ``Dinov2Model``: ``prefix=''``)."""
+  deit = prefix == 'deit.'
   a = {
     f'{prefix}embeddings.cls_token': _draw(rng, 1, 1, WIDTH),
-    f'{prefix}embeddings.position_embeddings': _draw(rng, 1, 1 + GRID * GRID, WIDTH),
+    f'{prefix}embeddings.position_embeddings': _draw(rng, 1, (2 if deit else 1) + GRID * GRID, WIDTH),
     f'{prefix}embeddings.patch_embeddings.projection.weight': _draw(rng, WIDTH, 3, PATCH, PATCH),
     f'{prefix}embeddings.patch_embeddings.projection.bias': _draw(rng, WIDTH),
   }
   if dinov2:
     a[f'{prefix}embeddings.mask_token'] = _draw(rng, 1, WIDTH)
+  if deit:
+    a[f'{prefix}embeddings.distillation_token'] = _draw(rng, 1, 1, WIDTH)
   for layer in range(DEPTH):
     b = f'{prefix}encoder.layer.{layer}'
     norms = ('norm1', 'norm2') if dinov2 else ('layernorm_before', 'layernorm_after')
@@ -471,6 +476,15 @@ def test_transformers_processor_config_and_errors(tmp_path):
   bad['hidden_size'] = 32
   with pytest.raises(CheckpointError, match='does not match the arrays: width 32'):
     weights.read_weights(write_transformers_folder(tmp_path / 'b', arrays, bad))
+  teacher = transformers_arrays(rng, prefix='deit.', classes=0)
+  teacher['cls_classifier.weight'], teacher['distillation_classifier.weight'] = (
+    _draw(rng, 5, WIDTH),
+    _draw(rng, 5, WIDTH),
+  )
+  with pytest.raises(CheckpointError, match='distilled DeiT .*WithTeacher'):
+    weights.read_weights(
+      write_transformers_folder(tmp_path / 't', teacher, transformers_config('deit', classes=0))
+    )
   other = dict(bad, model_type='swin')
   with pytest.raises(CheckpointError, match="model_type 'swin'; the ones read: vit, deit, dinov2"):
     weights.read_weights(write_transformers_folder(tmp_path / 's', arrays, other))

@@ -4,7 +4,7 @@
   python -m vit.export_weights --workdir runs/vit_ft --to transformers OUT
 
 timm reads the folder with ``timm.create_model(ARCH, pretrained=True,
-pretrained_cfg_overlay=dict(file='OUT/model.safetensors'), num_classes=N)``; transformers with
+pretrained_cfg_overlay=dict(file='OUT/model.safetensors', source='file', num_classes=N), num_classes=N)``; transformers with
 ``ViTForImageClassification.from_pretrained('OUT')``. Both configs carry our class names and our
 preprocessing (a bilinear resize to the model's size, the workdir's mean and std). ``--arch`` is the
 timm architecture; by default the one the workdir was fine-tuned from (``init_from``), when that was a

@@ -8,7 +8,11 @@ head (``ViTForImageClassification``: ``classifier``), or with no prefix in a bas
 ``norm2``, ``intermediate.dense`` and ``output.dense`` (ViT, DeiT) or ``mlp.fc1``, ``mlp.fc2`` and
 ``layer_scale{1,2}.lambda1`` (DINOv2). ``layernorm`` follows the last layer; ViT's ``pooler.dense``
 (a Dense + tanh of the class token, ``ViTModel``) is our ``pre_logits``. ``position_embeddings``
-``[1, 1 + N, D]`` has the class token's row first, folded into ``cls`` as for timm. Weights are
+``[1, 1 + N, D]`` has the class token's row first, folded into ``cls`` as for timm. DeiT's
+``DeiTForImageClassification`` has a second prefix token, ``distillation_token`` (its row second),
+which attends like any token and which the classifier (on the class token) does not read: our ViT
+holds it as one register token. Only the distilled model with two heads
+(``DeiTForImageClassificationWithTeacher``: ``cls_classifier``, ``distillation_classifier``) is refused. Weights are
 PyTorch's ``[out, in]``; the patch embedding a ``Conv2d`` ``[D, C, P, P]``.
 
 The model options come from ``config.json``: ``hidden_size``, ``num_attention_heads``,
@@ -128,7 +132,7 @@ def num_layers(arrays: dict[str, np.ndarray]) -> int:
 def to_canonical(arrays: dict[str, np.ndarray], *, num_heads: int, dinov2: bool) -> dict[str, np.ndarray]:
   """transformers' arrays -> canonical arrays; one-line ``CheckpointError`` for one with no place."""
   arrays = {_strip_prefix(key): np.asarray(value) for key, value in arrays.items()}
-  if 'embeddings.distillation_token' in arrays or 'cls_classifier.weight' in arrays:
+  if 'cls_classifier.weight' in arrays or 'distillation_classifier.weight' in arrays:
     raise CheckpointError(
       'init_from: a distilled DeiT (DeiTForImageClassificationWithTeacher: distillation_token, '
       'cls_classifier) is not read; use DeiTForImageClassification weights.'
@@ -157,7 +161,9 @@ def to_canonical(arrays: dict[str, np.ndarray], *, num_heads: int, dinov2: bool)
       canonical['embedding/kernel'] = value.transpose(2, 3, 1, 0)
     elif key == 'embeddings.patch_embeddings.projection.bias':
       canonical['embedding/bias'] = value
-    elif key in ('embeddings.cls_token', 'embeddings.position_embeddings', 'embeddings.mask_token'):
+    elif key in ('embeddings.cls_token', 'embeddings.distillation_token', 'embeddings.position_embeddings'):
+      continue
+    elif key == 'embeddings.mask_token':
       continue
     else:
       left.append(f'{key} {value.shape}')
@@ -166,7 +172,11 @@ def to_canonical(arrays: dict[str, np.ndarray], *, num_heads: int, dinov2: bool)
     raise CheckpointError(f'init_from: transformers array {left[0]} has no place in our ViT{more}.')
   table = arrays['embeddings.position_embeddings'][0]
   canonical['cls'] = arrays['embeddings.cls_token'] + table[:1][None]
-  canonical[POSEMB_KEY] = table[1:]
+  prefix = 1
+  if 'embeddings.distillation_token' in arrays:  # DeiT's second prefix token: a register for our ViT
+    canonical['reg'] = arrays['embeddings.distillation_token'] + table[1:2][None]
+    prefix = 2
+  canonical[POSEMB_KEY] = table[prefix:]
   return canonical
 
 
