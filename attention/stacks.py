@@ -7,7 +7,9 @@ of ``attention.positional``; the stack builds one ``PositionalEncoding``, adds i
 and relative biases layer by layer and hands its ``rotary`` (RoPE) down to the attention
 layers. With ``norm_placement='post'`` every block already ends in a LayerNorm, so the
 stack adds no final one. Stochastic depth grows linearly from 0 at the first block to
-``drop_path_rate`` at the last. ``scan_layers`` and ``remat`` choose how the blocks are kept
+``drop_path_rate`` at the last. The encoder may normalise the tokens once more after the stem
+(``input_norm``: CLIP's ``ln_pre``) and leave out its final LayerNorm (``final_norm=False``: a
+model that normalises after pooling instead). ``scan_layers`` and ``remat`` choose how the blocks are kept
 and run (``attention.layers``): a list run layer by layer, or one stacked block scanned over
 depth, each block optionally rematerialised; the numbers are the same.
 """
@@ -116,6 +118,9 @@ class Encoder(_Stack):
     activation: str = 'gelu',
     norm_placement: str = 'pre',
     layernorm_epsilon: float = LAYERNORM_EPSILON,
+    layer_scale: float = 0.0,
+    input_norm: bool = False,
+    final_norm: bool = True,
     sincos2d_layout: str = 'rows_cols',
     scan_layers: bool = False,
     remat: str = 'none',
@@ -152,6 +157,7 @@ class Encoder(_Stack):
         activation=activation,
         norm_placement=norm_placement,
         layernorm_epsilon=layernorm_epsilon,
+        layer_scale=layer_scale,
         rotary=self.positional.rotary,
         dtype=dtype,
         param_dtype=param_dtype,
@@ -162,8 +168,11 @@ class Encoder(_Stack):
       scan_layers,
       remat,
     )
+    self.final_norm = self.final_norm and final_norm
     if self.final_norm:
       self.norm = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
+    if input_norm:
+      self.norm_pre = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
 
   def __call__(
     self,
@@ -185,6 +194,8 @@ class Encoder(_Stack):
     the final LayerNorm if there is one).
     """
     x = self._stem(x, positions=positions, deterministic=deterministic, rngs=rngs)
+    if hasattr(self, 'norm_pre'):
+      x = self.norm_pre(x)
     per_layer = self._per_layer(x.shape[1], x.shape[1], deterministic=deterministic, rngs=rngs)
 
     def call(block, x, inputs):

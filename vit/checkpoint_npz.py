@@ -16,6 +16,13 @@ Two layouts are read, from the kinds of file their code writes:
   ``chrono/``), or the top level (a bare parameter tree, told from the official layout by its
   names). Everything outside the tower is ignored and counted (``ignored_summary``).
 
+The options of timm's and Hugging Face's ViTs (``vit.model``) have canonical keys of their own, in
+the same style: ``reg`` ``(1, R, D)`` (register tokens), ``.../encoderblock_{i}/LayerScale_0/scale``
+and ``LayerScale_1/scale`` (after attention and after the MLP), ``Transformer/norm_pre``,
+``fc_norm``; a patch embedding without bias has no ``embedding/bias`` and a model whose final
+LayerNorm follows the pooling has no ``Transformer/encoder_norm``. ``vit.weights`` reads those
+sources into this form.
+
 Both are first brought to one canonical form: official names, the class-token position row
 folded into ``cls`` (exact: the stem only adds it to the class token) and the position table
 as ``(N, D)``. ``canonical_to_model`` then checks every key against the model, naming the key
@@ -214,9 +221,13 @@ def model_entries(model) -> list[_Entry]:
   """Every parameter of ``model`` (a ``VisionTransformer``) with its canonical key."""
   width = model.patch_embedding.kernel.shape[-1]
   heads = layer_of(model.encoder.blocks, 0).attention.num_heads
-  entries = _dense_entries(('patch_embedding',), 'embedding')
+  entries = [_Entry(('patch_embedding', 'kernel'), 'embedding/kernel')]
+  if model.patch_embedding.bias is not None:
+    entries.append(_Entry(('patch_embedding', 'bias'), 'embedding/bias'))
   if model.pool == 'cls':
     entries.append(_Entry(('class_token',), 'cls'))
+  if hasattr(model, 'register_tokens'):
+    entries.append(_Entry(('register_tokens',), 'reg'))
   if model.encoder.positional.kind == 'learn1d' and model.encoder.positional.injection == 'stem':
     entries.append(_Entry(('encoder', 'positional', 'tables', 0, 'table'), POSEMB_KEY))
   for layer in range(model.encoder.depth):
@@ -228,7 +239,13 @@ def model_entries(model) -> list[_Entry]:
     entries += _norm_and_mlp_entries((*ours, 'norm2'), f'{theirs}/LayerNorm_2')
     entries += _dense_entries((*ours, 'mlp', 'fc1'), f'{theirs}/MlpBlock_3/Dense_0')
     entries += _dense_entries((*ours, 'mlp', 'fc2'), f'{theirs}/MlpBlock_3/Dense_1')
-  entries += _norm_and_mlp_entries(('encoder', 'norm'), 'Transformer/encoder_norm')
+    if hasattr(layer_of(model.encoder.blocks, 0), 'ls1'):
+      entries.append(_Entry((*ours, 'ls1'), f'{theirs}/LayerScale_0/scale'))
+      entries.append(_Entry((*ours, 'ls2'), f'{theirs}/LayerScale_1/scale'))
+  if hasattr(model.encoder, 'norm_pre'):
+    entries += _norm_and_mlp_entries(('encoder', 'norm_pre'), 'Transformer/norm_pre')
+  if model.encoder.final_norm:
+    entries += _norm_and_mlp_entries(('encoder', 'norm'), 'Transformer/encoder_norm')
   if model.pool == 'map':
     entries.append(_Entry(('pooling', 'probe'), 'MAPHead_0/probe'))
     entries += _attention_entries(
@@ -237,6 +254,8 @@ def model_entries(model) -> list[_Entry]:
     entries += _norm_and_mlp_entries(('pooling', 'norm'), 'MAPHead_0/LayerNorm_0')
     entries += _dense_entries(('pooling', 'mlp', 'fc1'), 'MAPHead_0/MlpBlock_0/Dense_0')
     entries += _dense_entries(('pooling', 'mlp', 'fc2'), 'MAPHead_0/MlpBlock_0/Dense_1')
+  if hasattr(model, 'fc_norm'):
+    entries += _norm_and_mlp_entries(('fc_norm',), 'fc_norm')
   if hasattr(model, 'pre_logits'):
     entries += _dense_entries(('pre_logits',), 'pre_logits')
   entries += _dense_entries(('head',), 'head')

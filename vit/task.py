@@ -20,7 +20,7 @@ from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
 from trainer.parameter_regexes import check_regexes_under_scan
 from trainer.partitioning import check_batch_size
-from trainer.predictor import classify, present_classes
+from trainer.predictor import batched, classify, compiled_features, compiled_logits, present_classes
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
@@ -75,6 +75,8 @@ class ImageClassification(Task):
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+    if shapes is None:  # built from recorded sizes: a workdir, whose config was completed when it trained
+      pretrained.complete_model_config(config.model, config.get('init_from'))
     try:
       model = with_defaults(config.model, default_model_config())
     except ValueError as error:
@@ -233,6 +235,25 @@ class ImageClassification(Task):
     """The ``options.top_k`` most probable classes of each image: ``{'classes': [{index, name,
     probability}, ...]}``, the first being the argmax of the logits that evaluation scores."""
     return classify(model, inputs, options, self.data.image_shape, self.preparation.prepare_images)
+
+  def features(self, model, inputs, options):
+    """The pooled pre-logits embedding (``intermediates['pre_logits']``) of each image: float32 ``[n, D]``."""
+    return batched(
+      compiled_features(model),
+      inputs,
+      options.batch_size,
+      self.data.image_shape,
+      self.preparation.prepare_images,
+    )
+
+  def logits(self, model, inputs, options):
+    return batched(
+      compiled_logits(model),
+      inputs,
+      options.batch_size,
+      self.data.image_shape,
+      self.preparation.prepare_images,
+    )
 
   def present(self, name, prediction):
     return present_classes(name, prediction)
