@@ -204,6 +204,7 @@ class _Training:
       grad_accum_steps=config.grad_accum_steps,
       state_sharding=self.state_sharding,
       frozen=frozen_paths(config.optimizer, self.state.params),
+      constants=task.training_constants(),
     )
     self.eval_step = make_eval_step(task, self.parts, mesh, self.state_sharding.params)
     self.batches = task.train_batches(

@@ -18,6 +18,11 @@ ImageNet-21k ViT checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_
 ``scan_layers`` and ``remat`` (``attention.layers``) scan the encoder over depth and
 rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``.
 
+``distill_token`` (DeiT, Touvron et al. 2021) adds a learned token after the class token (or as the
+only prefix token, with ``gap`` or ``map``) whose output feeds a head of its own; the returned logits
+are the mean of the two heads' (DeiT's evaluation), and the intermediates hold each head's logits
+(``class_logits``, ``distill_logits``) for a distillation loss (``vit.distillation``).
+
 ``make_vit`` builds the model from a ``config.model`` section; ``default_model_config`` holds every
 field's default.
 """
@@ -149,6 +154,7 @@ class VisionTransformer(nnx.Module):
     layernorm_epsilon: float,
     pre_logits: int,
     sincos2d_layout: str,
+    distill_token: bool,
     scan_layers: bool,
     remat: str,
     dtype: str,
@@ -168,9 +174,12 @@ class VisionTransformer(nnx.Module):
     self.pool = pool
     self.compute_dtype = compute_dtype
     self.patch_embedding = PatchEmbedding(channels, width, patch, dtype=compute_dtype, rngs=rngs)
-    num_prefix = 1 if pool == 'cls' else 0
+    num_prefix = (1 if pool == 'cls' else 0) + (1 if distill_token else 0)
+    self.num_prefix = num_prefix
     if pool == 'cls':
       self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
+    if distill_token:  # DeiT's initialisation; a zero token would start as the class token's twin
+      self.distill_token = nnx.Param(nnx.initializers.truncated_normal(0.02)(rngs.params(), (1, 1, width)))
     self.encoder = Encoder(
       features=width,
       depth=depth,
@@ -206,6 +215,8 @@ class VisionTransformer(nnx.Module):
       self.pre_logits = nnx.Linear(width, pre_logits, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
+    if distill_token:
+      self.distill_head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
 
   def __call__(
     self,
@@ -217,27 +228,37 @@ class VisionTransformer(nnx.Module):
   ) -> tuple[jax.Array, dict]:
     """``images`` ``[batch, H, W, C]`` -> float32 logits ``[batch, classes]`` and intermediates."""
     tokens = self.patch_embedding(images)
-    if self.pool == 'cls':
-      cls = jnp.broadcast_to(
-        self.class_token[...].astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1])
-      )
-      tokens = jnp.concatenate([cls, tokens], axis=1)
+    prefix = [self.class_token] if self.pool == 'cls' else []
+    prefix += [self.distill_token] if hasattr(self, 'distill_token') else []
+    if prefix:
+      shape = (tokens.shape[0], 1, tokens.shape[-1])
+      prefix = [jnp.broadcast_to(token[...].astype(tokens.dtype), shape) for token in prefix]
+      tokens = jnp.concatenate([*prefix, tokens], axis=1)
     encoded, intermediates = self.encoder(
       tokens, deterministic=deterministic, rngs=rngs, return_weights=return_weights
     )
+    patches = encoded[:, self.num_prefix :]
     if self.pool == 'cls':
       features = encoded[:, 0]
     elif self.pool == 'gap':
-      features = jnp.mean(encoded, axis=1)
+      features = jnp.mean(patches, axis=1)
     else:
-      features, pool_weights = self.pooling(encoded, return_weights=return_weights)
+      features, pool_weights = self.pooling(patches, return_weights=return_weights)
       if return_weights:
         intermediates['pool_attention_weights'] = pool_weights
-    if hasattr(self, 'pre_logits'):
-      features = jnp.tanh(self.pre_logits(features))
+    features = self._pre_logits(features)
     intermediates['pre_logits'] = features
     intermediates['grid'] = self.grid
-    return self.head(features).astype(jnp.float32), intermediates
+    logits = self.head(features).astype(jnp.float32)
+    if hasattr(self, 'distill_head'):
+      distill_logits = self.distill_head(self._pre_logits(encoded[:, self.num_prefix - 1]))
+      intermediates['class_logits'] = logits
+      intermediates['distill_logits'] = distill_logits.astype(jnp.float32)
+      logits = (logits + intermediates['distill_logits']) / 2
+    return logits, intermediates
+
+  def _pre_logits(self, features: jax.Array) -> jax.Array:
+    return jnp.tanh(self.pre_logits(features)) if hasattr(self, 'pre_logits') else features
 
 
 def default_model_config() -> ml_collections.ConfigDict:
@@ -262,6 +283,7 @@ def default_model_config() -> ml_collections.ConfigDict:
       layernorm_epsilon=1e-6,
       pre_logits=0,
       sincos2d_layout='rows_cols',
+      distill_token=False,
       scan_layers=False,
       remat='none',
       dtype='float32',
