@@ -79,6 +79,7 @@ def get_config():
   config.model.layernorm_epsilon = 1e-6
   config.model.pre_logits = 0
   config.model.sincos2d_layout = 'rows_cols'
+  config.model.distill_token = False  # DeiT's distillation token and head (vit.distillation)
   config.model.dtype = 'float32'
   config.model.scan_layers = False  # stack the blocks and scan over depth (attention/layers.py)
   config.model.remat = 'none'  # none, full, dots_saveable, dots_with_no_batch_dims_saveable

@@ -4,7 +4,7 @@ as a second target for the student.
 ``config.distill`` (every default in ``default_distill_config``; ``teacher=''`` is off):
 
 - ``teacher``: a workdir written by ``train.py`` (its model, resolution and normalisation are its
-  own; ``checkpoint`` says which: ``'best'``, ``'latest'`` or a step), or weights the ViT reads
+  own; ``checkpoint`` says which: ``'latest'``, ``'best'`` or a step), or weights the ViT reads
   (``read_teacher_weights``: an ``.npz`` in the official or big_vision layout, whose width, depth,
   heads, MLP, patch, pooling and resolution are read from its arrays, and which sees the student's
   normalised images);
@@ -52,7 +52,7 @@ _BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/')
 
 def default_distill_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(
-    dict(teacher='', checkpoint='best', kind='soft', temperature=1.0, alpha=0.5)
+    dict(teacher='', checkpoint='latest', kind='soft', temperature=1.0, alpha=0.5)
   )
 
 

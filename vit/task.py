@@ -102,8 +102,11 @@ class ImageClassification(Task):
     self.init_from = config.get('init_from')
     pretrained.check_init_from(self.init_from)
     distill = check_distill(config.get('distill'))
-    if model.distill_token and distill is None:
-      raise ConfigError('model.distill_token needs a teacher: set config.distill.teacher (vit.distillation).')
+    if model.distill_token and (distill is None or distill.alpha == 0):
+      raise NotApplicable(
+        'model.distill_token needs a teacher to learn from: set config.distill.teacher and an alpha > 0 '
+        '(vit.distillation).'
+      )
     self.fewshot = config.get('fewshot')
     if self.fewshot is not None and any(k < 1 for k in self.fewshot.shots):
       raise ConfigError(f'config.fewshot.shots is {self.fewshot.shots}; each must be >= 1.')
