@@ -231,3 +231,52 @@ def test_student_learns_from_a_teacher_workdir_end_to_end(tmp_path):
   student_leaves = len(jax.tree.leaves(load_task(config).make_model(nnx.Rngs(0))))
   assert len(jax.tree.leaves(saved)) == student_leaves  # the checkpoint holds the student only
   assert teacher_files == {p: p.read_bytes() for p in (teacher_dir / 'checkpoints').rglob('*') if p.is_file()}
+
+
+def _sharded_teacher_config(teacher):
+  config = _distill_config(teacher, kind='soft', temperature=2.0, alpha=0.5)
+  config.total_steps, config.eval_every_steps = 4, 4
+  return config
+
+
+def train_with_teacher_on_eight_devices(teacher, workdir):
+  """On 8 devices: trains the student under fsdp=8; returns what each device holds of the teacher."""
+  from trainer import loop  # pylint: disable=g-import-not-at-top
+
+  config = _sharded_teacher_config(teacher)
+  config.mesh.fsdp = 8
+  held, original = {}, loop.make_train_step
+
+  def recording(*args, **kwargs):
+    step = original(*args, **kwargs)
+    arrays = jax.tree.leaves(step.constants)
+    held['sharded'] = [list(a.sharding.spec) for a in arrays if any(a.sharding.spec)]
+    held['bytes'] = [sum(a.nbytes for a in arrays), sum(a.addressable_shards[0].data.nbytes for a in arrays)]
+    return step
+
+  loop.make_train_step = recording
+  try:
+    train_and_evaluate(config, workdir)
+  finally:
+    loop.make_train_step = original
+  return held
+
+
+@pytest.mark.slow  # 8 host devices and the trainer twice
+def test_a_sharded_teacher_trains_like_one_device(tmp_path, eight_devices):
+  teacher, _, _ = _teacher_npz(tmp_path, width=64, mlp_dim=128)
+  one = tmp_path / 'one'
+  train_and_evaluate(_sharded_teacher_config(teacher), one)
+  held = eight_devices(
+    train_with_teacher_on_eight_devices, teacher=str(teacher), workdir=str(tmp_path / 'eight')
+  )
+  assert held['sharded'] and all(spec.count('fsdp') == 1 for spec in held['sharded'])
+  total, per_device = held['bytes']
+  assert per_device < total / 2  # the teacher's large arrays are cut over the 8 devices, as the student's
+
+  def losses(workdir):
+    return {r['step']: (r['loss'], r['distill_loss']) for r in read_metrics(workdir) if r['split'] == 'train'}
+
+  eight, single = losses(tmp_path / 'eight'), losses(one)
+  assert sorted(eight) == sorted(single) == [1, 2, 3, 4]
+  np.testing.assert_allclose([eight[s] for s in single], [single[s] for s in single], rtol=2e-5)

@@ -169,7 +169,12 @@ def make_train_step(
   if constants is None:
     return compiled
   constants = jax.device_put(constants, constants_sharding)
-  return lambda state, metrics_so_far, batch: compiled(state, metrics_so_far, batch, constants)
+
+  def step_with_constants(state: TrainState, metrics_so_far, batch):
+    return compiled(state, metrics_so_far, batch, constants)
+
+  step_with_constants.constants = constants  # as placed: what tests inspect
+  return step_with_constants
 
 
 def make_eval_step(task: Task, parts: ModelParts, mesh: Mesh, params_sharding=None):
