@@ -280,3 +280,26 @@ def test_a_sharded_teacher_trains_like_one_device(tmp_path, eight_devices):
   eight, single = losses(tmp_path / 'eight'), losses(one)
   assert sorted(eight) == sorted(single) == [1, 2, 3, 4]
   np.testing.assert_allclose([eight[s] for s in single], [single[s] for s in single], rtol=2e-5)
+
+
+@pytest.mark.parametrize('pool', ['cls', 'gap'])
+def test_a_distillation_token_model_is_written_and_read_back_as_npz(tmp_path, pool):
+  options = dict(width=16, depth=1, num_heads=2, mlp_dim=32, patch_size=2, pool=pool, distill_token=True)
+  options['head_zero_init'] = False
+  model = make_vit(options, num_classes=5, image_shape=(8, 8, 1), rngs=nnx.Rngs(0))
+  checkpoint_npz.write_official_npz(model, tmp_path / 'student.npz')
+  arrays = checkpoint_npz.read_npz(tmp_path / 'student.npz')
+  assert arrays['dist_token'].shape == (1, 1, 16) and arrays['head_dist/kernel'].shape == (16, 5)
+  assert arrays[checkpoint_npz.POSEMB_KEY].shape == (1, model.num_prefix + 16, 16)
+  fresh = make_vit(options, num_classes=5, image_shape=(8, 8, 1), rngs=nnx.Rngs(1))
+  checkpoint_npz.canonical_to_model(fresh, checkpoint_npz.to_canonical(arrays))
+  images = np.random.default_rng(0).normal(size=(2, 8, 8, 1)).astype(np.float32)
+  np.testing.assert_allclose(fresh(images)[0], model(images)[0], rtol=1e-6)
+  # a plain ViT's weights start a distillation-token student: the token and its head are new
+  plain = make_vit(dict(options, distill_token=False), num_classes=5, image_shape=(8, 8, 1), rngs=nnx.Rngs(2))
+  report = checkpoint_npz.canonical_to_model(
+    fresh, checkpoint_npz.to_canonical(checkpoint_npz.model_to_official(plain))
+  )
+  assert 'dist_token: not in the checkpoint, freshly initialised' in report.adapted
+  assert not np.any(np.asarray(fresh.distill_head.kernel[...]))
+  np.testing.assert_array_equal(fresh.head.kernel[...], plain.head.kernel[...])
