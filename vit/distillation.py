@@ -117,10 +117,8 @@ class Teacher:
   def logits(self, variables, images: jax.Array, student_mean, student_std) -> jax.Array:
     """The teacher's logits of the student's normalised ``images`` ``[B, H, W, C]``, with no gradient."""
     images = jax.lax.stop_gradient(images)
-    if self.mean is not None and (tuple(self.mean), tuple(self.std)) != (
-      tuple(student_mean),
-      tuple(student_std),
-    ):
+    own = None if self.mean is None else (tuple(self.mean), tuple(self.std))
+    if own is not None and own != (tuple(student_mean), tuple(student_std)):
       pixels = images * jnp.asarray(student_std, images.dtype) + jnp.asarray(student_mean, images.dtype)
       images = (pixels - jnp.asarray(self.mean, images.dtype)) / jnp.asarray(self.std, images.dtype)
     if images.shape[1:3] != self.image_shape[:2]:
@@ -170,8 +168,10 @@ def load_teacher(config: ml_collections.ConfigDict, *, num_classes: int, image_s
     model_config = default_model_config().to_dict()
     model_config.update(architecture_of(canonical, path), dtype=dtype)
     grid = model_config.pop('grid') or _student_grid(image_shape, model_config['patch_size'])
-    shape = (grid[0] * model_config['patch_size'], grid[1] * model_config['patch_size'], image_shape[-1])
-    model = make_vit(model_config, num_classes=num_classes, image_shape=shape, rngs=nnx.Rngs(0))
+    channels = canonical['embedding/kernel'].shape[2]
+    shape = (grid[0] * model_config['patch_size'], grid[1] * model_config['patch_size'], channels)
+    classes = model_config.pop('num_classes')
+    model = make_vit(model_config, num_classes=classes, image_shape=shape, rngs=nnx.Rngs(0))
     checkpoint_npz.canonical_to_model(model, canonical, strict=True)
     graphdef, variables = nnx.split(model)
     teacher = Teacher(graphdef, variables, shape)
@@ -207,8 +207,10 @@ def _workdir_teacher(workdir: pathlib.Path, checkpoint) -> Teacher:
 
 def architecture_of(canonical: dict[str, np.ndarray], path) -> dict[str, Any]:
   """The ViT model fields a canonical array set implies: width, depth, heads, MLP, patch, pooling,
-  ``pre_logits``, the position encoding and the ``grid`` (``None``: no learned table says it)."""
+  ``pre_logits``, the position encoding, the ``grid`` (``None``: no learned table says it; without
+  one the encoding is big_vision's sincos2d) and ``num_classes``."""
   try:
+    num_classes = canonical['head/kernel'].shape[-1]
     patch_h, patch_w, _, width = canonical['embedding/kernel'].shape
     depth = 1 + max(int(m.group(1)) for m in map(_BLOCK.match, canonical) if m)
     block = 'Transformer/encoderblock_0'
@@ -243,6 +245,7 @@ def architecture_of(canonical: dict[str, np.ndarray], path) -> dict[str, Any]:
     pre_logits=pre_logits,
     sincos2d_layout='big_vision',
     grid=grid,
+    num_classes=num_classes,
   )
 
 
