@@ -241,11 +241,11 @@ def _sharded_teacher_config(teacher):
 
 def train_with_teacher_on_eight_devices(teacher, workdir):
   """On 8 devices: trains the student under fsdp=8; returns what each device holds of the teacher."""
-  from trainer import loop  # pylint: disable=g-import-not-at-top
+  from trainer import run_step  # pylint: disable=g-import-not-at-top
 
   config = _sharded_teacher_config(teacher)
   config.mesh.fsdp = 8
-  held, original = {}, loop.make_train_step
+  held, original = {}, run_step.make_train_step
 
   def recording(*args, **kwargs):
     step = original(*args, **kwargs)
@@ -254,11 +254,11 @@ def train_with_teacher_on_eight_devices(teacher, workdir):
     held['bytes'] = [sum(a.nbytes for a in arrays), sum(a.addressable_shards[0].data.nbytes for a in arrays)]
     return step
 
-  loop.make_train_step = recording
+  run_step.make_train_step = recording
   try:
     train_and_evaluate(config, workdir)
   finally:
-    loop.make_train_step = original
+    run_step.make_train_step = original
   return held
 
 

@@ -173,6 +173,9 @@ def make_train_step(
   def step_with_constants(state: TrainState, metrics_so_far, batch):
     return compiled(state, metrics_so_far, batch, constants)
 
+  step_with_constants.lower = lambda state, metrics_so_far, batch: compiled.lower(
+    state, metrics_so_far, batch, constants
+  )
   step_with_constants.constants = constants  # as placed: what tests inspect
   return step_with_constants
 
