@@ -69,6 +69,12 @@ CASES = {
   'train_split is a path': (SCAN, ['--config.data.train_split=/etc/passwd'], 'config.data.train_split is'),
   'language is a path': (SCAN, ['--config.data.src_lang=../../outside'], 'config.data.src_lang is'),
   'mesh.model 0': (VIT, ['--config.mesh.model=0'], 'config.mesh.model is 0'),
+  'packing not true or false': (SCAN, ['--config.data.packing=maybe'], 'config.data.packing'),
+  'packing the RNN': (
+    'configs/rnn_scan.py',
+    ['--config.data.packing=True'],
+    'data.packing is for the Transformer',
+  ),
   # These build the task (it finds the data), so they take a few seconds.
   'mesh.model not dividing the devices': (VIT, ['--config.mesh.model=3'], 'config.mesh.model is 3'),
   'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
