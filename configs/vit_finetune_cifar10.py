@@ -93,6 +93,7 @@ def get_config():
   config.model.norm_pre = False
   config.model.fc_norm = False
   config.model.patch_bias = True
+  config.model.distill_token = False  # DeiT's distillation token and head (vit.distillation)
   config.model.dtype = 'bfloat16'
   config.model.scan_layers = False  # stack the blocks and scan over depth (attention/layers.py)
   config.model.remat = 'none'  # none, full, dots_saveable, dots_with_no_batch_dims_saveable

@@ -300,7 +300,7 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
   config = importlib.import_module(f'configs.{name}').get_config()
   optional = set()
   if config.task == 'vit.task:ImageClassification':
-    from vit import input_pipeline, model, pretrained
+    from vit import distillation, input_pipeline, model, pretrained
     from vit import task as vit_task
 
     sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
@@ -309,6 +309,8 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
       sections['init_from'] = pretrained.default_init_from_config()
     if 'fewshot' in config:
       sections['fewshot'] = vit_task.default_fewshot_config()
+    if 'distill' in config:
+      sections['distill'] = distillation.default_distill_config()
     optional = {
       'optimizer.frozen',
       'optimizer.layer_decay',

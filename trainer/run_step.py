@@ -43,7 +43,8 @@ class RunStep:
 
   def train_step(self, parts: ModelParts):
     """The compiled ``step(state, metrics, batch) -> (state, metrics)`` of the model ``parts`` holds
-    (its constants: ``StateInit.create``, ``rest`` or ``host_rest``)."""
+    (its constants: ``StateInit.create``, ``rest`` or ``host_rest``), with the task's
+    ``training_constants`` (a distillation teacher) passed in."""
     return make_train_step(
       self.task,
       parts,
@@ -53,6 +54,7 @@ class RunStep:
       grad_accum_steps=self.config.grad_accum_steps,
       state_sharding=self.init.state_sharding,
       frozen=self.frozen,
+      constants=self.task.training_constants(),
     )
 
 

@@ -6,7 +6,9 @@ Two layouts are read, from the kinds of file their code writes:
   first row is the class token's, ``Transformer/encoderblock_{i}/LayerNorm_0|2``,
   ``.../MultiHeadDotProductAttention_1/{query,key,value}`` (kernel ``(D, H, D/H)``, bias
   ``(H, D/H)``), ``.../out`` (kernel ``(H, D/H, D)``), ``.../MlpBlock_3/Dense_0|1``,
-  ``Transformer/encoder_norm``, optional ``pre_logits``, ``head``.
+  ``Transformer/encoder_norm``, optional ``pre_logits``, ``head``; a DeiT model with a
+  distillation token has ``dist_token`` (its position row after the class token's) and
+  ``head_dist`` as timm names them.
 - ``big_vision``: the same with ``pos_embedding`` at the top level and no class-token row,
   ``MultiHeadDotProductAttention_0``, ``MlpBlock_0``, ``LayerNorm_0|1``, an optional
   ``MAPHead_0``, and the scanned form in which ``Transformer/encoderblock/...`` holds every layer
@@ -65,6 +67,8 @@ _BIG_VISION_NAMES = re.compile(
 )
 # parameters that a fine-tuning run may drop or leave freshly initialised
 _HEAD_KEYS = ('head/kernel', 'head/bias')
+# DeiT's distillation token and head (timm's names), whose position row follows the class token's
+_DISTILL_TOKEN_KEY, _DISTILL_HEAD_KEYS = 'dist_token', ('head_dist/kernel', 'head_dist/bias')
 _PRE_LOGITS_KEYS = ('pre_logits/kernel', 'pre_logits/bias')
 
 
@@ -132,9 +136,10 @@ def to_canonical(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   if POSEMB_KEY in canonical:
     table = canonical[POSEMB_KEY]
     table = table.reshape(table.shape[-2:]) if table.ndim == 3 else table
-    if layout == 'official' and 'cls' in canonical:
-      canonical['cls'] = canonical['cls'] + table[:1][None]
-      table = table[1:]
+    for token in ('cls', _DISTILL_TOKEN_KEY):
+      if layout == 'official' and token in canonical:
+        canonical[token] = canonical[token] + table[:1][None]
+        table = table[1:]
     canonical[POSEMB_KEY] = table
   return canonical
 
@@ -228,6 +233,8 @@ def model_entries(model) -> list[_Entry]:
     entries.append(_Entry(('class_token',), 'cls'))
   if hasattr(model, 'register_tokens'):
     entries.append(_Entry(('register_tokens',), 'reg'))
+  if hasattr(model, 'distill_token'):
+    entries.append(_Entry(('distill_token',), _DISTILL_TOKEN_KEY))
   if model.encoder.positional.kind == 'learn1d' and model.encoder.positional.injection == 'stem':
     entries.append(_Entry(('encoder', 'positional', 'tables', 0, 'table'), POSEMB_KEY))
   for layer in range(model.encoder.depth):
@@ -259,6 +266,8 @@ def model_entries(model) -> list[_Entry]:
   if hasattr(model, 'pre_logits'):
     entries += _dense_entries(('pre_logits',), 'pre_logits')
   entries += _dense_entries(('head',), 'head')
+  if hasattr(model, 'distill_head'):
+    entries += _dense_entries(('distill_head',), 'head_dist')
   return entries
 
 
@@ -286,8 +295,8 @@ def model_to_official(model) -> dict[str, np.ndarray]:
   arrays = {entry.key: entry.to_official(params[entry.path]) for entry in entries}
   if POSEMB_KEY in arrays:
     table = arrays[POSEMB_KEY]
-    if model.pool == 'cls':
-      table = np.concatenate([np.zeros_like(table[:1]), table])
+    if model.num_prefix:  # a zero row for each prefix token: the stem adds no position to them
+      table = np.concatenate([np.zeros_like(table[:1])] * model.num_prefix + [table])
     arrays[POSEMB_KEY] = table[None]
   return arrays
 
@@ -336,7 +345,12 @@ def canonical_to_model(
     report.adapted.append(f'head: zero-initialised ({why_new_head})')
   for entry in entries:
     ours = params[entry.path]
-    if entry.key in _HEAD_KEYS:
+    if entry.key in (_DISTILL_TOKEN_KEY, *_DISTILL_HEAD_KEYS) and entry.key not in canonical:
+      if entry.key != _DISTILL_TOKEN_KEY:  # a fresh distillation head starts at zero, as a new head
+        params[entry.path] = np.zeros_like(ours)
+      report.adapted.append(f'{entry.key}: not in the checkpoint, freshly initialised')
+      continue
+    if entry.key in _HEAD_KEYS or (entry.key in _DISTILL_HEAD_KEYS and why_new_head):
       if why_new_head:
         params[entry.path] = np.zeros_like(ours)
       else:
@@ -368,7 +382,7 @@ def canonical_to_model(
     report.loaded.append(entry.key)
   known = {entry.key for entry in entries}
   for key in sorted(set(canonical) - known):
-    if key in _PRE_LOGITS_KEYS or key in _HEAD_KEYS:
+    if key in _PRE_LOGITS_KEYS or key in _HEAD_KEYS or key in (_DISTILL_TOKEN_KEY, *_DISTILL_HEAD_KEYS):
       report.skipped.append(f'{key} {canonical[key].shape} (dropped: the model has none)')
     else:
       problems.append(f'checkpoint key {key!r} {canonical[key].shape} has no place in the model')

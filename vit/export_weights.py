@@ -188,6 +188,11 @@ def export(workdir: str, to: str, out: str, arch: str = '', checkpoint: str = 'l
   which = int(checkpoint) if checkpoint.isdigit() else checkpoint
   task, parts, params, step = restore_checkpoint(pathlib.Path(workdir), which, read_data=False)
   model = parts.merge(params)
+  if hasattr(model, 'distill_token'):
+    raise CheckpointError(
+      f'export: {workdir} holds a model with a distillation token; timm and transformers folders are '
+      'written for plain ViTs only (export it with python -m vit.export_npz, which keeps dist_token and head_dist).'
+    )
   prep = task.preparation
   options = dict(
     image_size=tuple(task.data.image_shape[:2]),

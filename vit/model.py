@@ -26,6 +26,11 @@ The architectures of timm's and Hugging Face's ViTs are options too, each off by
 embedding without bias; CLIP) and ``activation='quick_gelu'`` (CLIP). Pooling (``gap``, ``map``)
 reads the patch tokens only, never the prefix tokens.
 
+``distill_token`` (DeiT, Touvron et al. 2021) adds a learned token after the class token (or as the
+only prefix token, with ``gap`` or ``map``) whose output feeds a head of its own; the returned logits
+are the mean of the two heads' (DeiT's evaluation), and the intermediates hold each head's logits
+(``class_logits``, ``distill_logits``) for a distillation loss (``vit.distillation``).
+
 ``make_vit`` builds the model from a ``config.model`` section; ``default_model_config`` holds every
 field's default.
 """
@@ -166,6 +171,7 @@ class VisionTransformer(nnx.Module):
     norm_pre: bool,
     fc_norm: bool,
     patch_bias: bool,
+    distill_token: bool,
     scan_layers: bool,
     remat: str,
     dtype: str,
@@ -189,10 +195,14 @@ class VisionTransformer(nnx.Module):
     self.patch_embedding = PatchEmbedding(
       channels, width, patch, dtype=compute_dtype, use_bias=patch_bias, rngs=rngs
     )
-    self.num_prefix = (1 if pool == 'cls' else 0) + reg_tokens
+    # The prefix tokens, in order: class token, distillation token, register tokens.
+    self.num_prefix = (1 if pool == 'cls' else 0) + (1 if distill_token else 0) + reg_tokens
     num_prefix = self.num_prefix
     if pool == 'cls':
       self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
+    if distill_token:  # DeiT's initialisation; a zero token would start as the class token's twin
+      self.distill_index = 1 if pool == 'cls' else 0
+      self.distill_token = nnx.Param(nnx.initializers.truncated_normal(0.02)(rngs.params(), (1, 1, width)))
     if reg_tokens:
       self.register_tokens = nnx.Param(nnx.initializers.normal(1e-6)(rngs.params(), (1, reg_tokens, width)))
     self.encoder = Encoder(
@@ -235,6 +245,8 @@ class VisionTransformer(nnx.Module):
       self.pre_logits = nnx.Linear(width, pre_logits, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
+    if distill_token:
+      self.distill_head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
 
   def __call__(
     self,
@@ -246,7 +258,8 @@ class VisionTransformer(nnx.Module):
   ) -> tuple[jax.Array, dict]:
     """``images`` ``[batch, H, W, C]`` -> float32 logits ``[batch, classes]`` and intermediates."""
     tokens = self.patch_embedding(images)
-    prefix = [getattr(self, name) for name in ('class_token', 'register_tokens') if hasattr(self, name)]
+    names = ('class_token', 'distill_token', 'register_tokens')
+    prefix = [getattr(self, name) for name in names if hasattr(self, name)]
     if prefix:
       batch, width = tokens.shape[0], tokens.shape[-1]
       prefix = [jnp.broadcast_to(p[...].astype(tokens.dtype), (batch, p.shape[1], width)) for p in prefix]
@@ -263,13 +276,22 @@ class VisionTransformer(nnx.Module):
       features, pool_weights = self.pooling(patch_tokens, return_weights=return_weights)
       if return_weights:
         intermediates['pool_attention_weights'] = pool_weights
-    if hasattr(self, 'fc_norm'):
-      features = self.fc_norm(features)
-    if hasattr(self, 'pre_logits'):
-      features = jnp.tanh(self.pre_logits(features))
+    features = self._pre_logits(features)
     intermediates['pre_logits'] = features
     intermediates['grid'] = self.grid
-    return self.head(features).astype(jnp.float32), intermediates
+    logits = self.head(features).astype(jnp.float32)
+    if hasattr(self, 'distill_head'):
+      distill_logits = self.distill_head(self._pre_logits(encoded[:, self.distill_index]))
+      intermediates['class_logits'] = logits
+      intermediates['distill_logits'] = distill_logits.astype(jnp.float32)
+      logits = (logits + intermediates['distill_logits']) / 2
+    return logits, intermediates
+
+  def _pre_logits(self, features: jax.Array) -> jax.Array:
+    """The pooled features through ``fc_norm`` and the ``pre_logits`` layer, where the model has them."""
+    if hasattr(self, 'fc_norm'):
+      features = self.fc_norm(features)
+    return jnp.tanh(self.pre_logits(features)) if hasattr(self, 'pre_logits') else features
 
 
 def default_model_config() -> ml_collections.ConfigDict:
@@ -299,6 +321,7 @@ def default_model_config() -> ml_collections.ConfigDict:
       norm_pre=False,
       fc_norm=False,
       patch_bias=True,
+      distill_token=False,
       scan_layers=False,
       remat='none',
       dtype='float32',
