@@ -295,8 +295,11 @@ def model_to_official(model) -> dict[str, np.ndarray]:
   arrays = {entry.key: entry.to_official(params[entry.path]) for entry in entries}
   if POSEMB_KEY in arrays:
     table = arrays[POSEMB_KEY]
-    if model.num_prefix:  # a zero row for each prefix token: the stem adds no position to them
-      table = np.concatenate([np.zeros_like(table[:1])] * model.num_prefix + [table])
+    # A zero row for the class and distillation tokens (the stem adds no position to them); register
+    # tokens have no row in this layout.
+    rows = (model.pool == 'cls') + hasattr(model, 'distill_token')
+    if rows:
+      table = np.concatenate([np.zeros_like(table[:1])] * rows + [table])
     arrays[POSEMB_KEY] = table[None]
   return arrays
 
