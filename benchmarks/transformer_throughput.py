@@ -21,6 +21,8 @@ from trainer import host_memory
 if __name__ == '__main__':
   host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
 
+import json
+
 import jax
 import numpy as np
 from absl import app, flags
@@ -111,6 +113,15 @@ def main(argv):
   )
   if _PROFILE_DIR.value:
     print(profile_and_summarise(steps.run, _PROFILE_DIR.value, steps=5))
+  numbers = {
+    'tokens_per_second': tokens_per_step / seconds,
+    'sentence_pairs_per_second': _BATCH.value / seconds,
+    'ms_per_step': seconds * 1e3,
+    'parameters': num_params,
+    'flops_per_step': flops,
+    'tflops_per_second': flops / seconds / 1e12,
+  }
+  print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 
 if __name__ == '__main__':

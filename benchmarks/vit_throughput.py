@@ -37,6 +37,7 @@ XLA's elementwise fusions (docs/performance.md). No accelerator numbers have bee
 glibc's huge-page malloc (``trainer/host_memory.py``).
 """
 
+import json
 import time
 
 from trainer import host_memory
@@ -157,6 +158,13 @@ def main(argv):
   if _PROFILE_DIR.value:
     print(profile_and_summarise(steps.run, _PROFILE_DIR.value, steps=5))
 
+  numbers = {
+    'images_per_second': images_per_sec,
+    'ms_per_step': seconds * 1e3,
+    'parameters': num_params,
+    'flops_per_step': flops,
+    'tflops_per_second': flops / seconds / 1e12,
+  }
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()
     data_config.update(source='folder', path=_IMAGE_FOLDER.value)
@@ -172,6 +180,8 @@ def main(argv):
       f'input pipeline ({data.image_shape} images, crop + flip, prefetched): {pipeline_ms:.2f} ms/batch, '
       f'{_BATCH.value / pipeline_ms * 1e3:.0f} images/s'
     )
+    numbers['input_pipeline_images_per_second'] = _BATCH.value / pipeline_ms * 1e3
+  print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 
 if __name__ == '__main__':

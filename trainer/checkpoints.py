@@ -37,7 +37,7 @@ from trainer.errors import CheckpointError
 
 _log = logging.getLogger(__name__)
 _ITEMS = ('params', 'opt_state', 'meta')
-_FORMAT = 2  # 1: one orbax item holding the whole TrainState, no integrity record
+_FORMAT = 2
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 
 
