@@ -19,6 +19,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from trainer import random_streams
+from trainer.accumulation import accumulated_gradient, param_specs
 from trainer.optim import parameter_path
 from trainer.partitioning import batch_sharding, check_micro_batches, replicated, state_shardings
 from trainer.task import Task
@@ -67,17 +68,6 @@ def _add_grad_norm(metrics: clu_metrics.Collection, grad_norm: clu_metrics.Avera
   return _with_grad_norm(type(metrics))(**fields, grad_norm=grad_norm)
 
 
-def _split_micro_batches(batch, num_micro_batches: int):
-  """``[B, ...]`` -> ``[k, B/k, ...]`` taking every k-th row, so each device keeps its own rows
-  (``check_micro_batches`` makes sure ``k`` divides every device's rows)."""
-
-  def split(x):
-    x = x.reshape(x.shape[0] // num_micro_batches, num_micro_batches, *x.shape[1:])
-    return jnp.swapaxes(x, 0, 1)
-
-  return jax.tree.map(split, batch)
-
-
 def make_train_step(
   task: Task,
   parts: ModelParts,
@@ -93,9 +83,10 @@ def make_train_step(
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
 
   The gradient is that of the whole batch's mean loss: the gradients of the task's loss sums
-  (``Task.loss_and_outputs``) are added over the ``grad_accum_steps`` micro-batches (a
-  ``lax.scan`` from zero) and divided once by the summed weight; the batch's devices and
-  processes are summed by XLA, as one global batch. ``metrics`` accumulates the train metrics
+  (``Task.loss_and_outputs``) are added over the ``grad_accum_steps`` micro-batches and divided
+  once by the summed weight. Without micro-batches XLA sums the batch's devices and processes, as
+  one global batch; with them each device adds up its own rows' gradients in the loop and they
+  are reduced across devices once, after it (``trainer.accumulation``). ``metrics`` accumulates the train metrics
   since the last report inside the compiled step (start from ``train_metrics(task).empty()``),
   which saves a few small dispatches per step. ``state_sharding`` (a tree like the state, from
   ``trainer.partitioning.state_shardings``) defaults to replicated. The parameters whose paths
@@ -105,6 +96,7 @@ def make_train_step(
   program, to the task's loss, which is never differentiated with respect to them.
   """
   dropout_key = random_streams.key(seed, random_streams.DROPOUT)
+  state_sharding = replicated(mesh) if state_sharding is None else state_sharding
 
   def without_frozen_gradients(params):
     return jax.tree_util.tree_map_with_path(
@@ -130,20 +122,20 @@ def make_train_step(
   def whole_batch_gradient(params, batch, step_key, constants):
     if grad_accum_steps == 1:
       grads, weight, metrics = summed_gradient(params, batch, step_key, constants)
-    else:
+    else:  # each device sums its micro-batches' gradients; one reduction across devices after the loop
       check_micro_batches(jax.tree.leaves(batch)[0].shape[0], grad_accum_steps, mesh)
-
-      def accumulate(carry, indexed_micro_batch):
-        grads_sum, weight_sum, metrics = carry
-        index, micro_batch = indexed_micro_batch
-        micro_key = jax.random.fold_in(step_key, index)
-        grads, weight, micro_metrics = summed_gradient(params, micro_batch, micro_key, constants)
-        grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
-        return (grads_sum, weight_sum + weight, metrics.merge(micro_metrics)), None
-
-      start = (jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32), task.train_metrics.empty())
-      micro_batches = (jnp.arange(grad_accum_steps), _split_micro_batches(batch, grad_accum_steps))
-      (grads, weight, metrics), _ = jax.lax.scan(accumulate, start, micro_batches)
+      grads, weight, metrics = accumulated_gradient(
+        summed_gradient,
+        task.train_metrics,
+        params,
+        batch,
+        step_key,
+        num_micro_batches=grad_accum_steps,
+        mesh=mesh,
+        specs=param_specs(params, mesh, state_sharding),
+        trained=jax.tree_util.tree_map_with_path(lambda key, _: parameter_path(key) not in frozen, params),
+        constants=constants,
+      )
     weight = jnp.where(weight > 0, weight, 1.0)  # a batch with nothing to learn from gives no update
     return jax.tree.map(lambda g: g / weight.astype(g.dtype), grads), metrics
 
@@ -158,7 +150,6 @@ def make_train_step(
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics_so_far.merge(metrics)
 
-  state_sharding = replicated(mesh) if state_sharding is None else state_sharding
   in_shardings = (state_sharding, replicated(mesh), batch_sharding(mesh))
   if constants is not None:
     constants_sharding = state_shardings(constants, mesh)
