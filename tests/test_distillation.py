@@ -233,17 +233,18 @@ def test_student_learns_from_a_teacher_workdir_end_to_end(tmp_path):
   assert teacher_files == {p: p.read_bytes() for p in (teacher_dir / 'checkpoints').rglob('*') if p.is_file()}
 
 
-def _sharded_teacher_config(teacher):
+def _sharded_teacher_config(teacher, grad_accum_steps=1):
   config = _distill_config(teacher, kind='soft', temperature=2.0, alpha=0.5)
   config.total_steps, config.eval_every_steps = 4, 4
+  config.grad_accum_steps = grad_accum_steps
   return config
 
 
-def train_with_teacher_on_eight_devices(teacher, workdir):
+def train_with_teacher_on_eight_devices(teacher, workdir, grad_accum_steps=1):
   """On 8 devices: trains the student under fsdp=8; returns what each device holds of the teacher."""
   from trainer import run_step  # pylint: disable=g-import-not-at-top
 
-  config = _sharded_teacher_config(teacher)
+  config = _sharded_teacher_config(teacher, grad_accum_steps)
   config.mesh.fsdp = 8
   held, original = {}, run_step.make_train_step
 
@@ -263,12 +264,16 @@ def train_with_teacher_on_eight_devices(teacher, workdir):
 
 
 @pytest.mark.slow  # 8 host devices and the trainer twice
-def test_a_sharded_teacher_trains_like_one_device(tmp_path, eight_devices):
+@pytest.mark.parametrize('grad_accum_steps', [1, 2])  # 2: the teacher reaches the per-device micro-batch loop
+def test_a_sharded_teacher_trains_like_one_device(tmp_path, eight_devices, grad_accum_steps):
   teacher, _, _ = _teacher_npz(tmp_path, width=64, mlp_dim=128)
   one = tmp_path / 'one'
-  train_and_evaluate(_sharded_teacher_config(teacher), one)
+  train_and_evaluate(_sharded_teacher_config(teacher, grad_accum_steps), one)
   held = eight_devices(
-    train_with_teacher_on_eight_devices, teacher=str(teacher), workdir=str(tmp_path / 'eight')
+    train_with_teacher_on_eight_devices,
+    teacher=str(teacher),
+    workdir=str(tmp_path / 'eight'),
+    grad_accum_steps=grad_accum_steps,
   )
   assert held['sharded'] and all(spec.count('fsdp') == 1 for spec in held['sharded'])
   total, per_device = held['bytes']
