@@ -14,7 +14,8 @@ One line per input on stdout (``--json``: one JSON object), in the order given. 
 be read prints ``error: <input>: <problem>`` on stderr (and ``{"input": ..., "error": ...}`` with
 ``--json``); the others are still answered, and the exit status is 1. A workdir that cannot be
 used (no checkpoint, not a workdir) is one ``error:`` line and status 2. ``--explain DIR`` writes one
-picture of the attention per input (``DIR/<position>_<name>.png``).
+picture of the attention per input (``DIR/<position>_<name>.png``). ``--params ema`` predicts with the
+moving average of the parameters that a run with ``config.ema.decay`` kept.
 """
 
 import gc
@@ -34,6 +35,9 @@ from trainer.errors import InputError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
+_PARAMS = flags.DEFINE_enum(
+  'params', 'raw', ['raw', 'ema'], "'raw': the trained parameters; 'ema': their moving average (config.ema)."
+)
 _INPUT = flags.DEFINE_string('input', None, "A file of inputs, one per line ('-': standard input).")
 _JSON = flags.DEFINE_bool('json', False, 'One JSON object per input instead of plain text.')
 _EXPLAIN = flags.DEFINE_string('explain', None, 'Write a picture of the attention for each input into DIR.')
@@ -129,7 +133,7 @@ def main(argv):
   gc.disable()
   from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 
-  predictor = cli.run_reporting_user_errors(load_predictor, _WORKDIR.value, _CHECKPOINT.value)
+  predictor = cli.run_reporting_user_errors(load_predictor, _WORKDIR.value, _CHECKPOINT.value, _PARAMS.value)
   gc.freeze()
   gc.enable()
   note = missing_class_names_note(predictor)

@@ -27,7 +27,7 @@ from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
-from trainer import storage
+from trainer import ema, storage
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, count_non_finite
 from trainer.devices import Devices
@@ -178,7 +178,7 @@ class _Training:
       workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
     )
     self.start_step = self.checkpoints.latest_step() or 0
-    init = StateInit(task, optimizer, mesh, config.seed)
+    init = StateInit(task, optimizer, mesh, config.seed, ema=ema.ema_decay(config) > 0)
     self.state_sharding = init.state_sharding
     if self.start_step:  # restored into the abstract state: no random one is made first
       self.state = self.checkpoints.restore(self.start_step, init.abstract_state)
@@ -204,6 +204,7 @@ class _Training:
       grad_accum_steps=config.grad_accum_steps,
       state_sharding=self.state_sharding,
       frozen=frozen_paths(config.optimizer, self.state.params),
+      ema_decay=ema.ema_decay(config),
     )
     self.eval_step = make_eval_step(task, self.parts, mesh, self.state_sharding.params)
     self.batches = task.train_batches(
@@ -275,16 +276,9 @@ class _Training:
       self._evaluate()
 
   def _evaluate(self) -> None:
-    results = evaluate_params(
-      self.task,
-      self.parts,
-      self.state.params,
-      self.config.eval_split,
-      self.mesh,
-      self.config.eval_batch_size,
-      self.eval_step,
-      self.workdir,
-    )
+    results = self._evaluate_params(self.state.params)
+    if self.state.ema_params is not None:  # the moving average, beside the raw parameters
+      results.update(ema.metrics_of_average(self._evaluate_params(self.state.ema_params)))
     self.last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
     self.evaluated_step = self.step
     texts = {name: value for name, value in results.items() if isinstance(value, str)}
@@ -293,6 +287,18 @@ class _Training:
       self.writers['eval'].write_texts(self.step, texts)
     if self.is_main:
       print(f'eval {self.config.eval_split} at step {self.step}: ' + _format(self.last_eval), flush=True)
+
+  def _evaluate_params(self, params) -> dict[str, float | str]:
+    return evaluate_params(
+      self.task,
+      self.parts,
+      params,
+      self.config.eval_split,
+      self.mesh,
+      self.config.eval_batch_size,
+      self.eval_step,
+      self.workdir,
+    )
 
   def maybe_save(self, reason: str) -> None:
     """The one place that saves: once per step, with the metrics of an evaluation at that step."""
@@ -329,16 +335,9 @@ class _Training:
         )
         return TrainResult(step=step, interrupted=True, eval_metrics=self.last_eval)
     if self.start_step >= self.num_steps:  # already trained: report the final metrics again
-      self.last_eval = evaluate_params(
-        self.task,
-        self.parts,
-        self.state.params,
-        split,
-        self.mesh,
-        config.eval_batch_size,
-        self.eval_step,
-        self.workdir,
-      )
+      self.last_eval = self._evaluate_params(self.state.params)
+      if self.state.ema_params is not None:
+        self.last_eval.update(ema.metrics_of_average(self._evaluate_params(self.state.ema_params)))
       print(
         f'already trained to step {self.start_step}; eval {split}: ' + _format(self.last_eval), flush=True
       )
