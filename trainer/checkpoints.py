@@ -39,7 +39,7 @@ from trainer.errors import CheckpointError
 _log = logging.getLogger(__name__)
 _ITEMS = ('params', 'opt_state', 'meta')
 EMA_ITEM = 'ema_params'  # only in the checkpoints of runs with config.ema.decay > 0
-_FORMAT = 2  # 1: one orbax item holding the whole TrainState, no integrity record
+_FORMAT = 2
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 
 

@@ -1,31 +1,19 @@
 """Huge pages for XLA's per-step scratch memory on the CPU (Linux with glibc): why and how.
 
-XLA's CPU backend allocates each compiled step's scratch buffer (1.16 GB for the benchmark
-ViT at batch 128) with ``posix_memalign`` and frees it when the step ends. glibc serves a
-block that large with a fresh ``mmap`` and returns it with ``munmap``, so every step the
-kernel zero-fills the whole buffer again, one 4 KiB page fault at a time: about 300,000
-faults and 0.55 s of system time per 1.4 s step on a 2-core machine.
-
-glibc 2.35 and newer can back such blocks with 2 MiB transparent huge pages
-(``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``): 512 times fewer faults, and freed memory still
-goes back to the system. On a 2-core AVX-512 machine the step got 20-25% faster. On a 2-core
-AVX2 EPYC, an early measurement saw no gain; measured again there with nothing else running
-(``python -m benchmarks.vit_throughput``, with and without ``GLIBC_TUNABLES=glibc.malloc.hugetlb=0``,
-alternating, three rounds) the median went from 56.5 to 67.1 images/s (1.19, 0.99 and 1.40
-times in the three rounds). The kernel still clears the pages, huge or not (smaller
-micro-batches shrink what it clears: see ``benchmarks/vit_throughput.py``). Measured again on a
-2-core AVX-512 EPYC shared with other jobs (``python -m benchmarks.vit_throughput --steps 15``,
-alternating, four runs each): 1.04, 1.87, 2.23, 1.21 s per step with it and 1.35, 1.43, 2.29,
-1.37 s without; faster in three of the four pairs, but the load of the other jobs moved the
-step time more than the tunable did. It costs one re-execution at start-up, so it stays.
+XLA's CPU backend allocates each compiled step's scratch buffer with ``posix_memalign`` and frees
+it when the step ends. glibc serves a block that large with a fresh ``mmap`` and returns it with
+``munmap``, so every step the kernel zero-fills the whole buffer again, one 4 KiB page fault at a
+time. glibc 2.35 and newer can back such blocks with 2 MiB transparent huge pages
+(``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``): 512 times fewer faults, and freed memory still goes
+back to the system. What it gains on which CPU is measured in docs/performance.md ("Huge pages").
 
 glibc reads its tunables only when a process starts, so the command-line entry points
 re-execute themselves once with the tunable set, before importing anything heavy. No
 library does this for us.
 
 The run-time alternative, ``mallopt`` (one arena, no ``mmap``, no trimming), removes the
-faults too, but the single arena fragments: the benchmark's resident memory grew from
-1.7 GB to 5.0 GB, so we do not use it.
+faults too, but its single arena fragments and the resident memory grows severalfold, so we
+do not use it.
 """
 
 import importlib.metadata

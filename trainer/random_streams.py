@@ -2,8 +2,7 @@
 stream's fixed number.
 
 A stream's key is ``fold_in(key(seed), STREAM)``, so the streams of one seed are independent of
-each other and of every other seed's: no run's dropout is another run's initialisation (as it
-was when they were ``seed`` and ``seed + 1``). Within a stream, the train step folds in the step
+each other and of every other seed's: no run's dropout is another run's initialisation. Within a stream, the train step folds in the step
 number (and the micro-batch index), so a resumed run draws what an uninterrupted one would.
 The example order and augmentation are drawn on the host by numpy generators seeded with
 ``[stream tag, seed, ...]`` (``pipelines/steps.py``, the families' input pipelines): separate
