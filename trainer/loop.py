@@ -276,9 +276,7 @@ class _Training:
       self._evaluate()
 
   def _evaluate(self) -> None:
-    results = self._evaluate_params(self.state.params)
-    if self.state.ema_params is not None:  # the moving average, beside the raw parameters
-      results.update(ema.metrics_of_average(self._evaluate_params(self.state.ema_params)))
+    results = self._evaluate_state()
     self.last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
     self.evaluated_step = self.step
     texts = {name: value for name, value in results.items() if isinstance(value, str)}
@@ -288,7 +286,15 @@ class _Training:
     if self.is_main:
       print(f'eval {self.config.eval_split} at step {self.step}: ' + _format(self.last_eval), flush=True)
 
-  def _evaluate_params(self, params) -> dict[str, float | str]:
+  def _evaluate_state(self) -> dict[str, float | str]:
+    """Metrics of the parameters on the eval split and, where the state has one, of their moving
+    average (named ``ema_...``); the files a task writes (hypotheses) are the parameters'."""
+    results = self._evaluate_params(self.state.params)
+    if self.state.ema_params is not None:
+      results.update(ema.metrics_of_average(self._evaluate_params(self.state.ema_params, average=True)))
+    return results
+
+  def _evaluate_params(self, params, average: bool = False) -> dict[str, float | str]:
     return evaluate_params(
       self.task,
       self.parts,
@@ -297,7 +303,7 @@ class _Training:
       self.mesh,
       self.config.eval_batch_size,
       self.eval_step,
-      self.workdir,
+      None if average else self.workdir,
     )
 
   def maybe_save(self, reason: str) -> None:
@@ -335,9 +341,7 @@ class _Training:
         )
         return TrainResult(step=step, interrupted=True, eval_metrics=self.last_eval)
     if self.start_step >= self.num_steps:  # already trained: report the final metrics again
-      self.last_eval = self._evaluate_params(self.state.params)
-      if self.state.ema_params is not None:
-        self.last_eval.update(ema.metrics_of_average(self._evaluate_params(self.state.ema_params)))
+      self.last_eval = self._evaluate_state()
       print(
         f'already trained to step {self.start_step}; eval {split}: ' + _format(self.last_eval), flush=True
       )
