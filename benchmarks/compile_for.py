@@ -233,6 +233,7 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
 
   from trainer import validation  # pylint: disable=g-import-not-at-top
+  from trainer.ema import ema_decay  # pylint: disable=g-import-not-at-top
   from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
   from trainer.optim import make_optimizer  # pylint: disable=g-import-not-at-top
   from trainer.partitioning import batch_sharding, check_batch_size, make_mesh, replicated  # pylint: disable=g-import-not-at-top
@@ -250,7 +251,8 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   task = task_class(config.task).without_data(config, sizes)
   total_steps = config.get('total_steps') or 1_000_000  # only the schedule's length: no shape depends on it
   optimizer = make_optimizer(config.optimizer, max(total_steps, config.optimizer.get('warmup_steps', 0) + 1))
-  init = StateInit(task, optimizer, mesh, config.seed)
+  decay = ema_decay(config)  # the moving average's copy of the parameters is in the memory counted
+  init = StateInit(task, optimizer, mesh, config.seed, ema=decay > 0)
   step = make_train_step(
     task,
     init.parts(init.host_rest()),
@@ -259,6 +261,7 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
     seed=config.seed,
     grad_accum_steps=config.grad_accum_steps,
     state_sharding=init.state_sharding,
+    ema_decay=decay,
   )
   metrics = jax.tree.map(
     lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated(mesh)), task.train_metrics.empty()
