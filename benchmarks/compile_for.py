@@ -13,8 +13,9 @@ puts it on ``sys.path`` and runs JAX on the CPU (``JAX_PLATFORMS=cpu``).
 Nothing is read from the data: the task is built with ``Task.without_data`` (classes, image
 channels and vocabulary size from the flags below, image size, clip frames and sequence lengths
 from the config), the model and optimizer state abstractly (``trainer.state_init``: shapes, dtypes and
-shardings), then the trainer's own train step is compiled for a mesh (``config.mesh``) over the
-slice's chips. It prints per-chip bytes (parameters, optimizer state, batch, XLA's temporaries
+shardings), then the step a run of the config trains with (``trainer.run_step.build_step``: its
+mesh, ``config.mesh``, over the slice's chips, its micro-batches, and its frozen parameters, whose
+gradients are not computed) is compiled. It prints per-chip bytes (parameters, optimizer state, batch, XLA's temporaries
 and the total) against the chip's HBM (a device's share of it where a chip's TensorCores are
 devices of their own, as libtpu gives v4), XLA's FLOPs per step, the collectives in the compiled
 program (count and bytes of each kind, those in a loop's body, such as the scanned layers or the
@@ -233,12 +234,10 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
 
   from trainer import validation  # pylint: disable=g-import-not-at-top
-  from trainer.ema import ema_decay  # pylint: disable=g-import-not-at-top
   from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
-  from trainer.optim import make_optimizer  # pylint: disable=g-import-not-at-top
-  from trainer.partitioning import batch_sharding, check_batch_size, make_mesh, replicated  # pylint: disable=g-import-not-at-top
-  from trainer.state import make_train_step  # pylint: disable=g-import-not-at-top
-  from trainer.state_init import StateInit  # pylint: disable=g-import-not-at-top
+  from trainer.optim import parameter_path  # pylint: disable=g-import-not-at-top
+  from trainer.partitioning import batch_sharding, replicated  # pylint: disable=g-import-not-at-top
+  from trainer.run_step import build_step  # pylint: disable=g-import-not-at-top
   from trainer.task import task_class  # pylint: disable=g-import-not-at-top
 
   validation.check_trainer_fields(config)
@@ -246,23 +245,13 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
     devices = topologies.get_topology_desc(platform='tpu', topology_name=topology).devices
   except Exception as error:  # pylint: disable=broad-except  (libtpu's own message names the problem)
     raise ConfigError(f'--topology {topology!r}: {str(error).splitlines()[0]}') from None
-  mesh = make_mesh(**config.get('mesh', {}), devices=devices)
-  check_batch_size(config.batch_size, mesh)
   task = task_class(config.task).without_data(config, sizes)
   total_steps = config.get('total_steps') or 1_000_000  # only the schedule's length: no shape depends on it
-  optimizer = make_optimizer(config.optimizer, max(total_steps, config.optimizer.get('warmup_steps', 0) + 1))
-  decay = ema_decay(config)  # the moving average's copy of the parameters is in the memory counted
-  init = StateInit(task, optimizer, mesh, config.seed, ema=decay > 0)
-  step = make_train_step(
-    task,
-    init.parts(init.host_rest()),
-    optimizer,
-    mesh,
-    seed=config.seed,
-    grad_accum_steps=config.grad_accum_steps,
-    state_sharding=init.state_sharding,
-    ema_decay=decay,
+  run_step = build_step(
+    config, task, max(total_steps, config.optimizer.get('warmup_steps', 0) + 1), devices=devices
   )
+  mesh, init = run_step.mesh, run_step.init
+  step = run_step.train_step(init.parts(init.host_rest()))
   metrics = jax.tree.map(
     lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated(mesh)), task.train_metrics.empty()
   )
@@ -272,6 +261,7 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   }
   hbm, peak_tflops, chips = device_share(topology, devices)
   state = init.abstract_state
+  leaves = jax.tree_util.tree_flatten_with_path(state.params)[0]
   result = {
     'topology': topology,
     'chips': chips,
@@ -280,6 +270,7 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
     'batch_size': config.batch_size,
     'grad_accum_steps': config.grad_accum_steps,
     'parameters': sum(x.size for x in jax.tree.leaves(state.params)),
+    'frozen_parameters': sum(x.size for key, x in leaves if parameter_path(key) in run_step.frozen),
     'per_chip_bytes': {
       'parameters': _per_chip_bytes(state.params),
       'optimizer_state': _per_chip_bytes(state.opt_state),
@@ -355,7 +346,8 @@ def report(result: dict) -> list[str]:
   unit = 'chip' if result['devices'] == result['chips'] else 'device'
   lines = [
     f'{result["topology"]}: {_devices(result)}, mesh {result["mesh"]}, batch {result["batch_size"]} '
-    f'({result["grad_accum_steps"]} micro-batches), {result["parameters"] / 1e6:.1f}M parameters',
+    f'({result["grad_accum_steps"]} micro-batches), {result["parameters"] / 1e6:.1f}M parameters'
+    + _frozen(result),
     f'per {unit}: parameters {_gib(bytes_["parameters"])}, optimizer state {_gib(bytes_["optimizer_state"])}, '
     f'batch {_gib(bytes_["batch"])}',
   ]
@@ -385,6 +377,11 @@ def report(result: dict) -> list[str]:
   if not result['fits']:
     lines.append(_does_not_fit(result, f'{_gib(bytes_["total"])} per {unit} needed'))
   return lines
+
+
+def _frozen(result: dict) -> str:
+  frozen = result.get('frozen_parameters')
+  return f' ({frozen / 1e6:.1f}M frozen: their gradients are not computed)' if frozen else ''
 
 
 def _loops_counted_once(trip_counts: list[int | None]) -> str:

@@ -24,6 +24,7 @@ Measured on a 2-core AMD EPYC (AVX-512) CPU, shared with other jobs (docs/result
 """
 
 import argparse
+import json
 import time
 
 import ml_collections
@@ -112,11 +113,14 @@ def main() -> None:
     f'{what}: {rate:,.0f} images/s with {args.num_threads} thread(s), batch {args.batch_size}, '
     f'{args.steps} batches (first batch {first:.2f} s)'
   )
+  numbers = {'images_per_second': rate, 'first_batch_seconds': first}
   if args.records:
     per_thread = rate / args.num_threads
     print(f'per thread (core): {per_thread:,.0f} images/s')
     for consumes in args.consumes:
       print(f'to feed {consumes:,.0f} images/s: {consumes / per_thread:.1f} such cores')
+    numbers['images_per_second_per_thread'] = per_thread
+  print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 
 if __name__ == '__main__':

@@ -14,6 +14,7 @@ forward, cross-entropy, backward and the optimizer update, timed after 3 warm-up
 """
 
 import argparse
+import json
 import time
 
 import timm
@@ -53,6 +54,12 @@ def main():
     f'{num_params / 1e6:.2f}M parameters, float32, batch {args.batch_size}'
   )
   print(f'train step: {seconds * 1e3:.1f} ms/step, {args.batch_size / seconds:.1f} images/s')
+  numbers = {
+    'images_per_second': args.batch_size / seconds,
+    'ms_per_step': seconds * 1e3,
+    'parameters': num_params,
+  }
+  print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 
 if __name__ == '__main__':

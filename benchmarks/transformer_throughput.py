@@ -21,6 +21,8 @@ from trainer import host_memory
 if __name__ == '__main__':
   host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
 
+import json
+
 import jax
 import numpy as np
 from absl import app, flags
@@ -32,9 +34,9 @@ from seq2seq.architectures import make_translator
 from seq2seq.model import default_model_config
 from seq2seq.task import Translation
 from seq2seq.tokenizer import PAD_ID
-from trainer.optim import make_optimizer
-from trainer.partitioning import global_batch, make_mesh, replicated
-from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
+from trainer.partitioning import global_batch, replicated
+from trainer.run_step import build_step
+from trainer.state import train_metrics
 
 _VARIANT = flags.DEFINE_string('variant', 'base', 'Model variant (seq2seq.model.VARIANTS).')
 _VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 37000, 'Shared vocabulary size.')
@@ -74,15 +76,12 @@ def main(argv):
   config.model.update(
     variant=_VARIANT.value, share_embeddings=True, max_length=max(256, _LENGTH.value), dtype=_DTYPE.value
   )
+  config.batch_size = _BATCH.value
   task = _SyntheticTranslation(config, _VOCAB_SIZE.value)
-  mesh = make_mesh()
-  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
-  optimizer = make_optimizer(config.optimizer, 1000)
-  state = jax.device_put(
-    TrainState(step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params)),
-    replicated(mesh),
-  )
-  step = make_train_step(task, parts, optimizer, mesh, seed=0)
+  run_step = build_step(config, task, num_steps=1000)
+  mesh = run_step.mesh
+  state, parts = run_step.init.create()
+  step = run_step.train_step(parts)
   rng = np.random.default_rng(0)
 
   def tokens():  # ids of real pieces: never padding
@@ -114,6 +113,15 @@ def main(argv):
   )
   if _PROFILE_DIR.value:
     print(profile_and_summarise(steps.run, _PROFILE_DIR.value, steps=5))
+  numbers = {
+    'tokens_per_second': tokens_per_step / seconds,
+    'sentence_pairs_per_second': _BATCH.value / seconds,
+    'ms_per_step': seconds * 1e3,
+    'parameters': num_params,
+    'flops_per_step': flops,
+    'tflops_per_second': flops / seconds / 1e12,
+  }
+  print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 
 if __name__ == '__main__':

@@ -38,6 +38,7 @@ XLA's elementwise fusions (docs/performance.md). No accelerator numbers have bee
 glibc's huge-page malloc (``trainer/host_memory.py``).
 """
 
+import json
 import time
 
 from trainer import host_memory
@@ -48,14 +49,13 @@ if __name__ == '__main__':
 import jax
 import numpy as np
 from absl import app, flags
-from flax import nnx
 
 from attention.layers import REMAT_POLICIES
 from benchmarks.step_cost import CompiledSteps, compiled_flops, profile_and_summarise, utilisation
 from configs.common import trainer_config
-from trainer.optim import make_optimizer
-from trainer.partitioning import global_batch, make_mesh, replicated
-from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
+from trainer.partitioning import global_batch, replicated
+from trainer.run_step import build_step
+from trainer.state import train_metrics
 from vit.input_pipeline import default_data_config, load_image_data
 from vit.model import default_model_config
 from vit.task import ImageClassification
@@ -102,6 +102,7 @@ class _SyntheticImageTask(ImageClassification):
   def __init__(self, config, image_size: int, num_classes: int):
     self.config = config
     self.label_smoothing = 0.0
+    self.init_from = None
     self.data = type('Shape', (), {'num_classes': num_classes, 'image_shape': (image_size, image_size, 3)})()
 
 
@@ -120,20 +121,13 @@ def main(argv):
     scan_layers=_SCAN.value,
     remat=_REMAT.value,
   )
+  config.update(batch_size=_BATCH.value, grad_accum_steps=_GRAD_ACCUM.value)
+  config.ema.decay = _EMA_DECAY.value
   task = _SyntheticImageTask(config, _IMAGE_SIZE.value, _NUM_CLASSES.value)
-  mesh = make_mesh()
-  parts = ModelParts(task.make_model(nnx.Rngs(params=0)))
-  optimizer = make_optimizer(config.optimizer, 1000)
-  ema_params = jax.tree.map(np.array, parts.params) if _EMA_DECAY.value else None
-  state = jax.device_put(
-    TrainState(
-      step=np.int32(0), params=parts.params, opt_state=optimizer.init(parts.params), ema_params=ema_params
-    ),
-    replicated(mesh),
-  )
-  step = make_train_step(
-    task, parts, optimizer, mesh, seed=0, grad_accum_steps=_GRAD_ACCUM.value, ema_decay=_EMA_DECAY.value
-  )
+  run_step = build_step(config, task, num_steps=1000)
+  mesh = run_step.mesh
+  state, parts = run_step.init.create()
+  step = run_step.train_step(parts)
   rng = np.random.default_rng(0)
   batch = global_batch(
     {
@@ -170,6 +164,13 @@ def main(argv):
   if _PROFILE_DIR.value:
     print(profile_and_summarise(steps.run, _PROFILE_DIR.value, steps=5))
 
+  numbers = {
+    'images_per_second': images_per_sec,
+    'ms_per_step': seconds * 1e3,
+    'parameters': num_params,
+    'flops_per_step': flops,
+    'tflops_per_second': flops / seconds / 1e12,
+  }
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()
     data_config.update(source='folder', path=_IMAGE_FOLDER.value)
@@ -185,6 +186,8 @@ def main(argv):
       f'input pipeline ({data.image_shape} images, crop + flip, prefetched): {pipeline_ms:.2f} ms/batch, '
       f'{_BATCH.value / pipeline_ms * 1e3:.0f} images/s'
     )
+    numbers['input_pipeline_images_per_second'] = _BATCH.value / pipeline_ms * 1e3
+  print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 
 if __name__ == '__main__':

@@ -103,6 +103,9 @@ def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_to
   assert 0.8 < flops / (6 * params * tokens) < 1.5, out  # forward 2 and backward 4 FLOPs per weight and token
   assert re.search(r'[\d.]+ images/s', out)
   assert 'where the time goes (host ops' in out and 'in all' in out
+  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  assert numbers['parameters'] == pytest.approx(params, rel=0.01)
+  assert numbers['flops_per_step'] == pytest.approx(flops, rel=0.01) and numbers['images_per_second'] > 0
 
 
 @pytest.mark.slow
@@ -118,3 +121,5 @@ def test_transformer_benchmark_reports_tokens_per_second():
   assert 'batch 4 x (8 + 8) tokens' in out
   assert re.search(r'[\d,]+ tokens/s \(source \+ target\)', out)
   assert float(re.search(r'([\d.]+) GFLOPs/step', out).group(1)) > 0
+  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  assert numbers['tokens_per_second'] == pytest.approx(numbers['sentence_pairs_per_second'] * 16)

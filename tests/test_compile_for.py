@@ -254,6 +254,23 @@ def test_a_tiny_vit_compiled_for_v5e_2x2_holds_a_quarter_of_its_parameters_per_c
   not os.path.isdir(os.path.join(LIBTPU, 'libtpu')),
   reason=f'libtpu is not installed in {LIBTPU} (.ci/run installs it; or set LIBTPU_DIR)',
 )
+def test_a_linear_probe_compiles_the_training_step_whose_frozen_gradients_are_not_computed():
+  finetune = ['--config=configs/vit_digits_finetune.py', *TINY_VIT[1:]]  # the config with optimizer.frozen
+  status, probe, printed = _compile('--topology=v5e:2x2', *finetune, r'--config.optimizer.frozen=^(?!head\.)')
+  assert status == 0 and probe['fits'], printed
+  head = 64 * 10 + 10  # the classifier of TINY_VIT: width 64, 10 classes
+  assert probe['frozen_parameters'] == probe['parameters'] - head
+  assert 'M frozen: their gradients are not computed' in printed
+  _, whole, _ = _compile('--topology=v5e:2x2', *finetune)
+  assert whole['frozen_parameters'] == 0
+  assert probe['flops'] < 0.6 * whole['flops'], (probe['flops'], whole['flops'])  # no backbone backward
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+  not os.path.isdir(os.path.join(LIBTPU, 'libtpu')),
+  reason=f'libtpu is not installed in {LIBTPU} (.ci/run installs it; or set LIBTPU_DIR)',
+)
 def test_a_tiny_video_model_compiles_for_v5e_2x2_without_its_clips():
   status, result, printed = _compile(
     '--topology=v5e:2x2',

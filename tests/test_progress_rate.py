@@ -7,7 +7,7 @@ import types
 import pytest
 
 from tests.vit_test_configs import tiny_vit_config
-from trainer import loop
+from trainer import loop, run_step
 from trainer.checkpoints import Checkpoints
 from trainer.metrics_io import read_metrics
 
@@ -29,7 +29,7 @@ def test_steps_per_sec_leaves_out_compilation_evaluation_and_saving(tmp_path, mo
 
     return wrapped
 
-  make_train_step = loop.make_train_step
+  make_train_step = run_step.make_train_step
 
   def make_slow_to_compile_train_step(*args, **kwargs):
     step, calls = make_train_step(*args, **kwargs), []
@@ -40,7 +40,7 @@ def test_steps_per_sec_leaves_out_compilation_evaluation_and_saving(tmp_path, mo
 
     return first_call_slow
 
-  monkeypatch.setattr(loop, 'make_train_step', make_slow_to_compile_train_step)
+  monkeypatch.setattr(run_step, 'make_train_step', make_slow_to_compile_train_step)
   monkeypatch.setattr(loop, 'evaluate_params', slow(loop.evaluate_params))
   monkeypatch.setattr(Checkpoints, 'save', slow(Checkpoints.save))
   config = tiny_vit_config(total_steps=8, log_every_steps=4, eval_every_steps=2, checkpoint_every_steps=3)

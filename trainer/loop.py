@@ -33,10 +33,10 @@ from trainer.checkpoints import Checkpoints, count_non_finite
 from trainer.devices import Devices
 from trainer.errors import CheckpointError, DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
-from trainer.optim import describe_weight_decay, frozen_paths, make_optimizer
-from trainer.partitioning import check_batch_size, check_micro_batches, global_batch, make_mesh, replicated
-from trainer.state import ModelParts, make_eval_step, make_train_step, train_metrics
-from trainer.state_init import StateInit
+from trainer.optim import describe_weight_decay
+from trainer.partitioning import check_batch_size, global_batch, replicated
+from trainer.run_step import RunStep, build_step
+from trainer.state import ModelParts, make_eval_step, train_metrics
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
 from trainer.workdir_lock import make_lock
@@ -172,13 +172,14 @@ class _Training:
   """The state of one run and the three things done to it besides stepping:
   reporting progress, evaluating and saving."""
 
-  def __init__(self, config, workdir: pathlib.Path, task: Task, mesh, optimizer, num_steps: int):
-    self.config, self.workdir, self.task, self.mesh, self.num_steps = config, workdir, task, mesh, num_steps
+  def __init__(self, config, workdir: pathlib.Path, task: Task, run_step: RunStep, num_steps: int):
+    self.config, self.workdir, self.task, self.num_steps = config, workdir, task, num_steps
+    self.mesh = mesh = run_step.mesh
     self.checkpoints = Checkpoints(
       workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
     )
     self.start_step = self.checkpoints.latest_step() or 0
-    init = StateInit(task, optimizer, mesh, config.seed, ema=ema.ema_decay(config) > 0)
+    init = run_step.init
     self.state_sharding = init.state_sharding
     if self.start_step:  # restored into the abstract state: no random one is made first
       self.state = self.checkpoints.restore(self.start_step, init.abstract_state)
@@ -195,17 +196,7 @@ class _Training:
       print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
     self.writers = make_writers(workdir, self.is_main)
 
-    self.train_step = make_train_step(
-      task,
-      self.parts,
-      optimizer,
-      mesh,
-      seed=config.seed,
-      grad_accum_steps=config.grad_accum_steps,
-      state_sharding=self.state_sharding,
-      frozen=frozen_paths(config.optimizer, self.state.params),
-      ema_decay=ema.ema_decay(config),
-    )
+    self.train_step = run_step.train_step(self.parts)
     self.eval_step = make_eval_step(task, self.parts, mesh, self.state_sharding.params)
     self.batches = task.train_batches(
       batch_size=config.batch_size,
@@ -288,7 +279,8 @@ class _Training:
 
   def _evaluate_state(self) -> dict[str, float | str]:
     """Metrics of the parameters on the eval split and, where the state has one, of their moving
-    average (named ``ema_...``); the files a task writes (hypotheses) are the parameters'."""
+    average (named ``ema_...``, ``trainer/ema.py``); the files a task writes (hypotheses) are the
+    parameters'."""
     results = self._evaluate_params(self.state.params)
     if self.state.ema_params is not None:
       results.update(ema.metrics_of_average(self._evaluate_params(self.state.ema_params, average=True)))
@@ -381,12 +373,9 @@ def train_and_evaluate(
   workdir = storage.as_path(workdir)
   task = task or load_task(config)
   workdir_lib.check_same_identity(workdir, config, task.not_identity_fields)
-  mesh = make_mesh(**config.get('mesh', {}))
-  check_batch_size(config.batch_size, mesh)
-  check_micro_batches(config.batch_size, config.grad_accum_steps, mesh)
-  check_batch_size(config.eval_batch_size, mesh, 'eval_batch_size')
   num_steps = total_steps(config, task)
-  optimizer = make_optimizer(config.optimizer, num_steps)
+  run_step = build_step(config, task, num_steps)
+  check_batch_size(config.eval_batch_size, run_step.mesh, 'eval_batch_size')
   task.check_training_data()
   workdir.mkdir(parents=True, exist_ok=True)
   lock = _lock_workdir(workdir)
@@ -394,7 +383,7 @@ def train_and_evaluate(
     task.prepare(workdir)
     training = None
     try:
-      training = _Training(config, workdir, task, mesh, optimizer, num_steps)
+      training = _Training(config, workdir, task, run_step, num_steps)
       with StopRequest(sync_every_steps=config.log_every_steps) as stop:
         result = training.run(stop)
       training.close()

@@ -122,6 +122,8 @@ def state_shardings(tree, mesh: Mesh, rules=LOGICAL_RULES):
   a tree of the same structure (``nnx.Variable`` nodes kept, holding their sharding)."""
 
   def sharding(leaf):
+    if isinstance(leaf, nnx.Variable) and not jax.tree.leaves(leaf.get_value()):
+      return leaf  # no array: an optimizer's placeholder for a parameter it leaves alone (a frozen one)
     if isinstance(leaf, nnx.Variable):
       return leaf.replace(array_sharding(mesh, tuple(np.shape(leaf.get_value())), logical_axes(leaf), rules))
     return array_sharding(mesh, tuple(np.shape(leaf)), None, rules)

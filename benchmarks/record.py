@@ -1,0 +1,71 @@
+"""Run a command and record its result: ``python -m benchmarks.record NAME [options] -- COMMAND``.
+
+  python -m benchmarks.record vit_digits -- \\
+      'python train.py --config configs/vit_digits.py --workdir runs/vit_digits && python evaluate.py --workdir runs/vit_digits'
+  python -m benchmarks.record vit_throughput -- python -m benchmarks.vit_throughput
+  python -m benchmarks.record posemb --numbers_file runs/posemb/results.json -- \\
+      python ablate.py --config configs/vit_digits_ablation.py --workdir runs/posemb --axis model.posemb=none,sincos2d
+
+The command runs in a scratch copy of the checkout's layout (links to its files, an empty ``runs/``),
+so a workdir left from an earlier run cannot make it resume. Its numbers are the JSON object on the
+last line of its stdout, or the JSON file ``--numbers_file`` names (relative to the checkout).
+``results/NAME.json`` (benchmarks/records.py) then holds the command, commit, date, machine, wall and
+CPU seconds, load average and numbers; a record of the same name that it replaces passes on what it
+says about presentation and spread (``what``, ``cells``, ``spread``, ``numbers_file``).
+"""
+
+import argparse
+import sys
+
+from benchmarks import records
+
+
+def parse_spread(texts: list[str], why: str | None) -> dict[str, dict]:
+  spread = {}
+  for text in texts:
+    metric, equals, value = text.partition('=')
+    try:
+      spread[metric] = {'value': float(value), 'why': why}
+    except ValueError:
+      raise SystemExit(f'--spread {text!r}: give METRIC=NUMBER, e.g. accuracy=0.0056') from None
+    if not equals or not metric:
+      raise SystemExit(f'--spread {text!r}: give METRIC=NUMBER, e.g. accuracy=0.0056')
+  return spread
+
+
+def main(argv: list[str]) -> None:
+  parser = argparse.ArgumentParser(
+    description=__doc__.split('\n')[0], usage='%(prog)s NAME [options] -- COMMAND'
+  )
+  parser.add_argument('name', help='the record, results/NAME.json')
+  parser.add_argument('command', nargs='+', help='the command; one quoted word may hold && and VAR=value')
+  parser.add_argument('--numbers_file', help='a JSON file the command writes, read for the numbers')
+  parser.add_argument('--spread', action='append', default=[], help='METRIC=VALUE a rerun may move by')
+  parser.add_argument('--spread_why', help='what the spread is (e.g. "seeds 0-2")')
+  parser.add_argument('--machine_label', help='a short name for this machine in the tables (e.g. CPU-A)')
+  parser.add_argument('--note', help='what else a reader needs to know (e.g. "shared with another run")')
+  args = parser.parse_args(argv)
+  path = records.path_of(args.name)  # checks the name before anything runs
+  carried = {}
+  if path.exists():
+    carried = {
+      key: value for key, value in records.load(args.name).items() if key in records.CARRIED_ON_RERUN
+    }
+  numbers_file = args.numbers_file or carried.get('numbers_file')
+  command = records.command_text(args.command)
+  try:
+    measured = records.measure(command, numbers_file)
+  except records.RecordError as error:
+    raise SystemExit(f'{args.name}: {error}') from None
+  fields = dict(carried, note=args.note)
+  if numbers_file:
+    fields['numbers_file'] = numbers_file
+  if args.spread:
+    fields['spread'] = parse_spread(args.spread, args.spread_why)
+  record = records.new_record(args.name, command, measured, **fields)
+  record['machine']['label'] = args.machine_label
+  print(f'wrote {records.write(record)}')
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

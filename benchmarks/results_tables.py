@@ -1,0 +1,264 @@
+"""The results tables of docs/results.md and the README, made from the records: ``python -m benchmarks.results_tables``.
+
+  python -m benchmarks.results_tables          # says which tables differ from the records (exit 1 if any)
+  python -m benchmarks.results_tables --write  # rewrites them
+
+A table sits in its page between ``<!-- results table: NAME ... -->`` and ``<!-- end of results table -->``;
+everything else on the page is written by hand. ``TABLES`` says, for each table, its columns and its
+records (``results/*.json``, benchmarks/records.py), one row each. A cell is the record's own text for
+that column (``cells``, in which ``{metric}`` and ``{metric:format}`` stand for its numbers), or, for the
+columns every record can fill, made from its fields: ``what``, ``command``, ``time`` (wall and CPU
+seconds, load), ``machine`` and ``recorded at`` (commit and date; "transcribed" where the record was
+copied from the page of before records).
+"""
+
+import argparse
+import dataclasses
+import difflib
+import pathlib
+import re
+import sys
+from typing import Any
+
+from benchmarks import records
+from benchmarks.reproduce import duration
+
+START = re.compile(r'^<!-- results table: ([\w.-]+)\b.*-->$')
+END = '<!-- end of results table -->'
+PLACEHOLDER = re.compile(r'\{([\w.\-/]+)(?::([^{}]*))?\}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  page: str
+  columns: tuple[str, ...]
+  rows: tuple[str, ...]
+
+
+STANDARD = ('what', 'command', 'result', 'time', 'machine', 'recorded at')
+TABLES = {
+  'readme': Table(
+    'README.md',
+    ('model and data', 'result', 'time', 'machine', 'more'),
+    ('vit_digits', 'vit_digits_finetune_0.2', 'vit_digits_scratch_0.2', 'transformer_scan')
+    + ('transformer_multi30k_long_0.2', 'rnn_scan_0.2', 'rnn_multi30k_0.2', 'video_digits'),
+  ),
+  'headline': Table(
+    'docs/results.md',
+    STANDARD,
+    ('vit_digits', 'vit_digits_seed1', 'vit_digits_seed2', 'vit_digits_0.2_cpu_a', 'vit_digits_0.2_cpu_b')
+    + (
+      'vit_digits_old_decay',
+      'vit_digits_old_decay_1d94d24',
+      'vit_digits_finetune_0.2',
+      'vit_digits_scratch_0.2',
+    )
+    + ('vit_mnist_0.2', 'transformer_scan', 'transformer_scan_c77cbdf', 'transformer_scan_0.2_cpu_a')
+    + ('transformer_scan_0.2_cpu_b', 'transformer_multi30k_0.2', 'transformer_multi30k_0.1')
+    + (
+      'transformer_multi30k_long_0.2',
+      'rnn_scan_0.2',
+      'rnn_multi30k_0.2',
+      'video_digits',
+      'video_digits_d3fc74a',
+    )
+    + ('video_digits_0.2', 'video_digits_0.2_shared', 'decode_speed_beam_0.2', 'decode_speed_greedy_0.2'),
+  ),
+  'predict-startup': Table(
+    'docs/results.md',
+    ('what', 'first answer', 'end of the process', 'CPU seconds', 'machine', 'recorded at'),
+    ('predict_latency', 'predict_latency_cd5290c', 'predict_latency_3343a56'),
+  ),
+  'throughput': Table(
+    'docs/results.md',
+    ('what', 'command', 'images/s', 'machine', 'recorded at'),
+    ('vit_throughput', 'timm_vit_throughput', 'vit_throughput_0.2', 'vit_throughput_accum4_0.2')
+    + ('vit_throughput_eigen_0.2', 'vit_throughput_eigen_accum4_0.2', 'vit_throughput_no_huge_pages_0.2')
+    + ('timm_vit_throughput_0.2',),
+  ),
+  'input-pipeline': Table(
+    'docs/results.md',
+    ('what', 'command', 'images/s', 'machine', 'recorded at'),
+    ('input_pipeline_folder', 'input_pipeline_grain_per_record', 'input_pipeline_randaugment')
+    + ('input_pipeline_records_1_thread', 'input_pipeline_records_2_threads'),
+  ),
+  'mixed-precision': Table(
+    'docs/results.md',
+    STANDARD,
+    ('vit_digits_bfloat16_0.2_seed0', 'vit_digits_bfloat16_0.2_seed1', 'vit_digits_bfloat16_0.2_seed2')
+    + ('transformer_scan_bfloat16_0.2', 'vit_digits_dropout_0.2'),
+  ),
+  'pretrained': Table(
+    'docs/results.md',
+    STANDARD,
+    ('vit_mnist_pretrain', 'vit_mnist_pretrain_0.2', 'vit_mnist_export', 'vit_digits_finetune_0.2')
+    + ('vit_digits_scratch_0.2', 'vit_digits_probe', 'vit_digits_probe_0.2'),
+  ),
+  'fewshot': Table(
+    'docs/results.md',
+    ('what', '1-shot', '5-shot', '10-shot', '25-shot', 'machine', 'recorded at'),
+    (
+      'fewshot_mnist_to_digits_0.2',
+      'fewshot_mnist_0.2',
+      'fewshot_finetuned_0.2',
+      'fewshot_scratch_0.2',
+      'fewshot_probe',
+    ),
+  ),
+  'multi30k-long': Table(
+    'docs/results.md',
+    ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio', 'perplexity', 'machine', 'recorded at'),
+    ('transformer_multi30k_long_0.2', 'transformer_multi30k_long_avg5_0.2'),
+  ),
+  'video-first-recipe': Table(
+    'docs/results.md',
+    ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
+    ('video_divided_sincos_0.2', 'video_divided_learn1d_0.2', 'video_spacetime_learn1d_0.2'),
+  ),
+}
+
+
+class TableError(ValueError):
+  """A table that names a missing record or metric, or a page without a table's markers."""
+
+
+def render(template: str, numbers: dict[str, Any], name: str) -> str:
+  def number(match: re.Match) -> str:
+    metric, spec = match.group(1), match.group(2) or ''
+    if metric not in numbers:
+      raise TableError(f'record {name}: its text names {{{metric}}}, which is not among its numbers')
+    return format(numbers[metric], spec)
+
+  return PLACEHOLDER.sub(number, template)
+
+
+def machine_cell(machine: dict[str, Any]) -> str:
+  if machine.get('label'):
+    return machine['label']
+  if not machine.get('cpu'):
+    return 'not stated'
+  flags = machine.get('flags') or []
+  simd = (
+    'AVX-512' if any(flag.startswith('avx512') for flag in flags) else 'AVX2' if 'avx2' in flags else None
+  )
+  parts = [machine['cpu'], f'{machine["cores"]} cores' if machine.get('cores') else None, simd]
+  parts.append(machine.get('accelerator'))
+  return ', '.join(part for part in parts if part)
+
+
+def time_cell(record: dict[str, Any]) -> str:
+  if record['wall_seconds'] is None:
+    return record.get('conditions') or ''
+  details = []
+  if record.get('cpu_seconds') is not None:
+    details.append(f'{duration(record["cpu_seconds"])} of CPU')
+  load = record.get('load_average')
+  if load:
+    details.append(f'load average {load["min"]:g}-{load["max"]:g}')
+  if record.get('conditions'):
+    details.append(record['conditions'])
+  return duration(record['wall_seconds']) + (f' ({"; ".join(details)})' if details else '')
+
+
+def recorded_cell(record: dict[str, Any]) -> str:
+  commit = f'`{record["commit"][:7]}`' if record['commit'] else 'commit not stated'
+  date = (record['date'] or '')[:10]
+  if record['source'] == 'transcribed':
+    return f'{commit} (transcribed)'
+  return f'{commit}, {date}' + (' (uncommitted changes)' if record.get('uncommitted_changes') else '')
+
+
+def cell(record: dict[str, Any], column: str) -> str:
+  cells = record.get('cells') or {}
+  if column in cells:
+    text = render(cells[column], record['numbers'], record['name'])
+  elif column == 'what':
+    text = record.get('what') or record['name']
+  elif column == 'command':
+    text = f'`{record["command"]}`'
+  elif column == 'time':
+    text = time_cell(record)
+  elif column == 'machine':
+    text = machine_cell(record['machine'])
+  elif column == 'recorded at':
+    text = recorded_cell(record)
+  elif column == 'result':
+    text = ', '.join(f'{metric} {value:g}' for metric, value in record['numbers'].items())
+  else:
+    raise TableError(f'record {record["name"]} has no text for the column {column!r}')
+  return text.replace('|', '\\|').replace('\n', ' ')
+
+
+def markdown(table: Table, by_name: dict[str, dict[str, Any]]) -> str:
+  lines = ['| ' + ' | '.join(table.columns) + ' |', '|' + '---|' * len(table.columns)]
+  for name in table.rows:
+    if name not in by_name:
+      raise TableError(f'a table names the record {name}, which is not in {records.RESULTS}')
+    lines.append('| ' + ' | '.join(cell(by_name[name], column) for column in table.columns) + ' |')
+  return '\n'.join(lines)
+
+
+def with_tables(text: str, tables: dict[str, str], page: str) -> str:
+  """``text`` with each marked table replaced by ``tables[name]``."""
+  out, lines, index, seen = [], text.split('\n'), 0, set()
+  while index < len(lines):
+    out.append(lines[index])
+    match = START.match(lines[index].strip())
+    index += 1
+    if not match:
+      continue
+    name = match.group(1)
+    if name not in tables:
+      raise TableError(f'{page}: a marker names the table {name!r}, which benchmarks/results_tables.py lacks')
+    end = next((i for i in range(index, len(lines)) if lines[i].strip() == END), None)
+    if end is None:
+      raise TableError(f'{page}: the table {name!r} has no closing {END}')
+    out.extend([tables[name], lines[end]])
+    seen.add(name)
+    index = end + 1
+  missing = set(tables) - seen
+  if missing:
+    raise TableError(f'{page}: no marker for the table(s) {", ".join(sorted(missing))}')
+  return '\n'.join(out)
+
+
+def pages(root: pathlib.Path = records.ROOT) -> dict[str, tuple[str, str]]:
+  """page -> (its text, its text with the tables made from the records)."""
+  by_name = {record['name']: record for record in records.load_all()}
+  result = {}
+  for page in sorted({table.page for table in TABLES.values()}):
+    tables = {name: markdown(table, by_name) for name, table in TABLES.items() if table.page == page}
+    text = (root / page).read_text()
+    result[page] = (text, with_tables(text, tables, page))
+  return result
+
+
+def main(argv: list[str]) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--write', action='store_true', help='rewrite the tables in their pages')
+  args = parser.parse_args(argv)
+  try:
+    made = pages()
+  except (TableError, records.RecordError) as error:
+    raise SystemExit(str(error)) from None
+  differ = [page for page, (text, new) in made.items() if text != new]
+  for page in differ:
+    if args.write:
+      (records.ROOT / page).write_text(made[page][1])
+      print(f'wrote the tables of {page}')
+    else:
+      text, new = made[page]
+      sys.stdout.writelines(
+        difflib.unified_diff(text.splitlines(True), new.splitlines(True), page, 'from records')
+      )
+  if differ and not args.write:
+    print(
+      f'\n{", ".join(differ)}: the tables differ from the records; python -m benchmarks.results_tables --write'
+    )
+    sys.exit(1)
+  if not differ:
+    print('the tables match the records')
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

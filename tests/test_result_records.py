@@ -1,0 +1,155 @@
+"""Result records (benchmarks/records.py), their runner and rerunner, and the tables made from them."""
+
+import json
+
+import pytest
+
+from benchmarks import record, records, reproduce, results_tables
+
+PRINTS_NUMBERS = 'echo starting; echo \'{"accuracy": 0.75, "nested": {"loss": 0.5}, "split": "test"}\''
+
+
+def test_numbers_are_the_last_json_line_flattened_and_without_strings():
+  stdout = (
+    'log line\n{"not": "last"}\n{"accuracy": 0.5, "b": {"c": [1, 2]}, "split": "test", "ok": true}\nbye\n'
+  )
+  assert records.numbers_from_stdout(stdout) == {'accuracy': 0.5, 'b.c.0': 1, 'b.c.1': 2, 'ok': True}
+  with pytest.raises(records.RecordError, match='no JSON object'):
+    records.numbers_from_stdout('no numbers here\n')
+
+
+def test_an_ablations_runs_are_named_by_their_run_names():
+  summary = {'seeds': 1, 'runs': [{'name': 'posemb=none', 'metrics': {'accuracy': 0.5, 'split': 'test'}}]}
+  assert records.flatten(summary) == {'seeds': 1, 'runs.posemb=none.metrics.accuracy': 0.5}
+
+
+def test_a_record_name_is_checked_before_anything_runs():
+  with pytest.raises(records.RecordError, match='lowercase'):
+    records.path_of('../outside')
+
+
+def test_the_machine_names_cpu_cores_and_simd_flags():
+  machine = records.machine()
+  assert machine['cores'] >= 1 and machine['cpu']
+  assert all(records.SIMD_FLAG.match(flag) for flag in machine['flags'])
+
+
+def test_a_spread_is_metric_equals_number():
+  assert record.parse_spread(['accuracy=0.0056'], 'seeds') == {'accuracy': {'value': 0.0056, 'why': 'seeds'}}
+  with pytest.raises(SystemExit, match='METRIC=NUMBER'):
+    record.parse_spread(['accuracy'], None)
+
+
+def test_overrides_go_to_every_part_that_takes_a_config():
+  command = 'python train.py --config c.py --workdir runs/w && python evaluate.py --workdir runs/w'
+  assert reproduce.with_overrides(command, ['--config.total_steps=20']) == (
+    'python train.py --config c.py --workdir runs/w --config.total_steps=20 && python evaluate.py --workdir runs/w'
+  )
+  with pytest.raises(records.RecordError, match='takes --config'):
+    reproduce.with_overrides('python -m benchmarks.decode_speed', ['--config.seed=1'])
+
+
+def test_a_number_is_within_its_spread_or_equal_at_the_stated_digits():
+  spread = {'accuracy': {'value': 0.0056, 'why': 'seeds'}}
+  assert reproduce.within('accuracy', 0.9917, 0.9861, spread)
+  assert not reproduce.within('accuracy', 0.9917, 0.9833, spread)
+  assert reproduce.within('loss', 0.1224, 0.12238, {})  # the record states four decimals
+  assert not reproduce.within('loss', 0.1224, 0.1226, {})
+  assert not reproduce.within('loss', 0.1224, None, {})
+  lines, ok = reproduce.comparison(
+    {'numbers': {'accuracy': 0.9917}, 'spread': spread}, {'accuracy': 0.97, 'x': 1}
+  )
+  assert not ok and 'OUTSIDE' in lines[1] and 'not in the record' in lines[2]
+  median_only = {
+    'numbers': {'images_per_second': 100.0, 'images_per_second.max': 120.0},
+    'compared': ['images_per_second'],
+  }
+  lines, ok = reproduce.comparison(median_only, {'images_per_second': 100.0})
+  assert ok and 'not compared' in lines[2]
+
+
+def test_durations_read_as_the_docs_write_them():
+  assert [reproduce.duration(s) for s in (21, 96, 788, 2894, 3725, None)] == [
+    '21 s',
+    '1 min 36 s',
+    '13 min 8 s',
+    '48 min 14 s',
+    '1 h 2 min',
+    'unknown',
+  ]
+
+
+@pytest.mark.slow
+def test_record_then_reproduce_runs_the_command_and_compares(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(records, 'RESULTS', tmp_path)
+  record.main(['demo', '--spread', 'accuracy=0.1', '--', PRINTS_NUMBERS])
+  written = json.loads((tmp_path / 'demo.json').read_text())
+  assert written['source'] == 'run' and written['command'] == PRINTS_NUMBERS
+  assert written['numbers'] == {'accuracy': 0.75, 'nested.loss': 0.5}
+  assert written['wall_seconds'] >= 0 and written['cpu_seconds'] >= 0
+  assert set(written['load_average']) == {'min', 'mean', 'max'} and written['machine']['cores'] >= 1
+  assert written['commit'] and written['date'].endswith('Z')
+  reproduce.main(['demo'])
+  assert 'accuracy' in capsys.readouterr().out
+  written['numbers']['nested.loss'] = 0.25  # as if the code had changed
+  records.write(written, tmp_path)
+  with pytest.raises(SystemExit):
+    reproduce.main(['demo'])
+  assert 'OUTSIDE' in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_failing_command_records_nothing(tmp_path, monkeypatch):
+  monkeypatch.setattr(records, 'RESULTS', tmp_path)
+  with pytest.raises(SystemExit, match='status 3'):
+    record.main(['broken', '--', 'exit 3'])
+  assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_a_command_runs_with_an_empty_runs_folder(tmp_path, monkeypatch):
+  monkeypatch.setattr(records, 'RESULTS', tmp_path)
+  record.main(['fresh', '--', 'test ! -e runs/x && test -e train.py && echo \'{"n": 1}\''])
+  assert records.load('fresh', tmp_path)['numbers'] == {'n': 1}
+
+
+# --- the committed records and tables ---------------------------------------------------------------
+
+
+def test_every_committed_record_loads_and_says_where_it_came_from():
+  all_records = records.load_all()
+  assert all_records
+  for each in all_records:
+    assert each['source'] in records.SOURCES
+    assert each['command'].startswith(('python ', 'XLA_FLAGS=', 'GLIBC_TUNABLES=')), each['name']
+    if each['source'] == 'transcribed':
+      assert each['date'] is None and each['load_average'] is None, each['name']
+      assert each['transcribed']['from'].startswith('docs/results.md'), each['name']
+    for metric, spread in (each.get('spread') or {}).items():
+      assert metric in each['numbers'] and spread['value'] >= 0, each['name']
+
+
+def test_every_table_names_records_that_exist_and_every_cell_renders():
+  by_name = {each['name']: each for each in records.load_all()}
+  for table in results_tables.TABLES.values():
+    assert results_tables.markdown(table, by_name).count('\n') == len(table.rows) + 1
+
+
+def test_the_committed_tables_are_what_the_records_give():
+  differ = [page for page, (text, made) in results_tables.pages().items() if text != made]
+  assert not differ, f'{differ}: run python -m benchmarks.results_tables --write (or fix the records)'
+
+
+def test_a_cell_names_only_numbers_of_its_record():
+  with pytest.raises(results_tables.TableError, match='not among its numbers'):
+    results_tables.render('{accuracy:.2%}', {'loss': 1.0}, 'r')
+  assert results_tables.render('**{accuracy:.2%}**, {a.b:.1f}', {'accuracy': 0.9917, 'a.b': 2.0}, 'r') == (
+    '**99.17%**, 2.0'
+  )
+
+
+def test_a_page_without_a_tables_end_marker_is_an_error():
+  with pytest.raises(results_tables.TableError, match='no closing'):
+    results_tables.with_tables('<!-- results table: t -->\n| a |\n', {'t': '| b |'}, 'page.md')
+  text = 'x\n<!-- results table: t (note) -->\n| old |\n<!-- end of results table -->\ny'
+  assert results_tables.with_tables(text, {'t': '| new |'}, 'p') == text.replace('| old |', '| new |')
