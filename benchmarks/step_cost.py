@@ -1,42 +1,34 @@
-"""What a compiled train step costs: its FLOPs, the utilisation they imply, and where its time goes.
+"""What a compiled train step costs, for the benchmark commands: its time, the utilisation, where its time goes.
 
-- ``compiled_flops``: the floating-point operations of one call of a compiled function, from
-  XLA's own cost analysis of the optimised program (every matmul, convolution and elementwise
-  op it will run, the backward pass and the optimizer update included), not from a formula.
-- ``utilisation``: those FLOPs per second against the device's dense peak (model FLOPs
-  utilisation, MFU). The peaks are the vendors' dense (no sparsity) tensor-core numbers for
-  bfloat16; other devices and dtypes need ``--peak_tflops``.
+- ``CompiledSteps``: a compiled train step and its state, run and timed.
+- ``utilisation``: XLA's FLOPs per step (``compiled_flops``) per second against the device's
+  dense peak (model FLOPs utilisation, MFU), as one line. The peaks (``peak_tflops``) are the
+  vendors' dense (no sparsity) tensor-core numbers for bfloat16; other devices and dtypes need
+  ``--peak_tflops``.
 - ``profile_and_summarise``: a ``jax.profiler`` trace of a few steps (open it in TensorBoard's
-  profile plugin or Perfetto) and a table of the ops that took the most time: device kernels
-  on a GPU, XLA's thunks on a CPU.
+  profile plugin or Perfetto) and a table of the ops that took the most time
+  (``summarise_trace``): device kernels on a GPU, XLA's thunks on a CPU.
+
+``compiled_flops``, ``peak_tflops`` and ``summarise_trace`` live in ``trainer/step_cost.py``, which
+the training loop's progress line and profiles use too; they are imported here by their old names.
 """
 
-import collections
-import gzip
-import json
 import pathlib
-import re
 import time
 from collections.abc import Callable
 
 import jax
 
-# Dense bfloat16 tensor-core peaks in TFLOP/s, from the vendors' data sheets (the SXM parts
-# unless the name says otherwise). Checked in order: the first key found in
-# ``device.device_kind`` wins, so the more specific names come first.
-BFLOAT16_PEAK_TFLOPS = (
-  ('H100 PCIe', 756.0),
-  ('H100', 989.4),
-  ('H200', 989.4),
-  ('A100', 312.0),
-)
+from trainer.step_cost import compiled_flops, peak_tflops, summarise_trace
 
-# Events that wrap others (the executable, the thunk executor, thread-pool waits): counting
-# them would count their children twice. (``end: NAME`` events close asynchronous ops; see
-# ``summarise_trace``.)
-_WRAPPER_EVENTS = re.compile(
-  r'^(\$|ThunkExecutor|SlinkyThreadPool|PjitFunction|CommonPjRt|Handle inputs|ParseArguments)'
-)
+__all__ = [
+  'CompiledSteps',
+  'compiled_flops',
+  'peak_tflops',
+  'profile_and_summarise',
+  'summarise_trace',
+  'utilisation',
+]
 
 
 class CompiledSteps:
@@ -56,27 +48,6 @@ class CompiledSteps:
     start = time.perf_counter()
     self.run(steps)
     return (time.perf_counter() - start) / steps
-
-
-def compiled_flops(compiled) -> float:
-  """FLOPs of one call of ``compiled`` (a ``jax.stages.Compiled``), from XLA's cost analysis."""
-  analysis = compiled.cost_analysis()
-  if isinstance(analysis, list | tuple):  # older JAX returns one dict per device program
-    analysis = analysis[0]
-  flops = float(analysis.get('flops', 0.0)) if analysis else 0.0
-  if flops <= 0:
-    raise RuntimeError('XLA reported no FLOPs for the compiled step; this backend has no cost analysis.')
-  return flops
-
-
-def peak_tflops(device_kind: str, dtype: str) -> float | None:
-  """The dense peak of ``device_kind`` for ``dtype`` in TFLOP/s, or ``None`` when we do not know it."""
-  if dtype != 'bfloat16':
-    return None
-  for name, tflops in BFLOAT16_PEAK_TFLOPS:
-    if name in device_kind:
-      return tflops
-  return None
 
 
 def utilisation(
@@ -106,60 +77,3 @@ def profile_and_summarise(run_steps: Callable[[int], None], trace_dir: str, step
   if not traces:
     return f'no trace was written under {trace_dir}'
   return summarise_trace(traces[-1], steps, top) + f'\n  {traced_ms:9.2f} ms  per traced step, end to end'
-
-
-def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
-  """The ops that took the most time per step in a Chrome-format trace, grouped by name.
-
-  On a GPU only the device's own events (kernels) count; on a CPU the host threads' events
-  do, less the wrappers. Numbered instances (``fusion.12``) are grouped as ``fusion``.
-
-  XLA:CPU runs some ops asynchronously (Eigen's matmuls, ``dot``): their event covers only the
-  launch, and a later ``end: NAME`` event marks when the work finished. An op is counted from
-  its start to its ``end:`` event where it has one, so an asynchronous matmul gets its real
-  span rather than the launch's microseconds. Ops that run at the same time share the cores
-  and are each counted in full, so on a CPU the spans can add up to more than the step took.
-  """
-  with gzip.open(trace_file) as f:
-    events = json.load(f)['traceEvents']
-  process_names = {
-    e['pid']: e['args'].get('name', '')
-    for e in events
-    if e.get('ph') == 'M' and e.get('name') == 'process_name'
-  }
-  device_pids = {pid for pid, name in process_names.items() if '/device:' in name}
-
-  def counted(event):
-    if event.get('ph') != 'X' or 'dur' not in event:
-      return False
-    if device_pids:
-      return event['pid'] in device_pids
-    return not _WRAPPER_EVENTS.match(event['name'])
-
-  ops = sorted(filter(counted, events), key=lambda e: e['ts'])
-  by_name = collections.Counter()
-  for name, microseconds in _op_spans(ops):
-    by_name[re.sub(r'\.\d+$', '', name)] += microseconds / 1e3
-  total = sum(by_name.values())
-  lines = [f'where the time goes ({"device kernels" if device_pids else "host ops"}, ms per step):']
-  for name, ms in by_name.most_common(top):
-    lines.append(f'  {ms / steps:9.2f} ms  {100 * ms / max(total, 1e-9):5.1f}%  {name[:100]}')
-  lines.append(f'  {total / steps:9.2f} ms  in all (ops in flight at the same time each count in full)')
-  return '\n'.join(lines)
-
-
-def _op_spans(ops):
-  """``[name, microseconds]`` per op event (sorted by start), ending at its ``end: NAME`` event if any."""
-  spans = []
-  not_ended = collections.defaultdict(collections.deque)  # (pid, name) -> (index in spans, start)
-  for event in ops:
-    name = event['name']
-    if name.startswith('end: '):
-      waiting = not_ended[event['pid'], name.removeprefix('end: ')]
-      if waiting:
-        index, start = waiting.popleft()
-        spans[index][1] = max(spans[index][1], event['ts'] + event['dur'] - start)
-    else:
-      not_ended[event['pid'], name].append((len(spans), event['ts']))
-      spans.append([name, event['dur']])
-  return spans

@@ -13,7 +13,7 @@ import tempfile
 
 import jax
 
-from trainer import storage
+from trainer import observe_config, storage
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import EMA_ITEM, Checkpoints
 from trainer.ema import PARAMS_CHOICES
@@ -74,7 +74,7 @@ def restore_checkpoint(
   mesh = mesh or make_mesh()
   checkpoints = Checkpoints(
     workdir,
-    best_metric=config.best_metric,
+    best_metric=observe_config.checkpoint_metric(config),
     best_mode=config.best_mode,
     read_only=True,
     needed_items=('params',),

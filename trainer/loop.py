@@ -27,7 +27,7 @@ from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
-from trainer import ema, storage
+from trainer import ema, observe_config, profiling, storage, wandb_log
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, count_non_finite
 from trainer.devices import Devices
@@ -37,6 +37,7 @@ from trainer.optim import describe_weight_decay
 from trainer.partitioning import check_batch_size, global_batch, replicated
 from trainer.run_step import RunStep, build_step
 from trainer.state import ModelParts, make_eval_step, train_metrics
+from trainer.step_cost import Utilisation
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
 from trainer.workdir_lock import make_lock
@@ -84,6 +85,17 @@ def evaluate_params(
   return results
 
 
+def evaluate_splits(
+  task: Task, parts: ModelParts, params, config, mesh, eval_step=None, output_dir: pathlib.Path | None = None
+) -> dict[str, dict[str, float | str]]:
+  """``{split: metrics}`` for each split an evaluation covers: ``config.eval_splits``, else ``eval_split``."""
+  splits = observe_config.eval_splits(config) or (config.eval_split,)
+  return {
+    split: evaluate_params(task, parts, params, split, mesh, config.eval_batch_size, eval_step, output_dir)
+    for split in splits
+  }
+
+
 def _format(metrics: dict[str, Any]) -> str:
   return ' '.join(
     f'{name} {value:.4g}' for name, value in sorted(metrics.items()) if not isinstance(value, str)
@@ -110,7 +122,9 @@ def _lock_workdir(workdir):
 
 
 class _Progress:
-  """The progress line: step, training metrics, steps/s, examples/s and ETA.
+  """The progress line: step, training metrics, steps/s, examples/s, the model FLOPs utilisation
+  (where ``trainer.step_cost.Utilisation`` knows the peak: ``MFU 41.2%``, ``mfu`` in ``metrics.jsonl``)
+  and ETA.
 
   The rate counts training steps only, on training time only: the clock starts once the run's
   first step has compiled and run; the time of evaluations and checkpoint saves is left out, and
@@ -131,10 +145,12 @@ class _Progress:
 
   def restart(self) -> None:
     """Starts the clock again with no step counted."""
-    self._started, self._steps, self._left_out_seconds = time.perf_counter(), 0, 0.0
+    self._started, self._steps, self._flops, self._left_out_seconds = time.perf_counter(), 0, 0.0, 0.0
 
-  def count_step(self) -> None:
+  def count_step(self, flops: float = 0.0) -> None:
+    """One more step, of ``flops`` FLOPs per device (``trainer.step_cost.Utilisation``; 0: not known)."""
     self._steps += 1
+    self._flops += flops
 
   @contextlib.contextmanager
   def left_out(self, pending):
@@ -151,20 +167,22 @@ class _Progress:
     """Counted steps per second of training time since the last call; ``None`` if none counted."""
     seconds = time.perf_counter() - self._started - self._left_out_seconds
     rate = self._steps / max(seconds, 1e-9) if self._steps else None
+    self.flops_per_sec = self._flops / max(seconds, 1e-9)  # per device, over the same steps and time
     self.restart()
     return rate
 
   def line(self, step: int, values: dict[str, float]) -> str:
     shown = ' '.join(
-      f'{name} {value:.4g}' for name, value in sorted(values.items()) if name != 'steps_per_sec'
+      f'{name} {value:.4g}' for name, value in sorted(values.items()) if name not in ('steps_per_sec', 'mfu')
     )
     rate = values.get('steps_per_sec')
     if rate is None:
       return f'step {step}/{self.num_steps} | {shown} | steps/s: none yet (a compiling step is not counted)'
     eta = (self.num_steps - step) / max(rate, 1e-9)
+    mfu = f', MFU {100 * values["mfu"]:.1f}%' if 'mfu' in values else ''
     return (
       f'step {step}/{self.num_steps} | {shown} | {rate:.2f} steps/s, '
-      f'{rate * self.batch_size:.0f} examples/s (training only) | ETA {eta:.0f}s'
+      f'{rate * self.batch_size:.0f} examples/s{mfu} (training only) | ETA {eta:.0f}s'
     )
 
 
@@ -176,7 +194,10 @@ class _Training:
     self.config, self.workdir, self.task, self.num_steps = config, workdir, task, num_steps
     self.mesh = mesh = run_step.mesh
     self.checkpoints = Checkpoints(
-      workdir, keep=config.keep_checkpoints, best_metric=config.best_metric, best_mode=config.best_mode
+      workdir,
+      keep=config.keep_checkpoints,
+      best_metric=observe_config.checkpoint_metric(config),
+      best_mode=config.best_mode,
     )
     self.start_step = self.checkpoints.latest_step() or 0
     init = run_step.init
@@ -194,7 +215,9 @@ class _Training:
       workdir_lib.save_class_names(workdir, task.class_names())
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
       print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
-    self.writers = make_writers(workdir, self.is_main)
+    self.writers = make_writers(
+      workdir, self.is_main, wandb_log.make_writers(config, workdir) if self.is_main else None
+    )
 
     self.train_step = run_step.train_step(self.parts)
     self.eval_step = make_eval_step(task, self.parts, mesh, self.state_sharding.params)
@@ -212,6 +235,9 @@ class _Training:
     self.saved_step = self.start_step or None
     self.progress = _Progress(num_steps, config.batch_size)
     self.compiled_shapes = set()
+    self.utilisation = Utilisation.of_run(config, jax.devices()[0].device_kind)  # None: no known peak
+    self.step_flops = {}  # batch shapes -> FLOPs per device of a step, where the utilisation is shown
+    self.profiler = profiling.StepProfiler(observe_config.profile_steps(config), workdir, self.is_main)
 
   def train_one_step(self) -> None:
     """One step; a step whose batch shapes are new compiles, and its time is left out of the rate."""
@@ -221,9 +247,12 @@ class _Training:
     shapes = tuple(sorted((name, value.shape, str(value.dtype)) for name, value in batch.items()))
     if shapes in self.compiled_shapes:
       self.state, self.pending_metrics = self.train_step(self.state, self.pending_metrics, batch)
-      self.progress.count_step()
+      self.progress.count_step(self.step_flops.get(shapes, 0.0))
     else:
       with self.progress.left_out(self.state):
+        if self.utilisation:
+          flops = self.utilisation.flops_of(self.train_step, self.state, self.pending_metrics, batch)
+          self.step_flops[shapes] = flops
         self.state, self.pending_metrics = self.train_step(self.state, self.pending_metrics, batch)
         jax.block_until_ready(self.state)
       if not self.compiled_shapes:  # the run's first step: start-up ends here
@@ -244,6 +273,8 @@ class _Training:
     rate = self.progress.steps_per_sec()
     if rate is not None:
       values['steps_per_sec'] = rate
+      if self.utilisation:
+        values['mfu'] = self.utilisation.fraction(self.progress.flops_per_sec)
     self.writers['train'].write_scalars(self.step, values)
     if self.is_main:
       print(self.progress.line(self.step, values), flush=True)
@@ -261,13 +292,14 @@ class _Training:
     raise TrainingDiverged(f'{what}; stopped. {kept}')
 
   def evaluate(self) -> None:
-    """Metrics of the current parameters on ``config.eval_split``, written and printed."""
+    """Metrics of the current parameters on ``config.eval_splits`` (else ``eval_split``), written and printed."""
     self.report_progress()
     with self.progress.left_out(self.state):
       self._evaluate()
 
   def _evaluate(self) -> None:
-    results = self._evaluate_state()
+    per_split = self._evaluate_state()
+    results = observe_config.named_metrics(self.config, per_split)
     self.last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
     self.evaluated_step = self.step
     texts = {name: value for name, value in results.items() if isinstance(value, str)}
@@ -275,28 +307,23 @@ class _Training:
     if texts:
       self.writers['eval'].write_texts(self.step, texts)
     if self.is_main:
-      print(f'eval {self.config.eval_split} at step {self.step}: ' + _format(self.last_eval), flush=True)
+      for split, metrics in per_split.items():
+        print(f'eval {split} at step {self.step}: ' + _format(metrics), flush=True)
 
-  def _evaluate_state(self) -> dict[str, float | str]:
-    """Metrics of the parameters on the eval split and, where the state has one, of their moving
-    average (named ``ema_...``, ``trainer/ema.py``); the files a task writes (hypotheses) are the
+  def _evaluate_state(self) -> dict[str, dict[str, float | str]]:
+    """``{split: metrics}`` of the parameters and, where the state has one, of their moving average
+    (its names prefixed ``ema_``, ``trainer/ema.py``); the files a task writes (hypotheses) are the
     parameters'."""
-    results = self._evaluate_params(self.state.params)
-    if self.state.ema_params is not None:
-      results.update(ema.metrics_of_average(self._evaluate_params(self.state.ema_params, average=True)))
-    return results
-
-  def _evaluate_params(self, params, average: bool = False) -> dict[str, float | str]:
-    return evaluate_params(
-      self.task,
-      self.parts,
-      params,
-      self.config.eval_split,
-      self.mesh,
-      self.config.eval_batch_size,
-      self.eval_step,
-      None if average else self.workdir,
+    per_split = evaluate_splits(
+      self.task, self.parts, self.state.params, self.config, self.mesh, self.eval_step, self.workdir
     )
+    if self.state.ema_params is not None:
+      averaged = evaluate_splits(
+        self.task, self.parts, self.state.ema_params, self.config, self.mesh, self.eval_step
+      )
+      for split, metrics in averaged.items():
+        per_split[split].update(ema.metrics_of_average(metrics))
+    return per_split
 
   def maybe_save(self, reason: str) -> None:
     """The one place that saves: once per step, with the metrics of an evaluation at that step."""
@@ -312,10 +339,14 @@ class _Training:
     self.saved_step = self.step
 
   def run(self, stop: StopRequest) -> TrainResult:
-    config, split = self.config, self.config.eval_split
+    config = self.config
     while self.step < self.num_steps:
+      self.profiler.before_step(self.step + 1, self.state)
       self.train_one_step()
       step = self.step
+      if self.profiler.window_ends(step):
+        with self.progress.left_out(self.state):
+          self.profiler.stop()
       if step % config.log_every_steps == 0:
         self.report_progress()
       if step % config.eval_every_steps == 0 or step == self.num_steps:
@@ -333,23 +364,29 @@ class _Training:
         )
         return TrainResult(step=step, interrupted=True, eval_metrics=self.last_eval)
     if self.start_step >= self.num_steps:  # already trained: report the final metrics again
-      self.last_eval = self._evaluate_state()
-      print(
-        f'already trained to step {self.start_step}; eval {split}: ' + _format(self.last_eval), flush=True
-      )
+      per_split = self._evaluate_state()
+      self.last_eval = observe_config.named_metrics(config, per_split)
+      evaluations = '; '.join(f'eval {split}: {_format(metrics)}' for split, metrics in per_split.items())
+      print(f'already trained to step {self.start_step}; {evaluations}', flush=True)
     return TrainResult(step=self.step, interrupted=False, eval_metrics=self.last_eval)
 
   def close(self) -> None:
     try:
+      self.profiler.stop()
       self.checkpoints.wait()
       self.checkpoints.close()
     finally:
       for writer in self.writers.values():
-        writer.flush()
+        writer.close()
 
   def close_after_error(self) -> None:
     """Closes what can be closed; the error that ended the run is the one reported, not these."""
-    for close in [self.checkpoints.close, *(writer.flush for writer in self.writers.values())]:
+    closing = [
+      self.profiler.stop,
+      self.checkpoints.close,
+      *(writer.close for writer in self.writers.values()),
+    ]
+    for close in closing:
       try:
         close()
       except Exception as error:  # pylint: disable=broad-except
@@ -374,6 +411,9 @@ def train_and_evaluate(
   task = task or load_task(config)
   workdir_lib.check_same_identity(workdir, config, task.not_identity_fields)
   num_steps = total_steps(config, task)
+  observe_config.check_profile_steps(config, num_steps)
+  observe_config.check_profile_workdir(config, workdir, storage.is_remote(workdir))
+  wandb_log.check_available(config)
   run_step = build_step(config, task, num_steps)
   check_batch_size(config.eval_batch_size, run_step.mesh, 'eval_batch_size')
   task.check_training_data()

@@ -22,8 +22,8 @@ from clu import metric_writers
 from trainer import storage
 
 
-class _Silent(metric_writers.MetricWriter):
-  """The kinds of values our writers leave out."""
+class ScalarsOnly(metric_writers.MetricWriter):
+  """Drops every kind of value but scalars; a writer subclasses it and writes what it overrides."""
 
   def write_summaries(self, step, values, metadata=None):
     pass
@@ -56,7 +56,7 @@ class _Silent(metric_writers.MetricWriter):
     pass
 
 
-class JsonLinesWriter(_Silent):
+class JsonLinesWriter(ScalarsOnly):
   """A clu writer that appends scalars to ``metrics.jsonl`` (clu has none for JSON)."""
 
   def __init__(self, path, split: str):
@@ -80,7 +80,7 @@ class JsonLinesWriter(_Silent):
       raise
 
 
-class BucketEventsWriter(_Silent):
+class BucketEventsWriter(ScalarsOnly):
   """TensorBoard scalars and texts in one event file in a bucket, rewritten whole at each write."""
 
   def __init__(self, logdir):
@@ -177,15 +177,19 @@ def _tensorboard_writer(logdir, split: str, is_main_process: bool) -> metric_wri
   return _NamingFullDisk(base, f'the TensorBoard events in {logdir}')
 
 
-def make_writers(workdir, is_main_process: bool) -> dict[str, metric_writers.MetricWriter]:
-  """``{'train': writer, 'eval': writer}``; only the main process writes files."""
+def make_writers(
+  workdir, is_main_process: bool, also: Mapping[str, metric_writers.MetricWriter] | None = None
+) -> dict[str, metric_writers.MetricWriter]:
+  """``{'train': writer, 'eval': writer}``; only the main process writes files, and writes to ``also``'s
+  writer of each split too (W&B's, ``trainer.wandb_log``)."""
   writers = {}
   for split in ('train', 'eval'):
     logdir = storage.as_path(workdir) / 'tensorboard' / split
     base = _tensorboard_writer(logdir, split, is_main_process)
     if is_main_process:
+      extra = [also[split]] if also and split in also else []
       writers[split] = metric_writers.MultiWriter(
-        [base, JsonLinesWriter(storage.as_path(workdir) / 'metrics.jsonl', split)]
+        [base, JsonLinesWriter(storage.as_path(workdir) / 'metrics.jsonl', split), *extra]
       )
     else:
       writers[split] = base

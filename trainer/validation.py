@@ -20,7 +20,7 @@ import pathlib
 
 import ml_collections
 
-from trainer import storage
+from trainer import observe_config, storage
 from trainer.errors import ConfigError, WorkdirError
 
 OPTIMIZERS = ('adamw', 'sgd')
@@ -179,6 +179,7 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
       f'config.batch_size ({config.batch_size}) must be divisible by config.grad_accum_steps '
       f'({config.grad_accum_steps}).'
     )
+  observe_config.check_fields(config)
 
 
 def _check_ema_section(config) -> None:
@@ -210,6 +211,7 @@ def check_task_names(config: ml_collections.ConfigDict, task) -> None:
   if resolved not in splits:
     _fail('eval_split', config.eval_split, f'this data has the splits {", ".join(splits)}')
   config.eval_split = resolved  # ``test|val`` becomes the split used, as the workdir's config.json says
+  observe_config.check_eval_splits(config, splits)
   metrics = task.eval_metric_names()
   if _has(config, 'ema.decay') and config.ema.decay:  # the moving average's metrics (trainer/ema.py)
     metrics = (*metrics, *(f'ema_{name}' for name in metrics))

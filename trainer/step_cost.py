@@ -1,0 +1,142 @@
+"""What a compiled step costs: its FLOPs, the device's peak, the utilisation, and where a trace's time went.
+
+- ``compiled_flops``: the floating-point operations of one call of a compiled function, from
+  XLA's own cost analysis of the optimised program (every matmul, convolution and elementwise
+  op it will run, the backward pass and the optimizer update included), not from a formula. For
+  a program partitioned over devices it is the FLOPs of one device's part.
+- ``peak_tflops``: the vendors' dense (no sparsity) tensor-core peaks for bfloat16; other devices
+  and dtypes need the peak given (``config.peak_tflops``, the benchmarks' ``--peak_tflops``).
+- ``Utilisation``: the model FLOPs utilisation (MFU) of training steps, for the progress line.
+- ``summarise_trace``: a table of the ops that took the most time in a ``jax.profiler`` trace:
+  device kernels on a GPU, XLA's thunks on a CPU.
+"""
+
+import collections
+import gzip
+import json
+import pathlib
+import re
+
+# Dense bfloat16 tensor-core peaks in TFLOP/s, from the vendors' data sheets (the SXM parts
+# unless the name says otherwise). Checked in order: the first key found in
+# ``device.device_kind`` wins, so the more specific names come first.
+BFLOAT16_PEAK_TFLOPS = (
+  ('H100 PCIe', 756.0),
+  ('H100', 989.4),
+  ('H200', 989.4),
+  ('A100', 312.0),
+)
+
+# Events that wrap others (the executable, the thunk executor, thread-pool waits): counting
+# them would count their children twice. (``end: NAME`` events close asynchronous ops; see
+# ``summarise_trace``.)
+_WRAPPER_EVENTS = re.compile(
+  r'^(\$|ThunkExecutor|SlinkyThreadPool|PjitFunction|CommonPjRt|Handle inputs|ParseArguments)'
+)
+
+
+def compiled_flops(compiled) -> float:
+  """FLOPs of one call of ``compiled`` (a ``jax.stages.Compiled``), from XLA's cost analysis."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, list | tuple):  # older JAX returns one dict per device program
+    analysis = analysis[0]
+  flops = float(analysis.get('flops', 0.0)) if analysis else 0.0
+  if flops <= 0:
+    raise RuntimeError('XLA reported no FLOPs for the compiled step; this backend has no cost analysis.')
+  return flops
+
+
+def peak_tflops(device_kind: str, dtype: str) -> float | None:
+  """The dense peak of ``device_kind`` for ``dtype`` in TFLOP/s, or ``None`` when we do not know it."""
+  if dtype != 'bfloat16':
+    return None
+  for name, tflops in BFLOAT16_PEAK_TFLOPS:
+    if name in device_kind:
+      return tflops
+  return None
+
+
+class Utilisation:
+  """Model FLOPs utilisation of training steps: XLA's FLOPs of each compiled step over the time taken.
+
+  ``flops_of`` is asked once per new batch shape, before that shape's first step runs; it lowers
+  and compiles the jitted step, and JAX keeps that compilation for the call that follows, so
+  nothing is compiled twice.
+  """
+
+  def __init__(self, peak_tflops_per_device: float):
+    self.peak_tflops = peak_tflops_per_device
+
+  @classmethod
+  def of_run(cls, config, device_kind: str) -> 'Utilisation | None':
+    """For a run of ``config`` on ``device_kind``: its ``peak_tflops``, else the known bfloat16 peak
+    when ``model.dtype`` is bfloat16; ``None`` when neither gives a peak."""
+    model = config.get('model') or {}
+    peak = config.get('peak_tflops') or peak_tflops(device_kind, model.get('dtype', ''))
+    return cls(float(peak)) if peak else None
+
+  @staticmethod
+  def flops_of(jitted, *args) -> float:
+    """FLOPs of one device's part of ``jitted(*args)``; the arguments are not consumed."""
+    return compiled_flops(jitted.lower(*args).compile())
+
+  def fraction(self, flops_per_second_per_device: float) -> float:
+    """The MFU: achieved FLOP/s of one device over its peak."""
+    return flops_per_second_per_device / (self.peak_tflops * 1e12)
+
+
+def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
+  """The ops that took the most time per step in a Chrome-format trace, grouped by name.
+
+  On a GPU only the device's own events (kernels) count; on a CPU the host threads' events
+  do, less the wrappers. Numbered instances (``fusion.12``) are grouped as ``fusion``.
+
+  XLA:CPU runs some ops asynchronously (Eigen's matmuls, ``dot``): their event covers only the
+  launch, and a later ``end: NAME`` event marks when the work finished. An op is counted from
+  its start to its ``end:`` event where it has one, so an asynchronous matmul gets its real
+  span rather than the launch's microseconds. Ops that run at the same time share the cores
+  and are each counted in full, so on a CPU the spans can add up to more than the step took.
+  """
+  with gzip.open(trace_file) as f:
+    events = json.load(f)['traceEvents']
+  process_names = {
+    e['pid']: e['args'].get('name', '')
+    for e in events
+    if e.get('ph') == 'M' and e.get('name') == 'process_name'
+  }
+  device_pids = {pid for pid, name in process_names.items() if '/device:' in name}
+
+  def counted(event):
+    if event.get('ph') != 'X' or 'dur' not in event:
+      return False
+    if device_pids:
+      return event['pid'] in device_pids
+    return not _WRAPPER_EVENTS.match(event['name'])
+
+  ops = sorted(filter(counted, events), key=lambda e: e['ts'])
+  by_name = collections.Counter()
+  for name, microseconds in _op_spans(ops):
+    by_name[re.sub(r'\.\d+$', '', name)] += microseconds / 1e3
+  total = sum(by_name.values())
+  lines = [f'where the time goes ({"device kernels" if device_pids else "host ops"}, ms per step):']
+  for name, ms in by_name.most_common(top):
+    lines.append(f'  {ms / steps:9.2f} ms  {100 * ms / max(total, 1e-9):5.1f}%  {name[:100]}')
+  lines.append(f'  {total / steps:9.2f} ms  in all (ops in flight at the same time each count in full)')
+  return '\n'.join(lines)
+
+
+def _op_spans(ops):
+  """``[name, microseconds]`` per op event (sorted by start), ending at its ``end: NAME`` event if any."""
+  spans = []
+  not_ended = collections.defaultdict(collections.deque)  # (pid, name) -> (index in spans, start)
+  for event in ops:
+    name = event['name']
+    if name.startswith('end: '):
+      waiting = not_ended[event['pid'], name.removeprefix('end: ')]
+      if waiting:
+        index, start = waiting.popleft()
+        spans[index][1] = max(spans[index][1], event['ts'] + event['dur'] - start)
+    else:
+      not_ended[event['pid'], name].append((len(spans), event['ts']))
+      spans.append([name, event['dur']])
+  return spans
