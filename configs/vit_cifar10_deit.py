@@ -49,6 +49,10 @@ def get_config():
   config.best_metric = 'accuracy'
   config.best_mode = 'max'
   config.eval_split = 'test'
+  config.eval_splits = ()  # splits evaluated side by side, ('val', 'test'); metrics named <split>_<metric>
+  config.peak_tflops = 0.0  # one device's dense peak, for the utilisation; 0: the known one
+  config.profile_steps = ()  # steps traced with jax.profiler into <workdir>/profile/
+  config.wandb = ml_collections.ConfigDict(dict(project='', entity='', name=''))  # project '': off
 
   config.data = ml_collections.ConfigDict()
   config.data.source = 'tfds'
