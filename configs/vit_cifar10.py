@@ -3,9 +3,10 @@
   python train.py --config configs/vit_cifar10.py --workdir runs/vit_cifar10
   python evaluate.py --workdir runs/vit_cifar10
 
-Reads a prepared tfds copy of `cifar10` (`--config.data.data_dir=DIR`), or an image
-folder root/{train,test}/<class>/*.png|jpg (`python -m pipelines.download cifar10` writes data/cifar10):
-  --config.data.source=folder --config.data.path=data/cifar10 --config.data.cache_dir=/tmp/cifar_cache
+Reads the image folder data/cifar10/{train,test}/<class>/*.png that `python -m pipelines.download
+cifar10` writes (elsewhere: --config.data.path=DIR; --config.data.cache_dir=DIR keeps the decoded
+images between runs), or a prepared tfds copy:
+  --config.data.source=tfds --config.data.name=cifar10 [--config.data.data_dir=DIR]
 
 The shape follows the small ViTs that train well from scratch on CIFAR (e.g. the
 "ViT-Lite-7/4" of Hassani et al. 2021): width 256, 7 layers, 4 heads, MLP 512,
@@ -46,12 +47,12 @@ def get_config():
   config.wandb = ml_collections.ConfigDict(dict(project='', entity='', name=''))  # project '': off
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = 'tfds'
-  config.data.name = 'cifar10'
+  config.data.source = 'folder'
+  config.data.name = unset(str)
   config.data.data_dir = unset(str)
   config.data.random_access = unset(bool)
   config.data.streaming = unset(bool)
-  config.data.path = unset(str)
+  config.data.path = 'data/cifar10'  # python -m pipelines.download cifar10
   config.data.cache_dir = unset(str)
   config.data.image_size = unset(tuple)
   config.data.mean = unset(tuple)

@@ -17,12 +17,14 @@ import hashlib
 import json
 import os
 import pathlib
+import zlib
 from collections.abc import Sequence
 
 import ml_collections
 import numpy as np
 from PIL import Image
 
+from pipelines.fetch_hint import fetch_hint
 from trainer.errors import ConfigError, DataError, MissingFileError
 
 SPLIT_NAMES = ('train', 'validation', 'test')
@@ -104,7 +106,7 @@ def load_idx_source(config: ml_collections.ConfigDict) -> InMemoryImages:
   """MNIST-style IDX files (optionally gzipped) in one folder; 't10k' is the test split."""
   root = _required_path(config, 'idx')
   if not root.is_dir():
-    raise MissingFileError(f'IDX folder {root} does not exist')
+    raise MissingFileError(f'IDX folder {root} does not exist{fetch_hint(root)}')
   files = {
     split: tuple(_find_idx_file(root, stem) for stem in stems) for split, stems in _IDX_FILE_STEMS.items()
   }
@@ -124,7 +126,7 @@ def _find_idx_file(root: pathlib.Path, stem: str) -> pathlib.Path:
   for candidate in (root / stem, root / f'{stem}.gz'):
     if candidate.is_file():
       return candidate
-  raise MissingFileError(f'IDX file {root / stem}[.gz] not found')
+  raise MissingFileError(f'IDX file {root / stem}[.gz] not found{fetch_hint(root)}')
 
 
 def read_idx(path: pathlib.Path, *, expected_ndim: int) -> np.ndarray:
@@ -132,7 +134,7 @@ def read_idx(path: pathlib.Path, *, expected_ndim: int) -> np.ndarray:
   try:
     with (gzip.open if path.suffix == '.gz' else open)(path, 'rb') as file:
       data = file.read()
-  except (OSError, EOFError) as error:
+  except (OSError, EOFError, zlib.error) as error:
     raise DataError(f'cannot read IDX file {path}: {error}') from None
   if len(data) < 4 or data[0] != 0 or data[1] != 0:
     raise DataError(f'{path} is not an IDX file (bad magic number 0x{data[:4].hex()})')
@@ -186,10 +188,10 @@ def _sorted_entries(folder: pathlib.Path, directories: bool) -> list[str]:
 
 def _list_image_folder(root: pathlib.Path) -> tuple[list[str], dict[str, _FolderSplit]]:
   if not root.is_dir():
-    raise MissingFileError(f'image folder {root} does not exist')
+    raise MissingFileError(f'image folder {root} does not exist{fetch_hint(root)}')
   if not (root / 'train').is_dir():
     raise MissingFileError(
-      f'split folder {root / "train"} is missing (expected {root}/<split>/<class>/*.png)'
+      f'split folder {root / "train"} is missing (expected {root}/<split>/<class>/*.png){fetch_hint(root)}'
     )
   class_names = _sorted_entries(root / 'train', directories=True)
   if not class_names:

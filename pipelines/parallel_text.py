@@ -7,6 +7,7 @@ either file may instead be `{split}.{lang}.gz`.
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 from trainer.errors import DataError, MissingFileError
@@ -26,7 +27,7 @@ def find_split_file(directory, split: str, lang: str) -> Path:
 def _read_raw_lines(path: Path) -> list[bytes]:
   try:
     data = gzip.decompress(path.read_bytes()) if path.suffix == '.gz' else path.read_bytes()
-  except (gzip.BadGzipFile, EOFError) as error:
+  except (gzip.BadGzipFile, EOFError, zlib.error) as error:
     raise DataError(f'{path}: not a valid gzip file ({error})') from None
   lines = data.split(b'\n')
   if lines[-1] == b'':

@@ -113,11 +113,13 @@ def read_scan_file(path) -> list[tuple[str, str]]:
   """Read an official SCAN file: one `IN: <command> OUT: <actions>` a line."""
   path = Path(path)
   examples = []
-  with path.open(encoding='utf-8') as lines:
-    for line_number, line in enumerate(lines, start=1):
-      text = line.rstrip('\r\n')
-      command, separator, actions = text.removeprefix('IN: ').partition(' OUT: ')
-      if not text.startswith('IN: ') or not separator or not command.strip() or not actions.strip():
-        raise DataError(f'{path}:{line_number}: expected "IN: <command> OUT: <actions>", got {text[:80]!r}')
-      examples.append((command.strip(), actions.strip()))
+  for line_number, line in enumerate(path.read_bytes().splitlines(), start=1):
+    try:
+      text = line.decode('utf-8')
+    except UnicodeDecodeError as error:
+      raise DataError(f'{path}:{line_number}: invalid UTF-8 ({error.reason} at byte {error.start})') from None
+    command, separator, actions = text.removeprefix('IN: ').partition(' OUT: ')
+    if not text.startswith('IN: ') or not separator or not command.strip() or not actions.strip():
+      raise DataError(f'{path}:{line_number}: expected "IN: <command> OUT: <actions>", got {text[:80]!r}')
+    examples.append((command.strip(), actions.strip()))
   return examples

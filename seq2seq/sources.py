@@ -27,6 +27,7 @@ from pathlib import Path
 
 import ml_collections
 
+from pipelines.fetch_hint import fetch_hint
 from pipelines.parallel_text import read_parallel
 from seq2seq.scan import SCAN_SPLITS, read_scan_file, scan_split
 from trainer.errors import ConfigError, DataError, MissingFileError
@@ -110,7 +111,7 @@ def _parallel_source(config: ml_collections.ConfigDict) -> PairSource:
   if config.path is None:
     raise ConfigError("data.path must be set for source 'parallel' (a folder of {split}.{lang}[.gz] files)")
   if not Path(config.path).is_dir():
-    raise MissingFileError(f'data.path {config.path} is not a folder')
+    raise MissingFileError(f'data.path {config.path} does not exist{fetch_hint(config.path)}')
 
   def list_splits():
     folder = Path(config.path)
@@ -119,12 +120,18 @@ def _parallel_source(config: ml_collections.ConfigDict) -> PairSource:
       for suffix in ('', '.gz')
       for path in folder.glob(f'*.{config.src_lang}{suffix}')
     }
-    return [
+    found = [
       name
       for name in names
       if (folder / f'{name}.{config.tgt_lang}').is_file()
       or (folder / f'{name}.{config.tgt_lang}.gz').is_file()
     ]
+    if not found:
+      raise MissingFileError(
+        f'data.path {config.path} holds no {config.src_lang}-{config.tgt_lang} parallel text '
+        f'(<split>.{config.src_lang}[.gz] beside <split>.{config.tgt_lang}[.gz]){fetch_hint(config.path)}'
+      )
+    return found
 
   return PairSource(
     f'parallel text in {config.path}',

@@ -62,6 +62,7 @@ from trainer import storage
 from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, InputError, WorkdirError
 from trainer.losses import token_losses
+from trainer.parameter_regexes import check_regexes_under_scan
 from trainer.task import NotApplicable, Task, prediction_rows
 from trainer.validation import check_split_name, resolve_split
 
@@ -189,6 +190,13 @@ class Translation(Task):
       )
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+    if model.get('scan_layers', False):  # the paths do not depend on the vocabularies' sizes
+      check_regexes_under_scan(
+        config.get('optimizer'),
+        lambda scan: make_translator(
+          {**model.to_dict(), 'scan_layers': scan}, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0)
+        ),
+      )
     self._training_batches = {}
     self._eval_tokens = {}
     self.vocab_sizes = vocab_sizes

@@ -75,6 +75,21 @@ def test_frozen_and_layer_decay_together():
   np.testing.assert_allclose(updates['encoder.blocks.1.norm1.scale'], -0.1 * 0.5**2)
 
 
+def test_freezing_the_top_block_leaves_every_other_multiplier_as_it_was():
+  """The depth counts every layer, frozen or not: freezing block 2 of 3 moves no other rate."""
+  config = _config(layer_decay=0.5, layer_decay_stem=r'^(patch_embedding|class_token|encoder\.positional)')
+  unfrozen = _one_step(config, _params())
+  config.frozen = r'^encoder\.blocks\.2\.'
+  top_frozen = _one_step(config, _params())
+  for path, update in top_frozen.items():
+    if path.startswith('encoder.blocks.2.'):
+      assert np.all(update == 0), path
+    else:
+      np.testing.assert_allclose(update, unfrozen[path], err_msg=path)
+  np.testing.assert_allclose(top_frozen['encoder.blocks.1.mlp.fc1.kernel'], -0.1 * 0.5**2)
+  np.testing.assert_allclose(top_frozen['patch_embedding.kernel'], -0.1 * 0.5**4)
+
+
 def test_bad_group_options_fail_with_the_field_named():
   with pytest.raises(ConfigError, match='optimizer.frozen'):
     parameter_groups(_config(frozen='('), _params())

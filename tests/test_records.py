@@ -17,7 +17,7 @@ from trainer.errors import DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
 from trainer.metrics_io import read_metrics
-from vit.input_pipeline import ImageData, default_data_config, load_image_data
+from vit.input_pipeline import _AUGMENT_STREAM, ImageData, default_data_config, load_image_data
 
 NORMALISATION = {'mean': (0.0,), 'std': (1 / 255,)}  # images come out as raw 0..255
 RANDOM_RESIZED_CROP = {'crop_scale': (0.3, 1.0), 'flip': True}
@@ -141,6 +141,18 @@ def test_larger_stored_images_are_cropped_before_resizing(tmp_path):
   )
   batch = next(data.train_batches(batch_size=6, seed=0))
   assert batch['image'].shape == (6, 8, 8, 3) and data.image_shape == (8, 8, 3)
+  # Each row is its stored 48x64 image's crop window (drawn for the stored size) resized to 8x8, then
+  # mirrored where the draw says: not a crop of the image first shrunk to 8x8.
+  draw = data._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, 0, 0]), 6)
+  files = {int(path.stem): path for path in folder.glob('train/*/*.png')}
+  for row, image in enumerate(batch['image']):
+    number = int(round(float(image[0, 0, 0])))  # channel 0 holds the image's number everywhere
+    with Image.open(files[number]) as stored:
+      box = data._augmentation.crop_box(draw, row, stored.height, stored.width)
+      expected = np.asarray(stored.convert('RGB').resize((8, 8), Image.BILINEAR, box=box), np.float32)
+    if draw.flips[row]:
+      expected = expected[:, ::-1]
+    np.testing.assert_allclose(image, expected, atol=1e-3, err_msg=f'row {row}')
 
 
 def write_records(path: pathlib.Path, payloads: list[bytes], class_names=('a', 'b')) -> pathlib.Path:

@@ -4,7 +4,9 @@ A ViT and a translator are built unrolled and scanned from the same seed; the sc
 parameters are the unrolled one's stacked (``stack_blocks``), and the loss and every gradient
 agree for each remat policy, with positional tables added before every layer and relative
 biases in every layer (per-layer inputs of the scan). Cached decoding of a scanned translator
-matches the unrolled one's; the ViT ``.npz`` files read and write the same arrays either way.
+matches the unrolled one's; the ViT ``.npz`` files read and write the same arrays either way. A
+training pass draws different dropout masks in every layer and keeps each layer's examples at that
+layer's stochastic-depth rate.
 """
 
 import jax
@@ -15,6 +17,7 @@ from flax import nnx
 
 from attention.layers import REMAT_POLICIES, stack_blocks, unstack_blocks
 from seq2seq.model import make_transformer
+from tests.random_draws import assert_drop_path_follows, assert_masks_differ, dropout_masks, recorded_draws
 from vit import checkpoint_npz
 from vit.model import make_vit
 
@@ -100,9 +103,24 @@ def test_translator_scanned_gives_the_unrolled_numbers_and_decodes_alike(remat):
     logits, _ = translator.decode_step(tgt[:, :1], cache, src != 0)
     steps.append(logits)
   np.testing.assert_allclose(steps[1], steps[0], atol=1e-5)
-  # Dropout and stochastic depth run in a scanned training pass (each layer with its own key).
-  out, _ = model(src, tgt, deterministic=False, rngs=nnx.Rngs(dropout=0))
-  assert out.shape == (2, 4, 13) and np.all(np.isfinite(out))
+  # A scanned training pass: each layer draws its own dropout masks.
+  draws = recorded_draws(lambda: model(src, tgt, deterministic=False, rngs=nnx.Rngs(dropout=0))[0])
+  assert_masks_differ(dropout_masks(draws))
+
+
+@pytest.mark.parametrize(
+  'scan_layers, remat', [(True, 'none'), (True, 'full'), (False, 'dots_saveable'), (False, 'none')]
+)
+def test_a_vit_training_pass_draws_its_own_masks_per_layer_on_the_drop_path_ramp(scan_layers, remat):
+  """Dropout masks differ between layers (a key shared by the layers would repeat them), and each
+  layer keeps examples at its own rate of the ramp 0, 0.15, 0.3 (not the largest for every layer)."""
+  model = _plain_vit(dropout=0.1, drop_path=0.3, scan_layers=scan_layers, remat=remat)
+  batch = 1024
+  images = jax.random.normal(jax.random.key(2), (batch, 8, 8, 1))
+  forward = nnx.jit(lambda model: model(images, deterministic=False, rngs=nnx.Rngs(dropout=0))[0])
+  draws = recorded_draws(lambda: forward(model))
+  assert_masks_differ(dropout_masks(draws))
+  assert_drop_path_follows(draws, rates=(0.0, 0.15, 0.3), per_layer=2)  # attention, MLP
 
 
 def test_stack_and_unstack_convert_checkpoints_both_ways():

@@ -4,7 +4,8 @@ what its unrolled stacks do, in every layout.
 Each layout is built unrolled and scanned from the same seed, its parameters randomised alike, with a
 relative temporal bias in every temporal attention (a per-layer input of the scan) and a drop-path
 ramp; the scanned parameters are the unrolled ones stacked (``stack_blocks`` over ``STACKS``), and
-the loss, every gradient and the attention weights agree. Checkpoints convert both ways, an image
+the loss, every gradient and the attention weights agree; a training pass draws different dropout
+masks in every layer and keeps each layer's examples at that layer's stochastic-depth rate. Checkpoints convert both ways, an image
 ViT inflates into a scanned video model (or a scanned ViT into an unrolled one), and the trainer
 trains and evaluates a scanned, rematerialised video model.
 """
@@ -16,6 +17,7 @@ import pytest
 from flax import nnx
 
 from attention.layers import stack_blocks, unstack_blocks
+from tests.random_draws import assert_drop_path_follows, assert_masks_differ, dropout_masks, recorded_draws
 from tests.test_video_model import clips, image_vit, randomise, tiny_video
 from trainer.errors import ConfigError
 from video.inflate import init_from_image_vit
@@ -61,6 +63,16 @@ REMAT_BY_LAYOUT = {
 }
 
 
+# Each layout's stochastic-depth rates per layer (the ramp over 3 blocks to 0.2; the factorised
+# encoder's temporal encoder ramps over its own 2 blocks) and its residual branches per layer.
+DROP_PATH_RATES = {
+  'spacetime': ((0.0, 0.1, 0.2), 2),
+  'factorised_encoder': ((0.0, 0.1, 0.2, 0.0, 0.2), 2),
+  'divided': ((0.0, 0.1, 0.2), 3),  # temporal attention, spatial attention, MLP
+  'factorised_dot_product': ((0.0, 0.1, 0.2), 2),
+}
+
+
 @pytest.mark.parametrize(
   'layout, remat',
   [  # the fast tier checks one layout; the full suite every one
@@ -81,9 +93,14 @@ def test_scanned_layout_gives_the_unrolled_numbers_and_gradients(layout, remat):
   _assert_trees_close(grads, stack_blocks(expected_grads, STACKS), atol=1e-5)
   weights = nnx.jit(lambda model: model(inputs, return_weights=True)[1]['attention_weights'])
   _assert_trees_close(weights(model), weights(reference), atol=1e-5)
-  # A training pass: dropout and the drop-path ramp, each layer with its own key.
-  logits = nnx.jit(lambda model: model(inputs, deterministic=False, rngs=nnx.Rngs(dropout=0))[0])(model)
-  assert logits.shape == (2, 5) and np.all(np.isfinite(logits))
+  # A training pass: each layer draws its own dropout masks and keeps examples at its drop-path rate.
+  dropping, batch = _video(layout, scan_layers=True, remat=remat, dropout=0.1), 512
+  many = clips(batch)
+  forward = nnx.jit(lambda model: model(many, deterministic=False, rngs=nnx.Rngs(dropout=0))[0])
+  draws = recorded_draws(lambda: forward(dropping))
+  assert_masks_differ(dropout_masks(draws))
+  rates, per_layer = DROP_PATH_RATES[layout]
+  assert_drop_path_follows(draws, rates, per_layer)
 
 
 def test_unrolled_rematerialised_layout_gives_the_plain_numbers():

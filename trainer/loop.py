@@ -33,7 +33,7 @@ from trainer.checkpoints import Checkpoints, count_non_finite
 from trainer.devices import Devices
 from trainer.errors import CheckpointError, DataError, TrainingDiverged, WorkdirError
 from trainer.metrics_io import make_writers
-from trainer.optim import describe_weight_decay
+from trainer.optim import describe_frozen, describe_weight_decay
 from trainer.partitioning import check_batch_size, global_batch, replicated
 from trainer.run_step import RunStep, build_step
 from trainer.state import ModelParts, make_eval_step, train_metrics
@@ -215,6 +215,8 @@ class _Training:
       workdir_lib.save_class_names(workdir, task.class_names())
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
       print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
+      if frozen_line := describe_frozen(config.optimizer, self.state.params):
+        print(frozen_line, flush=True)
     self.writers = make_writers(
       workdir, self.is_main, wandb_log.make_writers(config, workdir) if self.is_main else None
     )

@@ -13,12 +13,15 @@ weight matrices of dense, convolution and recurrent layers, as big_vision; biase
 position tables, class tokens and token embeddings are not decayed). ``describe_weight_decay``
 says how many arrays and values match; the trainer prints it at start-up.
 ``frozen``: a regular expression; matching parameters are never updated ('' = none;
-``'^(?!head\\.)'`` trains the head alone, a linear probe).
+``'^(?!head\\.)'`` trains the head alone, a linear probe); one that matches no parameter is an
+error, and ``describe_frozen`` says how many arrays and values it freezes (printed at start-up).
+Under ``model.scan_layers`` a regex must not name layer numbers (``trainer.parameter_regexes``).
 ``layer_decay``: layer-wise learning-rate decay (1.0 = off): the parameters of layer ``i``
 (the number ``layer_regex`` captures, default ``'blocks\\.(\\d+)\\.'``) of ``L`` learn at
 ``layer_decay ** (L - i)`` times the rate, those matching ``layer_decay_stem`` (the embeddings)
 at ``layer_decay ** (L + 1)``, all others (head, final norm) at the full rate. Each group gets
-its own optimizer through ``optax.multi_transform``. Gradient clipping sees the trained
+its own multiplier, computed from the whole parameter tree (frozen layers count towards ``L``, so
+freezing the top block moves no other layer's rate). Gradient clipping sees the trained
 parameters' gradients only: a frozen backbone's gradient norm does not scale a probe's head
 update (and the train step does not compute frozen gradients, ``trainer/state.py``).
 """
@@ -63,7 +66,7 @@ DEFAULT_WEIGHT_DECAY_REGEX = 'kernel$'
 
 def _decay_mask(config: ml_collections.ConfigDict):
   """``params -> tree of bools``: whether weight decay applies to each parameter."""
-  decayed = _compile(config, 'weight_decay_regex', DEFAULT_WEIGHT_DECAY_REGEX)
+  decayed = compile_regex(config, 'weight_decay_regex', DEFAULT_WEIGHT_DECAY_REGEX)
 
   def mask(params):
     return jax.tree_util.tree_map_with_path(
@@ -91,7 +94,7 @@ def _base_optimizer(
   return optimizer
 
 
-def _compile(config: ml_collections.ConfigDict, field: str, default: str) -> re.Pattern | None:
+def compile_regex(config: ml_collections.ConfigDict, field: str, default: str) -> re.Pattern | None:
   pattern = config.get(field, default) or ''
   try:
     return re.compile(pattern) if pattern else None
@@ -109,22 +112,26 @@ def parameter_path(key_path) -> str:
 
 def _group_options(config: ml_collections.ConfigDict):
   """The parameter-group fields, checked: (frozen, layer_regex, stem, layer_decay)."""
-  frozen = _compile(config, 'frozen', '')
-  layer_regex = _compile(config, 'layer_regex', r'blocks\.(\d+)\.')
-  stem = _compile(config, 'layer_decay_stem', '')
+  frozen = compile_regex(config, 'frozen', '')
+  layer_regex = compile_regex(config, 'layer_regex', r'blocks\.(\d+)\.')
+  stem = compile_regex(config, 'layer_decay_stem', '')
   decay = config.get('layer_decay', 1.0)
   if not 0.0 < decay <= 1.0:
     raise ConfigError(f'config.optimizer.layer_decay is {decay!r}; it must be in (0, 1] (1 = off).')
   return frozen, layer_regex, stem, decay
 
 
+def layer_numbers(config: ml_collections.ConfigDict, paths: list[str]) -> dict[str, int]:
+  """The layer number ``layer_regex`` gives each of ``paths`` that it matches."""
+  layer_regex = _group_options(config)[1]
+  return {path: int(found.group(1)) for path in paths if layer_regex and (found := layer_regex.search(path))}
+
+
 def parameter_groups(config: ml_collections.ConfigDict, params) -> dict[str, float | None]:
   """Each parameter path -> its learning-rate multiplier, or ``None`` when frozen."""
-  frozen, layer_regex, stem, decay = _group_options(config)
+  frozen, _, stem, decay = _group_options(config)
   paths = [parameter_path(key) for key, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
-  layers = {
-    path: int(found.group(1)) for path in paths if layer_regex and (found := layer_regex.search(path))
-  }
+  layers = layer_numbers(config, paths)
   depth = max(layers.values(), default=-1) + 1
   groups = {}
   for path in paths:
@@ -138,6 +145,7 @@ def parameter_groups(config: ml_collections.ConfigDict, params) -> dict[str, flo
       groups[path] = 1.0
   if frozen and all(scale is None for scale in groups.values()):
     raise ConfigError(f'config.optimizer.frozen {frozen.pattern!r} freezes every parameter.')
+
   return groups
 
 
@@ -146,8 +154,10 @@ def _scale_by_group(config: ml_collections.ConfigDict) -> optax.GradientTransfor
 
   def scale(updates, params):
     del params
-    groups = parameter_groups(config, updates)
-    return jax.tree_util.tree_map_with_path(lambda key, u: u * groups[parameter_path(key)], updates)
+    groups = parameter_groups(config, updates)  # the whole tree: frozen updates are zeros
+    return jax.tree_util.tree_map_with_path(
+      lambda key, u: u if groups[parameter_path(key)] is None else u * groups[parameter_path(key)], updates
+    )
 
   return optax.stateless(scale)
 
@@ -156,7 +166,29 @@ def frozen_paths(config: ml_collections.ConfigDict, params) -> frozenset[str]:
   """The paths of the parameters ``config.frozen`` freezes (empty when nothing is frozen)."""
   if not config.get('frozen', ''):
     return frozenset()
-  return frozenset(path for path, scale in parameter_groups(config, params).items() if scale is None)
+  groups = parameter_groups(config, params)
+  frozen = frozenset(path for path, scale in groups.items() if scale is None)
+  if not frozen:
+    raise ConfigError(
+      f"config.optimizer.frozen '{config.frozen}' matches no parameter (their paths look like "
+      f'{sorted(groups)[len(groups) // 2]!r}).'
+    )
+  return frozen
+
+
+def describe_frozen(config: ml_collections.ConfigDict, params) -> str | None:
+  """One line: how many parameter arrays and values ``frozen`` freezes (``None`` when it is not set)."""
+  frozen = frozen_paths(config, params)
+  if not frozen:
+    return None
+  sizes = {
+    parameter_path(key): int(leaf.size) for key, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+  }
+  chosen = [size for path, size in sizes.items() if path in frozen]
+  return (
+    f'frozen: {len(chosen)} of {len(sizes)} parameter arrays ({sum(chosen):,} of {sum(sizes.values()):,} '
+    f"values) match '{config.frozen}'"
+  )
 
 
 def describe_weight_decay(config: ml_collections.ConfigDict, params) -> str:
@@ -184,11 +216,12 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
   _group_options(config)  # bad group options fail here, before any parameter exists
   _decay_mask(config)  # and a bad weight_decay_regex
   optimizer = _base_optimizer(config, learning_rate_schedule(config, total_steps))
-  if config.get('layer_decay', 1.0) != 1.0:
+  layer_decay, frozen = config.get('layer_decay', 1.0) != 1.0, bool(config.get('frozen', ''))
+  if layer_decay and not frozen:
     optimizer = optax.chain(optimizer, _scale_by_group(config))
   if config.grad_clip_norm:  # inside the frozen/trained split: only trained gradients count
     optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), optimizer)
-  if config.get('frozen', ''):
+  if frozen:
 
     def label(params):
       groups = parameter_groups(config, params)
@@ -197,6 +230,8 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
       )
 
     optimizer = optax.multi_transform({'trained': optimizer, 'frozen': optax.set_to_zero()}, label)
+    if layer_decay:  # outside the split, so the depth counts the frozen layers too
+      optimizer = optax.chain(optimizer, _scale_by_group(config))
   return optimizer
 
 

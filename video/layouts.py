@@ -28,6 +28,8 @@ it, and ``remat`` rematerialises every layer, as in the ViT (``attention.layers`
 relative biases are computed before the scan and handed to each layer as its input.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -46,6 +48,20 @@ AXES = {
 }
 #: the names of the layouts' stacks of blocks, stacked when scanned (``attention.layers.stack_blocks``)
 STACKS = ('blocks', 'temporal', 'temporal_blocks')
+_LAYER_PARTS = re.compile(r'(?:^|\.)layout\.(blocks|temporal|temporal_blocks|time_biases)\.(\d+)\.')
+
+
+def parameter_layer(path: str, layout: str, depth: int) -> int | None:
+  """The depth (0 = nearest the input) of the layer an unrolled model's parameter ``path`` belongs to,
+  ``None`` outside the layers: block ``i``, ``divided``'s temporal sublayer ``i`` and relative time
+  bias ``i`` are layer ``i``; in the factorised encoder the temporal blocks (and their time biases)
+  follow its ``depth`` spatial blocks."""
+  found = _LAYER_PARTS.search(path)
+  if found is None:
+    return None
+  part, index = found.group(1), int(found.group(2))
+  temporal_encoder = part == 'temporal_blocks' or (part == 'time_biases' and layout == 'factorised_encoder')
+  return depth + index if temporal_encoder else index
 
 
 def over_space(layer, x, **kwargs):

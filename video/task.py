@@ -9,6 +9,7 @@ every family.
 """
 
 import dataclasses
+import functools
 import os
 
 import flax
@@ -22,11 +23,13 @@ from flax import nnx
 from attention.options import with_defaults
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
+from trainer.parameter_regexes import check_layer_numbering, check_regexes_under_scan
 from trainer.predictor import classify, present_classes
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
 from video.input_pipeline import ClipPreparation, load_video_data
+from video.layouts import parameter_layer
 from video.model import check_options, default_model_config, make_video_model, token_grid
 
 
@@ -95,6 +98,22 @@ class VideoClassification(Task):
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+    check_layer_numbering(
+      config.get('optimizer'),
+      lambda: self.make_model(nnx.Rngs(0)),
+      functools.partial(parameter_layer, layout=model.attention, depth=model.depth),
+      f'the {model.attention!r} layout',
+    )
+    if model.get('scan_layers', False):
+      check_regexes_under_scan(
+        config.get('optimizer'),
+        lambda scan: make_video_model(
+          {**model.to_dict(), 'scan_layers': scan},
+          num_classes=self.data.num_classes,
+          clip_shape=self.data.clip_shape,
+          rngs=nnx.Rngs(0),
+        ),
+      )
 
   @classmethod
   def without_data(cls, config, sizes):

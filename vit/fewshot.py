@@ -5,7 +5,9 @@ As big_vision's few-shot evaluator: the pre-logits features of a frozen model; f
 classifier is fitted to targets of +1 / -1 per class, and its accuracy on the test split is
 averaged over the seeds. The regulariser is chosen per draw, from a grid of powers of two, by
 the accuracy on other training examples (``held_out_per_class`` per class, disjoint from the
-draw), so the test split picks nothing.
+draw), so the test split picks nothing. The draws come from a pool of training examples
+(``pool_ids``): a random subset of the train split drawn with a fixed seed, the same rows on every
+process and every run, so a split stored class by class gives a pool of every class.
 
 The features are computed on the trainer's devices (``trainer.devices.Devices``): each process
 reads its own rows of every batch, the batch is split over the mesh's data axis, and the
@@ -22,6 +24,15 @@ import numpy as np
 from flax import nnx
 
 L2_GRID = tuple(2.0**power for power in range(-10, 11, 2))
+POOL_SEED = 0
+
+
+def pool_ids(num_train: int, size: int | None, seed: int = POOL_SEED) -> np.ndarray:
+  """Sorted ids of the few-shot pool: ``size`` of the ``num_train`` training examples drawn without
+  replacement by ``seed`` (all of them, in order, when ``size`` is None or not below ``num_train``)."""
+  if size is None or size >= num_train:
+    return np.arange(num_train)
+  return np.sort(np.random.default_rng(seed).choice(num_train, size=size, replace=False))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -29,9 +40,7 @@ def _pre_logits(graphdef: nnx.GraphDef, state: nnx.State, images: jax.Array) -> 
   return nnx.merge(graphdef, state)(images)[1]['pre_logits']
 
 
-def extract_features(
-  model, batches, devices, max_examples: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+def extract_features(model, batches, devices) -> tuple[np.ndarray, np.ndarray]:
   """``(features [n, d], labels [n])`` of every process's rows that the batches' ``mask`` keeps.
 
   ``batches`` are this process's rows of each global batch; ``devices`` (a
@@ -39,7 +48,7 @@ def extract_features(
   the order of the global batches, on every process.
   """
   graphdef, state = nnx.split(model)
-  features, labels, count = [], [], 0
+  features, labels = [], []
   for local in batches:
     batch = devices.shard({name: local[name] for name in ('image', 'label', 'mask')})
     batch_features, label, mask = devices.gather(
@@ -48,11 +57,7 @@ def extract_features(
     keep = mask > 0
     features.append(np.asarray(batch_features, np.float64)[keep])
     labels.append(label[keep])
-    count += int(keep.sum())
-    if max_examples is not None and count >= max_examples:
-      break
-  features, labels = np.concatenate(features), np.concatenate(labels)
-  return (features[:max_examples], labels[:max_examples]) if max_examples else (features, labels)
+  return np.concatenate(features), np.concatenate(labels)
 
 
 def _fit(x: np.ndarray, y: np.ndarray, l2: float):

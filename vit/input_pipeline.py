@@ -277,21 +277,33 @@ class ImageData:
     )
 
   def eval_batches(
-    self, split: str, *, batch_size: int, process_index: int = 0, process_count: int = 1
+    self,
+    split: str,
+    *,
+    batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    example_ids: np.ndarray | None = None,
   ) -> Iterator[dict[str, np.ndarray]]:
-    """One ordered pass over `split`: this process's rows of each global batch.
+    """One ordered pass over `split` (or over its examples `example_ids`, sorted): this process's
+    rows of each global batch.
 
     The last global batch is padded to full size; 'mask' float32 [b] is 1 for real
-    examples and 0 for padding. No augmentation.
+    examples and 0 for padding. No augmentation. A streamed TFDS split is read whole, and its
+    batches keep only the rows `example_ids` names.
     """
     self._check_split(split)
     rows = process_rows(batch_size, process_index, process_count)
     if isinstance(self._source, tfds_source.TfdsStream):
-      return (self._eval_batch(batch, rows=rows) for batch in self._source.eval_batches(split, batch_size))
-    size = self._source.num_examples(split)
+      streamed = self._source.eval_batches(split, batch_size)
+      if example_ids is not None:
+        streamed = _rows_named(streamed, np.asarray(example_ids))
+      return (self._eval_batch(batch, rows=rows) for batch in streamed)
+    chosen = np.arange(self._source.num_examples(split)) if example_ids is None else np.asarray(example_ids)
+    size = len(chosen)
 
     def make_batch(index: int) -> dict[str, np.ndarray]:
-      ids = np.arange(index * batch_size, min(size, (index + 1) * batch_size))
+      ids = chosen[index * batch_size : (index + 1) * batch_size]
       return self._eval_batch(self._source.examples(split, ids), rows=rows)
 
     return step_batches(
@@ -396,6 +408,17 @@ class ImageData:
     batch['label'][:count] = global_batch.labels[real]
     batch['mask'][:count] = 1
     return batch
+
+
+def _rows_named(batches: Iterator[LabelledImages], example_ids: np.ndarray) -> Iterator[LabelledImages]:
+  """The rows of consecutive batches whose position in the split is one of the sorted `example_ids`."""
+  start = 0
+  for batch in batches:
+    end = start + len(batch.labels)
+    keep = example_ids[(example_ids >= start) & (example_ids < end)] - start
+    start = end
+    if len(keep):
+      yield LabelledImages(batch.images[keep], batch.labels[keep])
 
 
 def _normalisation(

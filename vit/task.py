@@ -18,6 +18,7 @@ from pipelines.image_sources import IMAGE_SUFFIXES
 from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
+from trainer.parameter_regexes import check_regexes_under_scan
 from trainer.partitioning import check_batch_size
 from trainer.predictor import classify, present_classes
 from trainer.task import NotApplicable, Task
@@ -35,8 +36,8 @@ class ClassificationMetrics(clu_metrics.Collection):
 
 def default_fewshot_config() -> ml_collections.ConfigDict:
   """``shots`` (k per class; () = off), ``seeds`` (draws averaged), ``held_out_per_class`` (training
-  examples that choose the regulariser), ``train_examples`` (the first N training examples are the
-  pool the draws come from)."""
+  examples that choose the regulariser), ``train_examples`` (the size of the pool the draws come
+  from: a seeded random subset of the train split, ``vit.fewshot.pool_ids``; None = all of it)."""
   return ml_collections.ConfigDict(dict(shots=(), seeds=3, held_out_per_class=10, train_examples=5000))
 
 
@@ -106,6 +107,16 @@ class ImageClassification(Task):
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
+    if model.scan_layers:
+      check_regexes_under_scan(
+        config.get('optimizer'),
+        lambda scan: make_vit(
+          {**model.to_dict(), 'scan_layers': scan},
+          num_classes=self.data.num_classes,
+          image_shape=self.data.image_shape,
+          rngs=nnx.Rngs(0),
+        ),
+      )
 
   @classmethod
   def without_data(cls, config, sizes):
@@ -289,12 +300,17 @@ def fewshot_evaluation(
   """
   check_batch_size(batch_size, devices.mesh, 'eval_batch_size')
 
-  def batches(name):
+  def batches(name, example_ids=None):
     return data.eval_batches(
-      name, batch_size=batch_size, process_index=devices.process_index, process_count=devices.process_count
+      name,
+      batch_size=batch_size,
+      process_index=devices.process_index,
+      process_count=devices.process_count,
+      example_ids=example_ids,
     )
 
-  train = fewshot.extract_features(model, batches('train'), devices, fewshot_config.train_examples)
+  pool = fewshot.pool_ids(data.num_examples('train'), fewshot_config.train_examples)
+  train = fewshot.extract_features(model, batches('train', pool), devices)
   test = fewshot.extract_features(model, batches(split), devices)
   return fewshot.fewshot_results(
     train,
