@@ -9,6 +9,12 @@ neither, from standard input one per line, each answered as it comes.
   python predict.py --workdir runs/vit_digits digit.png photos/ --explain out/
   echo "jump twice" | python predict.py --workdir runs/transformer_scan --beam_size 1
   python predict.py --workdir runs/video_digits clip.npy clip.mp4 --json
+  python predict.py --weights vit_base_patch16_224.augreg2_in21k_ft_in1k/ cat.jpg --explain out/
+  python predict.py --weights dinov2-small/ photos/ --features photos.npy
+
+``--weights PATH`` reads a timm or Hugging Face transformers ViT folder (or a bare timm ``.safetensors``
+with ``--arch``) instead of a workdir (``vit.weights_predictor``); ``--features FILE.npy`` writes each
+input's pooled pre-logits embedding, one row per input read, in order, instead of classes.
 
 One line per input on stdout (``--json``: one JSON object), in the order given. An input that cannot
 be read prints ``error: <input>: <problem>`` on stderr (and ``{"input": ..., "error": ...}`` with
@@ -34,6 +40,15 @@ from trainer import cli
 from trainer.errors import InputError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
+_WEIGHTS = flags.DEFINE_string(
+  'weights',
+  None,
+  'Instead of a workdir: a timm or Hugging Face ViT folder, or a timm .safetensors with --arch.',
+)
+_ARCH = flags.DEFINE_string('arch', '', 'The timm architecture of a bare .safetensors given to --weights.')
+_FEATURES = flags.DEFINE_string(
+  'features', None, "Write each input's pooled pre-logits embedding to this .npy."
+)
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
 _PARAMS = flags.DEFINE_enum(
   'params', 'raw', ['raw', 'ema'], "'raw': the trained parameters; 'ema': their moving average (config.ema)."
@@ -50,7 +65,7 @@ _BEAM_SIZE = flags.DEFINE_integer(
 _ALPHA = flags.DEFINE_float(
   'alpha', None, "Translators: length penalty; default: the config's.", lower_bound=0
 )
-flags.mark_flag_as_required('workdir')
+flags.mark_flags_as_mutual_exclusive(['workdir', 'weights'], required=True)
 
 CHUNK = 256  # inputs read and predicted together from arguments and files
 
@@ -118,6 +133,26 @@ def answer(predictor, names, options: dict, *, as_json=False, explain_dir=None, 
   return failed
 
 
+def write_features(predictor, names, path: str) -> int:
+  """Each readable input's features as rows of ``path`` (``.npy``), in order; returns how many failed."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  read, failed = [], 0
+  for name in names:
+    try:
+      read.append(predictor.read(name))
+    except InputError as error:
+      failed += 1
+      _error(str(error), None, name)
+  features = predictor.features(read, is_read=True) if read else np.zeros((0,), np.float32)
+  try:
+    np.save(path, features)
+  except OSError as error:
+    cli.fail(f'--features {path}: {error.strerror or error}')
+  print(f'wrote the features of {len(read)} inputs, {features.shape}, to {path}', file=sys.stderr)
+  return failed
+
+
 def _error(message: str, json_out, name: str | None = None) -> None:
   message = ' '.join(message.split())
   print(f'error: {message}', file=sys.stderr, flush=True)
@@ -133,10 +168,17 @@ def main(argv):
   gc.disable()
   from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 
-  predictor = cli.run_reporting_user_errors(load_predictor, _WORKDIR.value, _CHECKPOINT.value, _PARAMS.value)
+  if _WEIGHTS.value is not None:
+    from vit.weights_predictor import load_predictor as load_weights  # pylint: disable=g-import-not-at-top
+
+    predictor = cli.run_reporting_user_errors(load_weights, _WEIGHTS.value, _ARCH.value)
+  else:
+    predictor = cli.run_reporting_user_errors(
+      load_predictor, _WORKDIR.value, _CHECKPOINT.value, _PARAMS.value
+    )
   gc.freeze()
   gc.enable()
-  note = missing_class_names_note(predictor)
+  note = missing_class_names_note(predictor) if _WEIGHTS.value is None else None
   if note:
     print(note, file=sys.stderr)
   options = {'top_k': _TOP_K.value}
@@ -160,7 +202,10 @@ def main(argv):
           names += list(_lines(file, predictor))
       except (OSError, UnicodeDecodeError) as error:
         cli.fail(f'--input {_INPUT.value}: {getattr(error, "strerror", None) or error}')
-    failed = answer(predictor, names, options, **kwargs)
+    if _FEATURES.value is not None:
+      failed = write_features(predictor, names, _FEATURES.value)
+    else:
+      failed = answer(predictor, names, options, **kwargs)
   gc.freeze()
   sys.exit(1 if failed else 0)
 

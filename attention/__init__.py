@@ -11,7 +11,15 @@ from attention.blocks import (
   layer_norm,
 )
 from attention.dtypes import DTYPES, resolve_dtype
-from attention.masks import Mask, causal_mask, combine_masks, masked_softmax, padding_mask, sequence_lengths
+from attention.masks import (
+  Mask,
+  causal_mask,
+  combine_masks,
+  masked_softmax,
+  padding_mask,
+  segment_mask,
+  sequence_lengths,
+)
 from attention.multi_head import MultiHeadAttention
 from attention.positional import (
   ADDITIVE_KINDS,

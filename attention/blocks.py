@@ -4,8 +4,10 @@ Each residual sublayer normalises its input (``norm_placement='pre'``, our defau
 stable, no learning-rate care) or the residual sum (``'post'``, Vaswani et al.:
 ``x = LN(x + sublayer(x))``). The MLP's activation is ``'gelu'`` (our default, as in the
 ViT: the tanh approximation that Flax's ``gelu`` computes, as do the ViT and big_vision
-code bases), ``'gelu_exact'`` (the erf form, as PyTorch code computes it) or ``'relu'``
-(Vaswani et al.). The stacks of blocks are in ``attention.stacks``.
+code bases), ``'gelu_exact'`` (the erf form, as PyTorch code computes it), ``'quick_gelu'``
+(``x * sigmoid(1.702 x)``, OpenAI's CLIP) or ``'relu'`` (Vaswani et al.). An encoder block may scale
+each residual branch by a learned vector (``layer_scale``, the initial value; CaiT, DeiT III, DINOv2),
+as ``x + ls * sublayer(x)``. The stacks of blocks are in ``attention.stacks``.
 
 Every call takes ``deterministic`` (no dropout when ``True``) and ``rngs`` (an
 ``nnx.Rngs`` with a ``dropout`` stream, needed only when not deterministic), so a
@@ -19,7 +21,7 @@ from flax import nnx
 from attention.multi_head import MultiHeadAttention
 from attention.positional import Rotary
 
-ACTIVATIONS = ('gelu', 'gelu_exact', 'relu')
+ACTIVATIONS = ('gelu', 'gelu_exact', 'quick_gelu', 'relu')
 NORM_PLACEMENTS = ('pre', 'post')
 LAYERNORM_EPSILON = 1e-6  # the ViT's and big_vision's
 
@@ -76,6 +78,8 @@ class Mlp(nnx.Module):
       x = nnx.gelu(x)
     elif self.activation == 'gelu_exact':
       x = nnx.gelu(x, approximate=False)
+    elif self.activation == 'quick_gelu':
+      x = x * nnx.sigmoid(1.702 * x)
     elif self.activation == 'relu':
       x = nnx.relu(x)
     x = self.dropout(x, deterministic=deterministic, rngs=rngs)
@@ -120,7 +124,8 @@ class _ResidualBlock(nnx.Module):
 
 
 class EncoderBlock(_ResidualBlock):
-  """Self-attention and MLP, each a residual sublayer with dropout and stochastic depth."""
+  """Self-attention and MLP, each a residual sublayer with dropout and stochastic depth; ``layer_scale``
+  (0: none) gives each branch a learned per-feature scale ``ls1``, ``ls2`` starting at that value."""
 
   def __init__(
     self,
@@ -135,6 +140,7 @@ class EncoderBlock(_ResidualBlock):
     activation: str = 'gelu',
     norm_placement: str = 'pre',
     layernorm_epsilon: float = LAYERNORM_EPSILON,
+    layer_scale: float = 0.0,
     rotary: Rotary | None = None,
     dtype=None,
     param_dtype=jnp.float32,
@@ -143,6 +149,9 @@ class EncoderBlock(_ResidualBlock):
   ):
     self.norm_placement = check_norm_placement(norm_placement)
     self.norm1 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
+    if layer_scale:
+      self.ls1 = nnx.Param(jnp.full((features,), layer_scale, param_dtype))
+      self.ls2 = nnx.Param(jnp.full((features,), layer_scale, param_dtype))
     self.attention = MultiHeadAttention(
       num_heads,
       features,
@@ -186,10 +195,13 @@ class EncoderBlock(_ResidualBlock):
     y, weights = self.attention(
       self._norm_input(x, self.norm1), mask=mask, bias=bias, return_weights=return_weights, **kwargs
     )
-    x = self._add(x, self.drop_path(self.dropout(y, **kwargs), **path), self.norm1)
+    x = self._add(x, self.drop_path(self.dropout(self._scale(y, 'ls1'), **kwargs), **path), self.norm1)
     y = self.mlp(self._norm_input(x, self.norm2), **kwargs)
-    x = self._add(x, self.drop_path(y, **path), self.norm2)
+    x = self._add(x, self.drop_path(self._scale(y, 'ls2'), **path), self.norm2)
     return x, weights
+
+  def _scale(self, y, name: str):
+    return y * getattr(self, name)[...].astype(y.dtype) if hasattr(self, name) else y
 
 
 class DecoderBlock(_ResidualBlock):

@@ -4,8 +4,9 @@ A mask is a boolean array broadcastable to ``[batch, heads, q_len, k_len]``
 (``True`` means "this query may attend to this key"), or a ``Mask``: the same mask described
 by what it is (causal, padding after each sequence's length, a dense rest), which the fused
 kernel is told instead of shown (cuDNN's fast paths take ``is_causal`` and sequence lengths,
-not a dense mask). A query row whose keys are all masked gets all-zero weights (and so a
-zero output), never NaN.
+not a dense mask). Packed rows, several sequences one after another, are masked by
+``segment_mask`` (a dense part). A query row whose keys are all masked gets all-zero weights
+(and so a zero output), never NaN.
 """
 
 import flax
@@ -73,6 +74,17 @@ def padding_mask(query_valid: jax.Array | None, key_valid: jax.Array) -> jax.Arr
   if query_valid is not None:
     mask = mask & query_valid.astype(bool)[:, None, :, None]
   return mask
+
+
+def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
+  """``[batch, 1, q_len, k_len]`` for packed rows: a query sees the keys of its own segment.
+
+  ``query_segments`` ``[batch, q_len]`` and ``key_segments`` ``[batch, k_len]`` number the
+  sequences of a row 1, 2, ... and its padding 0; padding keys are seen by no query, and padding
+  queries see nothing.
+  """
+  same = query_segments[:, :, None] == key_segments[:, None, :]
+  return (same & (key_segments[:, None, :] > 0))[:, None]
 
 
 def causal_mask(length: int, k_length: int | None = None, q_offset: int | jax.Array = 0) -> jax.Array:

@@ -330,12 +330,16 @@ class PositionalEncoding(nnx.Module):
       return None
     return self.tables[layer if self.injection == 'every_layer' else 0]()
 
-  def add_table(self, x: jax.Array, table: jax.Array | None) -> jax.Array:
-    """``x`` plus ``table`` (from ``layer_table``) on its tokens after the prefix tokens."""
+  def add_table(self, x: jax.Array, table: jax.Array | None, positions: jax.Array | None = None) -> jax.Array:
+    """``x`` plus ``table`` (from ``layer_table``) on its tokens after the prefix tokens, at
+    ``positions`` (as in ``before_layer``) or ``0 .. length-1``."""
     if table is None:
       return x
     prefix, tokens = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
-    return jnp.concatenate([prefix, tokens + table[None, : tokens.shape[1]].astype(x.dtype)], axis=1)
+    encoding = table[None, : tokens.shape[1]] if positions is None else table[jnp.asarray(positions)]
+    if encoding.ndim == 2:
+      encoding = encoding[None]
+    return jnp.concatenate([prefix, tokens + encoding.astype(x.dtype)], axis=1)
 
   def attention_bias(
     self, layer: int, q_len: int, k_len: int, q_offset: int | jax.Array = 0

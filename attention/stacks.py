@@ -7,7 +7,9 @@ of ``attention.positional``; the stack builds one ``PositionalEncoding``, adds i
 and relative biases layer by layer and hands its ``rotary`` (RoPE) down to the attention
 layers. With ``norm_placement='post'`` every block already ends in a LayerNorm, so the
 stack adds no final one. Stochastic depth grows linearly from 0 at the first block to
-``drop_path_rate`` at the last. ``scan_layers`` and ``remat`` choose how the blocks are kept
+``drop_path_rate`` at the last. The encoder may normalise the tokens once more after the stem
+(``input_norm``: CLIP's ``ln_pre``) and leave out its final LayerNorm (``final_norm=False``: a
+model that normalises after pooling instead). ``scan_layers`` and ``remat`` choose how the blocks are kept
 and run (``attention.layers``): a list run layer by layer, or one stacked block scanned over
 depth, each block optionally rematerialised; the numbers are the same.
 """
@@ -85,9 +87,9 @@ class _Stack(nnx.Module):
   def _layer_options(self, inputs, *, deterministic, rngs, return_weights):
     return dict(layer_options(inputs, deterministic=deterministic, rngs=rngs), return_weights=return_weights)
 
-  def _stem(self, x, *, deterministic, rngs):
+  def _stem(self, x, *, positions, deterministic, rngs):
     """The first layer's positional encoding, then dropout on the sum."""
-    x = self.positional.before_layer(x, 0)
+    x = self.positional.before_layer(x, 0, positions=positions)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
   def _finish(self, x):
@@ -116,6 +118,9 @@ class Encoder(_Stack):
     activation: str = 'gelu',
     norm_placement: str = 'pre',
     layernorm_epsilon: float = LAYERNORM_EPSILON,
+    layer_scale: float = 0.0,
+    input_norm: bool = False,
+    final_norm: bool = True,
     sincos2d_layout: str = 'rows_cols',
     scan_layers: bool = False,
     remat: str = 'none',
@@ -152,6 +157,7 @@ class Encoder(_Stack):
         activation=activation,
         norm_placement=norm_placement,
         layernorm_epsilon=layernorm_epsilon,
+        layer_scale=layer_scale,
         rotary=self.positional.rotary,
         dtype=dtype,
         param_dtype=param_dtype,
@@ -162,32 +168,42 @@ class Encoder(_Stack):
       scan_layers,
       remat,
     )
+    self.final_norm = self.final_norm and final_norm
     if self.final_norm:
       self.norm = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
+    if input_norm:
+      self.norm_pre = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
 
   def __call__(
     self,
     x,
     *,
     mask=None,
+    positions=None,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
     return_weights: bool = False,
   ):
-    """``x``: ``[batch, length, features]`` tokens (prefix tokens first).
+    """``x``: ``[batch, length, features]`` tokens (prefix tokens first); ``positions``
+    (``[batch, length]``, packed rows: restarting at each sequence) index the additive tables,
+    which otherwise take ``0 .. length-1``. Relative biases and RoPE depend on offsets only,
+    so a packed sequence whose positions run on from its row's start gets the same ones.
 
     Returns the encoded tokens and intermediates: ``attention_weights`` (a list per
     layer, when ``return_weights``) and ``pre_norm`` (the output of the last block, before
     the final LayerNorm if there is one).
     """
-    x = self._stem(x, deterministic=deterministic, rngs=rngs)
+    x = self._stem(x, positions=positions, deterministic=deterministic, rngs=rngs)
+    if hasattr(self, 'norm_pre'):
+      x = self.norm_pre(x)
     per_layer = self._per_layer(x.shape[1], x.shape[1], deterministic=deterministic, rngs=rngs)
 
     def call(block, x, inputs):
       options = self._layer_options(
         inputs, deterministic=deterministic, rngs=rngs, return_weights=return_weights
       )
-      return block(self.positional.add_table(x, inputs['table']), mask=mask, bias=inputs['bias'], **options)
+      x = self.positional.add_table(x, inputs['table'], positions)
+      return block(x, mask=mask, bias=inputs['bias'], **options)
 
     x, all_weights = run_layers(self.blocks, x, per_layer, call, remat=self.remat)
     intermediates = {'pre_norm': x}
@@ -272,26 +288,28 @@ class Decoder(_Stack):
     *,
     target_mask=None,
     cross_mask=None,
+    positions=None,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
     return_weights: bool = False,
   ):
     """Teacher-forced pass over all target positions ``x`` (``[batch, target, features]``).
 
-    ``target_mask`` (e.g. padded target keys) is combined with the causal mask.
+    ``target_mask`` (e.g. padded target keys, or a packed row's segments) is combined with the
+    causal mask; ``positions`` as in ``Encoder``.
     Returns the output and intermediates: ``self_attention_weights`` and
     ``cross_attention_weights`` (lists per layer, when ``return_weights``).
     """
     length = x.shape[1]
     self_mask = combine_masks(Mask(causal=True), target_mask)
-    x = self._stem(x, deterministic=deterministic, rngs=rngs)
+    x = self._stem(x, positions=positions, deterministic=deterministic, rngs=rngs)
     per_layer = self._per_layer(length, length, deterministic=deterministic, rngs=rngs)
 
     def call(block, x, inputs):
       options = self._layer_options(
         inputs, deterministic=deterministic, rngs=rngs, return_weights=return_weights
       )
-      x = self.positional.add_table(x, inputs['table'])
+      x = self.positional.add_table(x, inputs['table'], positions)
       return block(
         x, encoded, self_mask=self_mask, cross_mask=cross_mask, self_bias=inputs['bias'], **options
       )

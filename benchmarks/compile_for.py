@@ -28,6 +28,7 @@ HBM) is one line saying what it needs and what to try, the JSON line with ``"fit
 exit status 1; a bad flag or config is ``error: ...`` and status 2.
 """
 
+import collections
 import os
 import re
 import sys
@@ -389,10 +390,11 @@ def _loops_counted_once(trip_counts: list[int | None]) -> str:
   loops = [count for count in trip_counts if count != 1]
   if not loops:
     return ''
-  counts = ', '.join('?' if count is None else str(count) for count in loops)
+  times = collections.Counter('?' if count is None else str(count) for count in loops)
+  counts = ', '.join(count if n == 1 else f'{count} x{n}' for count, n in times.items())
   return (
     f', a lower bound: XLA counts the body of each loop once, and this program runs {len(loops)} '
-    f'loop{"s" * (len(loops) > 1)} ({counts} iterations)'
+    f'loop{"s" * (len(loops) > 1)} (iterations: {counts})'
   )
 
 

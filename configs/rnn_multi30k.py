@@ -61,6 +61,7 @@ def get_config():
   config.data.max_target_length = 64
   config.data.pad_to_multiple = 1
   config.data.max_eval_examples = 0
+  config.data.packing = False  # several pairs per row (seq2seq/packing.py); the Transformer only
 
   config.data.tokenizer = ml_collections.ConfigDict()
   config.data.tokenizer.kind = 'sentencepiece'

@@ -43,6 +43,7 @@ def get_config():
   config.init_from.strict = True
   config.init_from.init_head = True
   config.init_from.resample = 'bilinear'
+  config.init_from.arch = ''  # a bare timm .safetensors: its architecture name
 
   config.fewshot = ml_collections.ConfigDict()
   config.fewshot.shots = (1, 5, 10, 25)

@@ -16,7 +16,10 @@ positional encoding of ``attention.positional`` serves both stacks.
 
 Token id ``PAD_ID`` (0) is padding everywhere, and it comes after a sequence's tokens: source keys
 from a sequence's length on are masked, and the decoder's self-attention is causal and masks padded
-keys (given to the fused attention as sequence lengths and ``is_causal``). The forward pass returns
+keys (given to the fused attention as sequence lengths and ``is_causal``). Packed rows (several pairs
+one after another, ``seq2seq.packing``) come with ``Packing``: segment ids keep every attention
+(encoder, decoder, cross) inside its pair, and positions that restart at each pair index the
+additive position tables, so each pair is computed as it would be alone. The forward pass returns
 ``(logits, intermediates)``; the intermediates hold the attention weights of every layer
 (``cross_attention_weights``: ``[batch, heads, target, source]`` per decoder layer) when
 asked. ``encode``, ``init_decode_cache`` and ``decode_step`` serve incremental decoding
@@ -25,12 +28,13 @@ asked. ``encode``, ``init_decode_cache`` and ``decode_step`` serve incremental d
 
 import math
 
+import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from attention import Decoder, Encoder, Mask, resolve_dtype, sequence_lengths
+from attention import Decoder, Encoder, Mask, resolve_dtype, segment_mask, sequence_lengths
 from attention.options import with_defaults
 from seq2seq.tokenizer import PAD_ID
 
@@ -63,6 +67,28 @@ def _padding(valid: jax.Array) -> Mask:
   """Keys masked from each sequence's length on: padding comes after the tokens, so the fused
   attention is given lengths, not a dense mask."""
   return Mask(key_lengths=sequence_lengths(valid))
+
+
+# A packed batch's keys beyond ``src``, ``tgt_in`` and ``tgt_out``, in ``Packing``'s field order.
+PACKING_KEYS = ('src_segments', 'tgt_segments', 'src_positions', 'tgt_positions')
+
+
+@flax.struct.dataclass
+class Packing:
+  """What packed rows add to a batch, each ``[batch, source]`` or ``[batch, target]`` int32:
+  segment ids (1, 2, ... per pair, 0 on padding) and positions (0, 1, ... from each pair's start)."""
+
+  src_segments: jax.Array
+  tgt_segments: jax.Array
+  src_positions: jax.Array
+  tgt_positions: jax.Array
+
+  @classmethod
+  def from_batch(cls, batch) -> 'Packing | None':
+    """The packing arrays of a batch, or ``None`` if its rows hold one pair each."""
+    if 'src_segments' not in batch:
+      return None
+    return cls(*(batch[name] for name in PACKING_KEYS))
 
 
 class Transformer(nnx.Module):
@@ -156,6 +182,7 @@ class Transformer(nnx.Module):
     rngs: nnx.Rngs | None = None,
     return_weights: bool = False,
     return_intermediates: bool = False,
+    packing: Packing | None = None,
   ):
     """``src_ids`` ``[batch, source]`` -> the encoder output ``[batch, source, features]``.
 
@@ -163,10 +190,15 @@ class Transformer(nnx.Module):
     ``return_weights``).
     """
     self._check_length(src_ids.shape[1], 'The source')
-    mask = _padding(src_ids != PAD_ID)
+    if packing is None:
+      mask, positions = _padding(src_ids != PAD_ID), None
+    else:
+      mask = Mask(dense=segment_mask(packing.src_segments, packing.src_segments))
+      positions = packing.src_positions
     encoded, intermediates = self.encoder(
       self._embed(self.source_embedding, src_ids),
       mask=mask,
+      positions=positions,
       deterministic=deterministic,
       rngs=rngs,
       return_weights=return_weights,
@@ -182,14 +214,23 @@ class Transformer(nnx.Module):
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
     return_weights: bool = False,
+    packing: Packing | None = None,
   ) -> tuple[jax.Array, dict]:
     """Teacher-forced decoder pass: float32 logits ``[batch, target, vocab]`` and intermediates."""
     self._check_length(tgt_in_ids.shape[1], 'The target')
+    if packing is None:
+      target_mask, cross_mask = _padding(tgt_in_ids != PAD_ID), _padding(src_ids != PAD_ID)
+      positions = None
+    else:
+      target_mask = Mask(dense=segment_mask(packing.tgt_segments, packing.tgt_segments))
+      cross_mask = Mask(dense=segment_mask(packing.tgt_segments, packing.src_segments))
+      positions = packing.tgt_positions
     x, weights = self.decoder(
       self._embed(self.target_embedding, tgt_in_ids),
       encoded,
-      target_mask=_padding(tgt_in_ids != PAD_ID),
-      cross_mask=_padding(src_ids != PAD_ID),
+      target_mask=target_mask,
+      cross_mask=cross_mask,
+      positions=positions,
       deterministic=deterministic,
       rngs=rngs,
       return_weights=return_weights,
@@ -208,18 +249,27 @@ class Transformer(nnx.Module):
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
     return_weights: bool = False,
+    packing: Packing | None = None,
   ) -> tuple[jax.Array, dict]:
     """``src_ids`` ``[batch, source]``, ``tgt_in_ids`` ``[batch, target]`` (BOS + target) ->
-    float32 logits ``[batch, target, vocab]`` predicting target + EOS, and intermediates."""
+    float32 logits ``[batch, target, vocab]`` predicting target + EOS, and intermediates.
+    ``packing``: the rows are packed (see the module docstring)."""
     encoded, encoder_intermediates = self.encode(
       src_ids,
       deterministic=deterministic,
       rngs=rngs,
       return_weights=return_weights,
       return_intermediates=True,
+      packing=packing,
     )
     logits, intermediates = self.decode(
-      encoded, src_ids, tgt_in_ids, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+      encoded,
+      src_ids,
+      tgt_in_ids,
+      deterministic=deterministic,
+      rngs=rngs,
+      return_weights=return_weights,
+      packing=packing,
     )
     intermediates['encoded'] = encoded
     if return_weights:

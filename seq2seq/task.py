@@ -13,6 +13,9 @@ Config sections: ``data`` (below), ``data.tokenizer`` (``seq2seq.workdir_tokeniz
   max_target_length   the same for the target plus its BOS/EOS (``len(target) + 1``). 64.
   pad_to_multiple     training batch widths are rounded up to a multiple of this. 8.
   max_eval_examples   evaluate on the first N pairs of a split only (0 = all of them). 0.
+  packing             train on packed rows (``seq2seq.packing``): as many pairs per row of
+                      max_source_length + max_target_length tokens as fit, batch_size
+                      counting rows; the Transformer only. False.
 
 ``decode`` fields (``default_decode_config()``): ``beam_size`` (1 = greedy), ``alpha``
 (GNMT length penalty), ``max_extra_length`` (outputs end by source length + this),
@@ -48,7 +51,8 @@ from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from seq2seq import ablation_table, input_pipeline
 from seq2seq.architectures import make_translator, model_section
 from seq2seq.decoding import translate
-from seq2seq.model import PAD_ID
+from seq2seq.model import PACKING_KEYS, PAD_ID, Packing
+from seq2seq.packing import PackedTrainingBatches
 from seq2seq.sources import open_source
 from seq2seq.text_metrics import corpus_scores
 from seq2seq.tokenizer import EOS_ID, UNK_ID
@@ -107,6 +111,7 @@ def default_data_config() -> ml_collections.ConfigDict:
       max_target_length=64,
       pad_to_multiple=8,
       max_eval_examples=0,
+      packing=False,
       tokenizer=default_tokenizer_config(),
     )
   )
@@ -177,6 +182,14 @@ class Translation(Task):
         f'model.posemb {model.posemb!r} has no {model.posemb_injection!r} injection; '
         "only 'stem' exists for it."
       )
+    self.packing = data.get('packing', False)  # absent from configs saved before it existed
+    if not isinstance(self.packing, bool):
+      raise ConfigError(f'data.packing must be True or False, got {self.packing!r}.')
+    if self.packing and architecture != 'transformer':
+      raise ConfigError(
+        f'data.packing is for the Transformer; the {architecture} translator reads one pair per row '
+        '(set data.packing=False).'
+      )
     decode = config.decode
     if decode.beam_size < 1 or decode.max_extra_length < 0:
       raise ConfigError(
@@ -240,11 +253,10 @@ class Translation(Task):
   def batch_shapes(self, batch_size):
     data = self.config.data
     source, target = (batch_size, data.max_source_length), (batch_size, data.max_target_length)
-    return {
-      'src': jax.ShapeDtypeStruct(source, jnp.int32),
-      'tgt_in': jax.ShapeDtypeStruct(target, jnp.int32),
-      'tgt_out': jax.ShapeDtypeStruct(target, jnp.int32),
-    }
+    names = {'src': source, 'tgt_in': target, 'tgt_out': target}
+    if self.packing:
+      names.update(src_segments=source, tgt_segments=target, src_positions=source, tgt_positions=target)
+    return {name: jax.ShapeDtypeStruct(shape, jnp.int32) for name, shape in names.items()}
 
   # Data -------------------------------------------------------------------------
 
@@ -313,13 +325,14 @@ class Translation(Task):
     if batch_size not in self._training_batches:
       data = self.config.data
       pairs = input_pipeline.tokenize_pairs(self.train_pairs, self.source_tokenizer, self.target_tokenizer)
-      self._training_batches[batch_size] = input_pipeline.TrainingBatches(
-        pairs,
-        batch_size=batch_size,
-        max_source_length=data.max_source_length,
-        max_target_length=data.max_target_length,
-        pad_to_multiple=data.pad_to_multiple,
-      )
+      lengths = dict(max_source_length=data.max_source_length, max_target_length=data.max_target_length)
+      if self.packing:
+        plan = PackedTrainingBatches(pairs, batch_size=batch_size, **lengths)
+      else:
+        plan = input_pipeline.TrainingBatches(
+          pairs, batch_size=batch_size, pad_to_multiple=data.pad_to_multiple, **lengths
+        )
+      self._training_batches[batch_size] = plan
     return self._training_batches[batch_size].batches(
       seed=seed, start_step=start_step, process_index=process_index, process_count=process_count
     )
@@ -347,7 +360,8 @@ class Translation(Task):
     )
 
   def loss_and_outputs(self, model, batch, *, rngs, deterministic):
-    logits, _ = model(batch['src'], batch['tgt_in'], deterministic=deterministic, rngs=rngs)
+    packing = {'packing': Packing.from_batch(batch)} if PACKING_KEYS[0] in batch else {}
+    logits, _ = model(batch['src'], batch['tgt_in'], deterministic=deterministic, rngs=rngs, **packing)
     losses, _ = token_losses(logits, batch['tgt_out'], self.label_smoothing)
     weights = batch['tgt_out'] != PAD_ID
     outputs = {'loss': losses, 'logits': logits, 'labels': batch['tgt_out'], 'mask': weights}

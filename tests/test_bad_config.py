@@ -69,6 +69,12 @@ CASES = {
   'train_split is a path': (SCAN, ['--config.data.train_split=/etc/passwd'], 'config.data.train_split is'),
   'language is a path': (SCAN, ['--config.data.src_lang=../../outside'], 'config.data.src_lang is'),
   'mesh.model 0': (VIT, ['--config.mesh.model=0'], 'config.mesh.model is 0'),
+  'packing not true or false': (SCAN, ['--config.data.packing=maybe'], 'config.data.packing'),
+  'packing the RNN': (
+    'configs/rnn_scan.py',
+    ['--config.data.packing=True'],
+    'data.packing is for the Transformer',
+  ),
   # These build the task (it finds the data), so they take a few seconds.
   'mesh.model not dividing the devices': (VIT, ['--config.mesh.model=3'], 'config.mesh.model is 3'),
   'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
@@ -294,7 +300,7 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
   config = importlib.import_module(f'configs.{name}').get_config()
   optional = set()
   if config.task == 'vit.task:ImageClassification':
-    from vit import input_pipeline, model, pretrained
+    from vit import distillation, input_pipeline, model, pretrained
     from vit import task as vit_task
 
     sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
@@ -303,6 +309,8 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
       sections['init_from'] = pretrained.default_init_from_config()
     if 'fewshot' in config:
       sections['fewshot'] = vit_task.default_fewshot_config()
+    if 'distill' in config:
+      sections['distill'] = distillation.default_distill_config()
     optional = {
       'optimizer.frozen',
       'optimizer.layer_decay',

@@ -143,7 +143,7 @@ def test_decoder_block_post_norm_is_the_residual_sum_normalised():
 @pytest.mark.parametrize(
   'option, value, message',
   [
-    ('activation', 'swish', "Unknown activation 'swish'; allowed values: gelu, gelu_exact, relu"),
+    ('activation', 'swish', "Unknown activation 'swish'; allowed values: gelu, gelu_exact, quick_gelu, relu"),
     ('norm_placement', 'sandwich', "Unknown norm_placement 'sandwich'; allowed values: pre, post"),
   ],
 )

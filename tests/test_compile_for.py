@@ -133,7 +133,10 @@ def test_flops_of_a_program_with_loops_are_called_a_lower_bound():
   assert any(line.startswith('FLOPs per step (XLA): 4e+12 (1e+12 per chip); compiled') for line in plain)
   looped = compile_for.report(_compiled_result(loop_trip_counts=[24, 4]))
   flops = next(line for line in looped if line.startswith('FLOPs'))
-  assert 'a lower bound: XLA counts the body of each loop once' in flops and '(24, 4 iterations)' in flops
+  assert 'a lower bound: XLA counts the body of each loop once' in flops and '(iterations: 24, 4)' in flops
+  many = compile_for.report(_compiled_result(loop_trip_counts=[2] * 192 + [8, None, 8]))
+  flops = next(line for line in many if line.startswith('FLOPs'))
+  assert 'runs 195 loops (iterations: 2 x192, 8 x2, ?)' in flops  # each trip count once, with how often
 
 
 def test_a_v4_chips_two_tensorcores_are_two_devices_with_half_its_memory_and_peak_each():

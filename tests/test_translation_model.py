@@ -239,5 +239,7 @@ def test_model_configs_without_the_newer_fields_get_our_defaults():
   assert model.encoder.blocks[0].mlp.activation == 'relu' and model.decoder.blocks[0].norm_placement == 'post'
   assert model.decoder.blocks[0].self_attention.qkv.bias is None
   config.activation = 'tanh'
-  with pytest.raises(ValueError, match="Unknown activation 'tanh'; allowed values: gelu, gelu_exact, relu"):
+  with pytest.raises(
+    ValueError, match="Unknown activation 'tanh'; allowed values: gelu, gelu_exact, quick_gelu, relu"
+  ):
     build(config)

@@ -22,10 +22,20 @@ from flax import nnx
 
 from trainer import storage
 from trainer import workdir as workdir_lib
+from trainer.errors import WorkdirError
 from trainer.evaluation import restore_checkpoint
 from trainer.task import PredictOptions, prediction_rows
 
-__all__ = ['Predictor', 'load_predictor', 'compiled_logits', 'top_classes', 'present_classes', 'picture_name']
+__all__ = [
+  'Predictor',
+  'load_predictor',
+  'compiled_logits',
+  'compiled_features',
+  'batched',
+  'top_classes',
+  'present_classes',
+  'picture_name',
+]
 
 _COMPILED = weakref.WeakKeyDictionary()
 
@@ -37,6 +47,29 @@ def compiled_logits(model: nnx.Module):
     forward = jax.jit(lambda state, inputs: nnx.merge(graphdef, state)(inputs)[0])
     _COMPILED[model] = lambda inputs: forward(state, inputs)
   return _COMPILED[model]
+
+
+_COMPILED_FEATURES = weakref.WeakKeyDictionary()
+
+
+def compiled_features(model: nnx.Module):
+  """``features(inputs)``: the model's ``intermediates['pre_logits']``, compiled once per input shape."""
+  if model not in _COMPILED_FEATURES:
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, inputs: nnx.merge(graphdef, state)(inputs)[1]['pre_logits'])
+    _COMPILED_FEATURES[model] = lambda inputs: forward(state, inputs)
+  return _COMPILED_FEATURES[model]
+
+
+def batched(function, inputs, batch_size: int, input_shape, prepare) -> np.ndarray:
+  """``function`` (a compiled model output) over ``inputs`` in padded batches: float32 ``[n, ...]``."""
+  rows = []
+  for start in range(0, len(inputs), batch_size):
+    chunk = inputs[start : start + batch_size]
+    batch = np.zeros((prediction_rows(len(chunk), batch_size), *input_shape), np.float32)
+    batch[: len(chunk)] = prepare(np.stack(chunk))
+    rows.append(np.asarray(function(batch), np.float32)[: len(chunk)])
+  return np.concatenate(rows) if rows else np.zeros((0,), np.float32)
 
 
 def top_classes(logits: np.ndarray, k: int, class_names: list[str] | None) -> list[dict[str, Any]]:
@@ -120,6 +153,16 @@ class Predictor:
   def present(self, name: str, prediction: dict[str, Any]) -> str:
     return self.task.present(name, prediction)
 
+  def features(self, items: Sequence[Any], *, is_read: bool = False) -> np.ndarray:
+    """The pooled pre-logits embedding of each input (a task that has one): float32 ``[n, features]``."""
+    values = list(items) if is_read else [self.read(item) for item in items]
+    return self.task.features(self.model, values, self.options())
+
+  def logits(self, items: Sequence[Any], *, is_read: bool = False) -> np.ndarray:
+    """The logits of each input (a classifier's): float32 ``[n, classes]``."""
+    values = list(items) if is_read else [self.read(item) for item in items]
+    return self.task.logits(self.model, values, self.options())
+
   def explain(
     self, item, path, *, prediction: dict[str, Any] | None = None, is_read: bool = False, **options
   ):
@@ -136,6 +179,11 @@ def load_predictor(workdir, checkpoint: str | int = 'latest', params: str = 'raw
   """Restores checkpoint ``checkpoint`` ('latest', 'best' or a step) of ``workdir`` for prediction;
   ``params='ema'``: the moving average of its parameters (``trainer/ema.py``)."""
   workdir = storage.as_path(workdir)
+  if (workdir / workdir_lib.CONFIG_FILE).exists() and 'task' not in workdir_lib.load_config(workdir):
+    raise WorkdirError(
+      f'{workdir} is not a workdir written by train.py (its config.json names no task); for timm or '
+      'Hugging Face weights use predict.py --weights, or vit.weights_predictor.load_predictor.'
+    )
   task, parts, params, step = restore_checkpoint(workdir, checkpoint, read_data=False, params=params)
   class_names = workdir_lib.load_class_names(workdir)
   return Predictor(workdir, task, parts.merge(params), int(step), class_names)

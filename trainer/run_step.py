@@ -44,7 +44,8 @@ class RunStep:
 
   def train_step(self, parts: ModelParts):
     """The compiled ``step(state, metrics, batch) -> (state, metrics)`` of the model ``parts`` holds
-    (its constants: ``StateInit.create``, ``rest`` or ``host_rest``)."""
+    (its constants: ``StateInit.create``, ``rest`` or ``host_rest``), with the task's
+    ``training_constants`` (a distillation teacher) passed in."""
     return make_train_step(
       self.task,
       parts,
@@ -55,6 +56,7 @@ class RunStep:
       state_sharding=self.init.state_sharding,
       frozen=self.frozen,
       ema_decay=ema_decay(self.config),
+      constants=self.task.training_constants(),
     )
 
 

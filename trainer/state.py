@@ -19,9 +19,10 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from trainer import random_streams
+from trainer.accumulation import accumulated_gradient, param_specs
 from trainer.ema import update_ema
 from trainer.optim import parameter_path
-from trainer.partitioning import batch_sharding, check_micro_batches, replicated
+from trainer.partitioning import batch_sharding, check_micro_batches, replicated, state_shardings
 from trainer.task import Task
 
 
@@ -69,17 +70,6 @@ def _add_grad_norm(metrics: clu_metrics.Collection, grad_norm: clu_metrics.Avera
   return _with_grad_norm(type(metrics))(**fields, grad_norm=grad_norm)
 
 
-def _split_micro_batches(batch, num_micro_batches: int):
-  """``[B, ...]`` -> ``[k, B/k, ...]`` taking every k-th row, so each device keeps its own rows
-  (``check_micro_batches`` makes sure ``k`` divides every device's rows)."""
-
-  def split(x):
-    x = x.reshape(x.shape[0] // num_micro_batches, num_micro_batches, *x.shape[1:])
-    return jnp.swapaxes(x, 0, 1)
-
-  return jax.tree.map(split, batch)
-
-
 def make_train_step(
   task: Task,
   parts: ModelParts,
@@ -91,67 +81,73 @@ def make_train_step(
   state_sharding=None,
   frozen: Collection[str] = frozenset(),
   ema_decay: float = 0.0,
+  constants=None,
 ):
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
 
   The gradient is that of the whole batch's mean loss: the gradients of the task's loss sums
-  (``Task.loss_and_outputs``) are added over the ``grad_accum_steps`` micro-batches (a
-  ``lax.scan`` from zero) and divided once by the summed weight; the batch's devices and
-  processes are summed by XLA, as one global batch. ``metrics`` accumulates the train metrics
+  (``Task.loss_and_outputs``) are added over the ``grad_accum_steps`` micro-batches and divided
+  once by the summed weight. Without micro-batches XLA sums the batch's devices and processes, as
+  one global batch; with them each device adds up its own rows' gradients in the loop and they
+  are reduced across devices once, after it (``trainer.accumulation``). ``metrics`` accumulates the train metrics
   since the last report inside the compiled step (start from ``train_metrics(task).empty()``),
   which saves a few small dispatches per step. ``state_sharding`` (a tree like the state, from
   ``trainer.partitioning.state_shardings``) defaults to replicated. The parameters whose paths
   are in ``frozen`` (``trainer.optim.frozen_paths``) are constants to the differentiation: their
   gradients are zero and never computed. With ``ema_decay`` > 0 the state's ``ema_params`` follow
-  the updated parameters (``trainer.ema.update_ema``).
+  the updated parameters (``trainer.ema.update_ema``). ``constants`` (``Task.training_constants``),
+  when not ``None``, are placed like parameters and passed to every step as an argument of the
+  compiled program, to the task's loss, which is never differentiated with respect to them.
   """
   dropout_key = random_streams.key(seed, random_streams.DROPOUT)
+  state_sharding = replicated(mesh) if state_sharding is None else state_sharding
 
   def without_frozen_gradients(params):
     return jax.tree_util.tree_map_with_path(
       lambda key, p: jax.lax.stop_gradient(p) if parameter_path(key) in frozen else p, params
     )
 
-  def loss_sum_fn(params, batch, key):
+  def loss_sum_fn(params, batch, key, constants):
     params = without_frozen_gradients(params)
     rngs = nnx.Rngs(dropout=key)  # made inside the traced function: NNX forbids mutating outer Rngs
+    given = {} if constants is None else {'constants': constants}
     loss_sum, weight, outputs = task.loss_and_outputs(
-      parts.merge(params), batch, rngs=rngs, deterministic=False
+      parts.merge(params), batch, rngs=rngs, deterministic=False, **given
     )
     return loss_sum, (jnp.asarray(weight, jnp.float32), outputs)
 
   grad_fn = jax.grad(loss_sum_fn, has_aux=True)
 
-  def summed_gradient(params, batch, key):
+  def summed_gradient(params, batch, key, constants):
     """The gradient of the loss sum, the weight it sums over and the batch's train metrics."""
-    grads, (weight, outputs) = grad_fn(params, batch, key)
+    grads, (weight, outputs) = grad_fn(params, batch, key, constants)
     return grads, weight, task.train_metrics.single_from_model_output(**outputs)
 
-  def whole_batch_gradient(params, batch, step_key):
+  def whole_batch_gradient(params, batch, step_key, constants):
     if grad_accum_steps == 1:
-      grads, weight, metrics = summed_gradient(params, batch, step_key)
-    else:
+      grads, weight, metrics = summed_gradient(params, batch, step_key, constants)
+    else:  # each device sums its micro-batches' gradients; one reduction across devices after the loop
       check_micro_batches(jax.tree.leaves(batch)[0].shape[0], grad_accum_steps, mesh)
-
-      def accumulate(carry, indexed_micro_batch):
-        grads_sum, weight_sum, metrics = carry
-        index, micro_batch = indexed_micro_batch
-        micro_key = jax.random.fold_in(step_key, index)
-        grads, weight, micro_metrics = summed_gradient(params, micro_batch, micro_key)
-        grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
-        return (grads_sum, weight_sum + weight, metrics.merge(micro_metrics)), None
-
-      start = (jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.float32), task.train_metrics.empty())
-      micro_batches = (jnp.arange(grad_accum_steps), _split_micro_batches(batch, grad_accum_steps))
-      (grads, weight, metrics), _ = jax.lax.scan(accumulate, start, micro_batches)
+      grads, weight, metrics = accumulated_gradient(
+        summed_gradient,
+        task.train_metrics,
+        params,
+        batch,
+        step_key,
+        num_micro_batches=grad_accum_steps,
+        mesh=mesh,
+        specs=param_specs(params, mesh, state_sharding),
+        trained=jax.tree_util.tree_map_with_path(lambda key, _: parameter_path(key) not in frozen, params),
+        constants=constants,
+      )
     weight = jnp.where(weight > 0, weight, 1.0)  # a batch with nothing to learn from gives no update
     return jax.tree.map(lambda g: g / weight.astype(g.dtype), grads), metrics
 
-  def step(state: TrainState, metrics_so_far, batch):
+  def step(state: TrainState, metrics_so_far, batch, constants=None):
     if not hasattr(metrics_so_far, 'grad_norm'):  # started from task.train_metrics.empty()
       metrics_so_far = _add_grad_norm(metrics_so_far, clu_metrics.Average.empty())
     step_key = jax.random.fold_in(dropout_key, state.step)
-    grads, metrics = whole_batch_gradient(state.params, batch, step_key)
+    grads, metrics = whole_batch_gradient(state.params, batch, step_key, constants)
     metrics = _add_grad_norm(metrics, clu_metrics.Average.from_model_output(optax.global_norm(grads)))
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -161,13 +157,25 @@ def make_train_step(
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state, ema_params=ema_params)
     return new_state, metrics_so_far.merge(metrics)
 
-  state_sharding = replicated(mesh) if state_sharding is None else state_sharding
-  return jax.jit(
-    step,
-    in_shardings=(state_sharding, replicated(mesh), batch_sharding(mesh)),
-    out_shardings=(state_sharding, replicated(mesh)),
-    donate_argnums=(0, 1),
+  in_shardings = (state_sharding, replicated(mesh), batch_sharding(mesh))
+  if constants is not None:
+    constants_sharding = state_shardings(constants, mesh)
+    in_shardings = (*in_shardings, constants_sharding)
+  compiled = jax.jit(
+    step, in_shardings=in_shardings, out_shardings=(state_sharding, replicated(mesh)), donate_argnums=(0, 1)
   )
+  if constants is None:
+    return compiled
+  constants = jax.device_put(constants, constants_sharding)
+
+  def step_with_constants(state: TrainState, metrics_so_far, batch):
+    return compiled(state, metrics_so_far, batch, constants)
+
+  step_with_constants.lower = lambda state, metrics_so_far, batch: compiled.lower(
+    state, metrics_so_far, batch, constants
+  )
+  step_with_constants.constants = constants  # as placed: what tests inspect
+  return step_with_constants
 
 
 def make_eval_step(task: Task, parts: ModelParts, mesh: Mesh, params_sharding=None):

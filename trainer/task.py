@@ -119,8 +119,19 @@ class Task(Reporting, abc.ABC):
     The trainer sums both over micro-batches, devices and processes and divides once, so the
     update is that of the whole batch's mean loss however the batch is split (the Flax WMT
     example's ``(loss_sum, weight_sum)``). The loss is the one trained (label-smoothed where the
-    config asks).
+    config asks). A task whose ``training_constants`` are not ``None`` also gets them, as
+    ``constants=``, inside the compiled step.
     """
+
+  def training_constants(self) -> Any:
+    """Arrays the training loss reads besides the model and the batch, never trained and never saved
+    (a distillation teacher's variables), as a tree; ``None`` (the default) for none.
+
+    Called once per run, after ``check_training_data``. The trainer places them with the
+    parameters' sharding rules and passes them into the compiled train step, as an argument (not a
+    constant of the program), to ``loss_and_outputs(..., constants=)``; no gradient is taken of them.
+    """
+    return None
 
   def eval_outputs(self, model: nnx.Module, batch: Batch) -> dict[str, Any]:
     """Outputs for ``eval_metrics`` on one evaluation batch (padding rows masked).

@@ -180,6 +180,8 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
       f'({config.grad_accum_steps}).'
     )
   observe_config.check_fields(config)
+  for split in config.get('eval_splits', ()):
+    check_split_name(split, 'config.eval_splits')
 
 
 def _check_ema_section(config) -> None:

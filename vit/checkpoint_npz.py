@@ -6,7 +6,9 @@ Two layouts are read, from the kinds of file their code writes:
   first row is the class token's, ``Transformer/encoderblock_{i}/LayerNorm_0|2``,
   ``.../MultiHeadDotProductAttention_1/{query,key,value}`` (kernel ``(D, H, D/H)``, bias
   ``(H, D/H)``), ``.../out`` (kernel ``(H, D/H, D)``), ``.../MlpBlock_3/Dense_0|1``,
-  ``Transformer/encoder_norm``, optional ``pre_logits``, ``head``.
+  ``Transformer/encoder_norm``, optional ``pre_logits``, ``head``; a DeiT model with a
+  distillation token has ``dist_token`` (its position row after the class token's) and
+  ``head_dist`` as timm names them.
 - ``big_vision``: the same with ``pos_embedding`` at the top level and no class-token row,
   ``MultiHeadDotProductAttention_0``, ``MlpBlock_0``, ``LayerNorm_0|1``, an optional
   ``MAPHead_0``, and the scanned form in which ``Transformer/encoderblock/...`` holds every layer
@@ -15,6 +17,13 @@ Two layouts are read, from the kinds of file their code writes:
   ``params/b``), ``params/`` (a parameter file, or a trainer checkpoint beside ``opt/`` and
   ``chrono/``), or the top level (a bare parameter tree, told from the official layout by its
   names). Everything outside the tower is ignored and counted (``ignored_summary``).
+
+The options of timm's and Hugging Face's ViTs (``vit.model``) have canonical keys of their own, in
+the same style: ``reg`` ``(1, R, D)`` (register tokens), ``.../encoderblock_{i}/LayerScale_0/scale``
+and ``LayerScale_1/scale`` (after attention and after the MLP), ``Transformer/norm_pre``,
+``fc_norm``; a patch embedding without bias has no ``embedding/bias`` and a model whose final
+LayerNorm follows the pooling has no ``Transformer/encoder_norm``. ``vit.weights`` reads those
+sources into this form.
 
 Both are first brought to one canonical form: official names, the class-token position row
 folded into ``cls`` (exact: the stem only adds it to the class token) and the position table
@@ -58,6 +67,8 @@ _BIG_VISION_NAMES = re.compile(
 )
 # parameters that a fine-tuning run may drop or leave freshly initialised
 _HEAD_KEYS = ('head/kernel', 'head/bias')
+# DeiT's distillation token and head (timm's names), whose position row follows the class token's
+_DISTILL_TOKEN_KEY, _DISTILL_HEAD_KEYS = 'dist_token', ('head_dist/kernel', 'head_dist/bias')
 _PRE_LOGITS_KEYS = ('pre_logits/kernel', 'pre_logits/bias')
 
 
@@ -125,9 +136,10 @@ def to_canonical(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   if POSEMB_KEY in canonical:
     table = canonical[POSEMB_KEY]
     table = table.reshape(table.shape[-2:]) if table.ndim == 3 else table
-    if layout == 'official' and 'cls' in canonical:
-      canonical['cls'] = canonical['cls'] + table[:1][None]
-      table = table[1:]
+    for token in ('cls', _DISTILL_TOKEN_KEY):
+      if layout == 'official' and token in canonical:
+        canonical[token] = canonical[token] + table[:1][None]
+        table = table[1:]
     canonical[POSEMB_KEY] = table
   return canonical
 
@@ -214,9 +226,15 @@ def model_entries(model) -> list[_Entry]:
   """Every parameter of ``model`` (a ``VisionTransformer``) with its canonical key."""
   width = model.patch_embedding.kernel.shape[-1]
   heads = layer_of(model.encoder.blocks, 0).attention.num_heads
-  entries = _dense_entries(('patch_embedding',), 'embedding')
+  entries = [_Entry(('patch_embedding', 'kernel'), 'embedding/kernel')]
+  if model.patch_embedding.bias is not None:
+    entries.append(_Entry(('patch_embedding', 'bias'), 'embedding/bias'))
   if model.pool == 'cls':
     entries.append(_Entry(('class_token',), 'cls'))
+  if hasattr(model, 'register_tokens'):
+    entries.append(_Entry(('register_tokens',), 'reg'))
+  if hasattr(model, 'distill_token'):
+    entries.append(_Entry(('distill_token',), _DISTILL_TOKEN_KEY))
   if model.encoder.positional.kind == 'learn1d' and model.encoder.positional.injection == 'stem':
     entries.append(_Entry(('encoder', 'positional', 'tables', 0, 'table'), POSEMB_KEY))
   for layer in range(model.encoder.depth):
@@ -228,7 +246,13 @@ def model_entries(model) -> list[_Entry]:
     entries += _norm_and_mlp_entries((*ours, 'norm2'), f'{theirs}/LayerNorm_2')
     entries += _dense_entries((*ours, 'mlp', 'fc1'), f'{theirs}/MlpBlock_3/Dense_0')
     entries += _dense_entries((*ours, 'mlp', 'fc2'), f'{theirs}/MlpBlock_3/Dense_1')
-  entries += _norm_and_mlp_entries(('encoder', 'norm'), 'Transformer/encoder_norm')
+    if hasattr(layer_of(model.encoder.blocks, 0), 'ls1'):
+      entries.append(_Entry((*ours, 'ls1'), f'{theirs}/LayerScale_0/scale'))
+      entries.append(_Entry((*ours, 'ls2'), f'{theirs}/LayerScale_1/scale'))
+  if hasattr(model.encoder, 'norm_pre'):
+    entries += _norm_and_mlp_entries(('encoder', 'norm_pre'), 'Transformer/norm_pre')
+  if model.encoder.final_norm:
+    entries += _norm_and_mlp_entries(('encoder', 'norm'), 'Transformer/encoder_norm')
   if model.pool == 'map':
     entries.append(_Entry(('pooling', 'probe'), 'MAPHead_0/probe'))
     entries += _attention_entries(
@@ -237,9 +261,13 @@ def model_entries(model) -> list[_Entry]:
     entries += _norm_and_mlp_entries(('pooling', 'norm'), 'MAPHead_0/LayerNorm_0')
     entries += _dense_entries(('pooling', 'mlp', 'fc1'), 'MAPHead_0/MlpBlock_0/Dense_0')
     entries += _dense_entries(('pooling', 'mlp', 'fc2'), 'MAPHead_0/MlpBlock_0/Dense_1')
+  if hasattr(model, 'fc_norm'):
+    entries += _norm_and_mlp_entries(('fc_norm',), 'fc_norm')
   if hasattr(model, 'pre_logits'):
     entries += _dense_entries(('pre_logits',), 'pre_logits')
   entries += _dense_entries(('head',), 'head')
+  if hasattr(model, 'distill_head'):
+    entries += _dense_entries(('distill_head',), 'head_dist')
   return entries
 
 
@@ -267,8 +295,11 @@ def model_to_official(model) -> dict[str, np.ndarray]:
   arrays = {entry.key: entry.to_official(params[entry.path]) for entry in entries}
   if POSEMB_KEY in arrays:
     table = arrays[POSEMB_KEY]
-    if model.pool == 'cls':
-      table = np.concatenate([np.zeros_like(table[:1]), table])
+    # A zero row for the class and distillation tokens (the stem adds no position to them); register
+    # tokens have no row in this layout.
+    rows = (model.pool == 'cls') + hasattr(model, 'distill_token')
+    if rows:
+      table = np.concatenate([np.zeros_like(table[:1])] * rows + [table])
     arrays[POSEMB_KEY] = table[None]
   return arrays
 
@@ -317,7 +348,12 @@ def canonical_to_model(
     report.adapted.append(f'head: zero-initialised ({why_new_head})')
   for entry in entries:
     ours = params[entry.path]
-    if entry.key in _HEAD_KEYS:
+    if entry.key in (_DISTILL_TOKEN_KEY, *_DISTILL_HEAD_KEYS) and entry.key not in canonical:
+      if entry.key != _DISTILL_TOKEN_KEY:  # a fresh distillation head starts at zero, as a new head
+        params[entry.path] = np.zeros_like(ours)
+      report.adapted.append(f'{entry.key}: not in the checkpoint, freshly initialised')
+      continue
+    if entry.key in _HEAD_KEYS or (entry.key in _DISTILL_HEAD_KEYS and why_new_head):
       if why_new_head:
         params[entry.path] = np.zeros_like(ours)
       else:
@@ -349,7 +385,7 @@ def canonical_to_model(
     report.loaded.append(entry.key)
   known = {entry.key for entry in entries}
   for key in sorted(set(canonical) - known):
-    if key in _PRE_LOGITS_KEYS or key in _HEAD_KEYS:
+    if key in _PRE_LOGITS_KEYS or key in _HEAD_KEYS or key in (_DISTILL_TOKEN_KEY, *_DISTILL_HEAD_KEYS):
       report.skipped.append(f'{key} {canonical[key].shape} (dropped: the model has none)')
     else:
       problems.append(f'checkpoint key {key!r} {canonical[key].shape} has no place in the model')

@@ -18,6 +18,19 @@ ImageNet-21k ViT checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_
 ``scan_layers`` and ``remat`` (``attention.layers``) scan the encoder over depth and
 rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``.
 
+The architectures of timm's and Hugging Face's ViTs are options too, each off by default:
+``reg_tokens`` (learned register tokens after the class token, left out of the pooling; DINOv2),
+``layer_scale`` (initial value of a learned scale on each residual branch; DeiT III, DINOv2),
+``norm_pre`` (a LayerNorm after the position embedding, before the blocks; CLIP), ``fc_norm``
+(the final LayerNorm after the pooling instead of before it), ``patch_bias`` (False: a patch
+embedding without bias; CLIP) and ``activation='quick_gelu'`` (CLIP). Pooling (``gap``, ``map``)
+reads the patch tokens only, never the prefix tokens.
+
+``distill_token`` (DeiT, Touvron et al. 2021) adds a learned token after the class token (or as the
+only prefix token, with ``gap`` or ``map``) whose output feeds a head of its own; the returned logits
+are the mean of the two heads' (DeiT's evaluation), and the intermediates hold each head's logits
+(``class_logits``, ``distill_logits``) for a distillation loss (``vit.distillation``).
+
 ``make_vit`` builds the model from a ``config.model`` section; ``default_model_config`` holds every
 field's default.
 """
@@ -75,6 +88,7 @@ class PatchEmbedding(nnx.Module):
     patch: tuple[int, int],
     *,
     dtype=None,
+    use_bias: bool = True,
     param_dtype=jnp.float32,
     rngs: nnx.Rngs,
   ):
@@ -82,7 +96,7 @@ class PatchEmbedding(nnx.Module):
     self.dtype = dtype
     kernel_init, bias_init = nnx.initializers.lecun_normal(), nnx.initializers.zeros
     self.kernel = nnx.Param(kernel_init(rngs.params(), (*self.patch, channels, width), param_dtype))
-    self.bias = nnx.Param(bias_init(rngs.params(), (width,), param_dtype))
+    self.bias = nnx.Param(bias_init(rngs.params(), (width,), param_dtype)) if use_bias else None
 
   def __call__(self, images: jax.Array) -> jax.Array:
     """``[batch, H, W, C]`` -> ``[batch, tokens, width]``, tokens in row-major grid order."""
@@ -93,6 +107,9 @@ class PatchEmbedding(nnx.Module):
       batch, grid_h * grid_w, patch_h * patch_w * channels
     )
     kernel = self.kernel[...].reshape(patch_h * patch_w * channels, -1)  # [ph, pw, C, width]: the same order
+    if self.bias is None:
+      patches, kernel = promote_dtype((patches, kernel), dtype=self.dtype)
+      return jnp.matmul(patches, kernel)
     patches, kernel, bias = promote_dtype((patches, kernel, self.bias[...]), dtype=self.dtype)
     return jnp.matmul(patches, kernel) + bias
 
@@ -149,6 +166,12 @@ class VisionTransformer(nnx.Module):
     layernorm_epsilon: float,
     pre_logits: int,
     sincos2d_layout: str,
+    reg_tokens: int,
+    layer_scale: float,
+    norm_pre: bool,
+    fc_norm: bool,
+    patch_bias: bool,
+    distill_token: bool,
     scan_layers: bool,
     remat: str,
     dtype: str,
@@ -167,10 +190,21 @@ class VisionTransformer(nnx.Module):
     self.grid = (height // patch[0], image_width // patch[1])
     self.pool = pool
     self.compute_dtype = compute_dtype
-    self.patch_embedding = PatchEmbedding(channels, width, patch, dtype=compute_dtype, rngs=rngs)
-    num_prefix = 1 if pool == 'cls' else 0
+    if reg_tokens < 0:
+      raise ValueError(f'reg_tokens must be >= 0, got {reg_tokens}.')
+    self.patch_embedding = PatchEmbedding(
+      channels, width, patch, dtype=compute_dtype, use_bias=patch_bias, rngs=rngs
+    )
+    # The prefix tokens, in order: class token, distillation token, register tokens.
+    self.num_prefix = (1 if pool == 'cls' else 0) + (1 if distill_token else 0) + reg_tokens
+    num_prefix = self.num_prefix
     if pool == 'cls':
       self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
+    if distill_token:  # DeiT's initialisation; a zero token would start as the class token's twin
+      self.distill_index = 1 if pool == 'cls' else 0
+      self.distill_token = nnx.Param(nnx.initializers.truncated_normal(0.02)(rngs.params(), (1, 1, width)))
+    if reg_tokens:
+      self.register_tokens = nnx.Param(nnx.initializers.normal(1e-6)(rngs.params(), (1, reg_tokens, width)))
     self.encoder = Encoder(
       features=width,
       depth=depth,
@@ -186,6 +220,9 @@ class VisionTransformer(nnx.Module):
       drop_path_rate=drop_path,
       activation=activation,
       layernorm_epsilon=layernorm_epsilon,
+      layer_scale=layer_scale,
+      input_norm=norm_pre,
+      final_norm=not fc_norm,
       sincos2d_layout=sincos2d_layout,
       scan_layers=scan_layers,
       remat=remat,
@@ -202,10 +239,14 @@ class VisionTransformer(nnx.Module):
         dtype=compute_dtype,
         rngs=rngs,
       )
+    if fc_norm:
+      self.fc_norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, dtype=compute_dtype, rngs=rngs)
     if pre_logits:
       self.pre_logits = nnx.Linear(width, pre_logits, rngs=rngs)
     head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
+    if distill_token:
+      self.distill_head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
 
   def __call__(
     self,
@@ -217,27 +258,40 @@ class VisionTransformer(nnx.Module):
   ) -> tuple[jax.Array, dict]:
     """``images`` ``[batch, H, W, C]`` -> float32 logits ``[batch, classes]`` and intermediates."""
     tokens = self.patch_embedding(images)
-    if self.pool == 'cls':
-      cls = jnp.broadcast_to(
-        self.class_token[...].astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1])
-      )
-      tokens = jnp.concatenate([cls, tokens], axis=1)
+    names = ('class_token', 'distill_token', 'register_tokens')
+    prefix = [getattr(self, name) for name in names if hasattr(self, name)]
+    if prefix:
+      batch, width = tokens.shape[0], tokens.shape[-1]
+      prefix = [jnp.broadcast_to(p[...].astype(tokens.dtype), (batch, p.shape[1], width)) for p in prefix]
+      tokens = jnp.concatenate([*prefix, tokens], axis=1)
     encoded, intermediates = self.encoder(
       tokens, deterministic=deterministic, rngs=rngs, return_weights=return_weights
     )
+    patch_tokens = encoded[:, self.num_prefix :] if self.num_prefix else encoded
     if self.pool == 'cls':
       features = encoded[:, 0]
     elif self.pool == 'gap':
-      features = jnp.mean(encoded, axis=1)
+      features = jnp.mean(patch_tokens, axis=1)
     else:
-      features, pool_weights = self.pooling(encoded, return_weights=return_weights)
+      features, pool_weights = self.pooling(patch_tokens, return_weights=return_weights)
       if return_weights:
         intermediates['pool_attention_weights'] = pool_weights
-    if hasattr(self, 'pre_logits'):
-      features = jnp.tanh(self.pre_logits(features))
+    features = self._pre_logits(features)
     intermediates['pre_logits'] = features
     intermediates['grid'] = self.grid
-    return self.head(features).astype(jnp.float32), intermediates
+    logits = self.head(features).astype(jnp.float32)
+    if hasattr(self, 'distill_head'):
+      distill_logits = self.distill_head(self._pre_logits(encoded[:, self.distill_index]))
+      intermediates['class_logits'] = logits
+      intermediates['distill_logits'] = distill_logits.astype(jnp.float32)
+      logits = (logits + intermediates['distill_logits']) / 2
+    return logits, intermediates
+
+  def _pre_logits(self, features: jax.Array) -> jax.Array:
+    """The pooled features through ``fc_norm`` and the ``pre_logits`` layer, where the model has them."""
+    if hasattr(self, 'fc_norm'):
+      features = self.fc_norm(features)
+    return jnp.tanh(self.pre_logits(features)) if hasattr(self, 'pre_logits') else features
 
 
 def default_model_config() -> ml_collections.ConfigDict:
@@ -262,6 +316,12 @@ def default_model_config() -> ml_collections.ConfigDict:
       layernorm_epsilon=1e-6,
       pre_logits=0,
       sincos2d_layout='rows_cols',
+      reg_tokens=0,
+      layer_scale=0.0,
+      norm_pre=False,
+      fc_norm=False,
+      patch_bias=True,
+      distill_token=False,
       scan_layers=False,
       remat='none',
       dtype='float32',

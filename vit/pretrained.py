@@ -8,6 +8,12 @@ instead of failing), ``init_head`` (False: a zero head even when the class count
 both ``jax.image.resize``, which antialiases when shrinking; or 'scipy_zoom', the original ViT
 code's and big_vision's ``scipy.ndimage.zoom(order=1)``; see ``attention.resample``).
 A workdir's model is read through the same official layout that ``vit.export_npz`` writes.
+
+``path`` may also be a timm or Hugging Face transformers folder, or a bare timm ``.safetensors`` with
+``arch`` (its timm architecture name), read by ``vit.weights``. The model options such a file decides
+(``FILE_DECIDES``) fill the fields the config's ``model`` section leaves out or leaves unset
+(``configs.common.unset``) (``complete_model_config``); a field set to something else is an error
+listing every difference.
 """
 
 import pathlib
@@ -17,18 +23,75 @@ import numpy as np
 
 from attention.resample import RESAMPLE_METHODS
 from trainer.errors import ConfigError
-from vit import checkpoint_npz
+from vit import checkpoint_npz, weights
+from vit.model import decode_variant
+
+# the model options a timm or transformers file decides (a patch size of its own may differ: resized)
+FILE_DECIDES = (
+  'width', 'depth', 'num_heads', 'mlp_dim', 'pool', 'posemb', 'activation', 'layernorm_epsilon',
+  'reg_tokens', 'layer_scale', 'norm_pre', 'fc_norm', 'patch_bias',
+)  # fmt: skip
+_READ = {}  # (path, arch) -> weights.Weights, so a file is read once per process
 
 
 def default_init_from_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(
-    dict(path='', checkpoint='latest', strict=True, init_head=True, resample='bilinear')
+    dict(path='', checkpoint='latest', strict=True, init_head=True, resample='bilinear', arch='')
   )
+
+
+def read_weights(path, arch: str = '') -> weights.Weights:
+  key = (str(path), arch)
+  if key not in _READ:
+    _READ.clear()
+    _READ[key] = weights.read_weights(path, arch)
+  return _READ[key]
+
+
+def complete_model_config(
+  model: ml_collections.ConfigDict, init_from: ml_collections.ConfigDict | None
+) -> None:
+  """``model`` (a config's section, in place) completed from a timm or transformers ``init_from``:
+  the fields it leaves unset take the file's values; ``ConfigError`` listing the ones it contradicts."""
+  if init_from is None or not init_from.path or not weights.is_weights_path(init_from.path):
+    return
+  source = read_weights(init_from.path, init_from.get('arch', ''))
+  stated = {
+    name: value for name, value in model.items() if value is not None
+  }  # None: unset (configs.common.unset)
+  if stated.get('variant', 'custom') != 'custom':
+    stated.update(decode_variant(stated['variant']))
+  differ = []
+  for name in FILE_DECIDES:
+    theirs = source.model.get(name)
+    if theirs is None or name not in stated:
+      continue
+    ours = stated[name]
+    same = bool(ours) == bool(theirs) if name == 'layer_scale' else ours == theirs
+    if not same:
+      differ.append(f'{name} {ours!r} (the file: {theirs!r})')
+  if differ:
+    raise ConfigError(
+      f'config.model contradicts init_from {init_from.path}: {"; ".join(differ)}; leave these fields '
+      "unset to take the file's."
+    )
+  with model.unlocked():
+    if stated.get('variant', 'custom') != 'custom':
+      model.variant = 'custom'
+      for name in ('width', 'depth', 'num_heads', 'mlp_dim', 'patch_size'):
+        model[name] = stated[name]
+    for name in (*FILE_DECIDES, 'patch_size', 'pre_logits'):
+      if name not in stated and name in source.model:
+        if name in model:
+          del model[name]  # an unset field keeps its type; the file's value may be of another
+        model[name] = source.model[name]
 
 
 def check_init_from(config: ml_collections.ConfigDict | None) -> None:
   if config is None:
     return
+  if not isinstance(config.get('arch', ''), str):
+    raise ConfigError(f'config.init_from.arch must be a timm architecture name, got {config.arch!r}.')
   if config.resample not in RESAMPLE_METHODS:
     raise ConfigError(
       f'config.init_from.resample is {config.resample!r}; allowed values: {", ".join(RESAMPLE_METHODS)}.'
@@ -39,6 +102,10 @@ def read_canonical(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
   """The source's arrays in ``checkpoint_npz``'s canonical form; prints one line counting the
   arrays of an ``.npz`` outside its image tower (a trainer checkpoint's optimizer, a text tower)."""
   path = pathlib.Path(config.path)
+  if weights.is_weights_path(path):
+    source = read_weights(path, config.get('arch', ''))
+    print(f'init_from {path}: {source.source} weights ({source.arch or "transformers"})', flush=True)
+    return source.canonical
   if path.is_dir():
     return checkpoint_npz.to_canonical(_workdir_arrays(path, config.checkpoint))
   arrays = checkpoint_npz.read_npz(path)

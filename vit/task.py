@@ -20,10 +20,11 @@ from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
 from trainer.parameter_regexes import check_regexes_under_scan
 from trainer.partitioning import check_batch_size
-from trainer.predictor import classify, present_classes
+from trainer.predictor import batched, classify, compiled_features, compiled_logits, present_classes
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
+from vit.distillation import Distillation, check_distill
 from vit.input_pipeline import ImagePreparation, load_image_data
 from vit.model import default_model_config, make_vit
 
@@ -32,6 +33,15 @@ from vit.model import default_model_config, make_vit
 class ClassificationMetrics(clu_metrics.Collection):
   loss: clu_metrics.Average.from_output('loss')
   accuracy: clu_metrics.Accuracy
+
+
+@flax.struct.dataclass
+class DistillationMetrics(clu_metrics.Collection):
+  """Training with a teacher: ``loss`` is the loss trained, ``distill_loss`` its distillation term."""
+
+  loss: clu_metrics.Average.from_output('loss')
+  accuracy: clu_metrics.Accuracy
+  distill_loss: clu_metrics.Average.from_output('distill_loss')
 
 
 def default_fewshot_config() -> ml_collections.ConfigDict:
@@ -57,8 +67,9 @@ class ImageShapes:
 
 class ImageClassification(Task):
   """Config: ``data`` (see ``vit.input_pipeline``), ``model`` (see ``vit.model``), ``label_smoothing``;
-  optional sections ``init_from`` (see ``vit.pretrained``) and ``fewshot`` (few-shot linear
-  accuracy at every evaluation, see ``default_fewshot_config``).
+  optional sections ``init_from`` (see ``vit.pretrained``), ``fewshot`` (few-shot linear
+  accuracy at every evaluation, see ``default_fewshot_config``) and ``distill`` (a teacher, see
+  ``vit.distillation``).
 
   The training loss is the cross-entropy per image, label-smoothed and mixed as configured,
   summed with the image count as its weight (the trainer takes the whole batch's mean); the
@@ -75,6 +86,8 @@ class ImageClassification(Task):
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
+    if shapes is None:  # built from recorded sizes: a workdir, whose config was completed when it trained
+      pretrained.complete_model_config(config.model, config.get('init_from'))
     try:
       model = with_defaults(config.model, default_model_config())
     except ValueError as error:
@@ -91,6 +104,12 @@ class ImageClassification(Task):
       )
     self.init_from = config.get('init_from')
     pretrained.check_init_from(self.init_from)
+    distill = check_distill(config.get('distill'))
+    if model.distill_token and (distill is None or distill.alpha == 0):
+      raise NotApplicable(
+        'model.distill_token needs a teacher to learn from: set config.distill.teacher and an alpha > 0 '
+        '(vit.distillation).'
+      )
     self.fewshot = config.get('fewshot')
     if self.fewshot is not None and any(k < 1 for k in self.fewshot.shots):
       raise ConfigError(f'config.fewshot.shots is {self.fewshot.shots}; each must be >= 1.')
@@ -102,6 +121,12 @@ class ImageClassification(Task):
       )
     self.data = load_image_data(config.data) if shapes is None else shapes
     self.preparation = self.data.preparation
+    self.distillation = None
+    if distill is not None:
+      self.distillation = Distillation(
+        distill, num_classes=self.data.num_classes, image_shape=self.data.image_shape, dtype=model.dtype
+      )
+      self.train_metrics = DistillationMetrics
     # Build the model abstractly now, so a bad model option fails before any real work.
     try:
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
@@ -164,10 +189,17 @@ class ImageClassification(Task):
     )
 
   def check_training_data(self) -> None:
-    """Reads ``init_from`` and loads it into a model once, so a bad file fails before training."""
+    """Reads ``init_from`` and loads it into a model once, and the teacher, so a bad file fails
+    before training."""
+    if self.distillation is not None:
+      self.distillation.load()
     if self.init_from is not None and self.init_from.path:
       self._initial = pretrained.read_canonical(self.init_from)
       pretrained.load_into(self.make_model(nnx.Rngs(0)), self.init_from, self._initial)
+
+  def training_constants(self):
+    """The teacher's variables, when distilling (``vit.distillation``)."""
+    return None if self.distillation is None else self.distillation.load().variables
 
   def load_initial(self, model) -> None:
     if self.init_from is None or not self.init_from.path:
@@ -240,6 +272,25 @@ class ImageClassification(Task):
     probability}, ...]}``, the first being the argmax of the logits that evaluation scores."""
     return classify(model, inputs, options, self.data.image_shape, self.preparation.prepare_images)
 
+  def features(self, model, inputs, options):
+    """The pooled pre-logits embedding (``intermediates['pre_logits']``) of each image: float32 ``[n, D]``."""
+    return batched(
+      compiled_features(model),
+      inputs,
+      options.batch_size,
+      self.data.image_shape,
+      self.preparation.prepare_images,
+    )
+
+  def logits(self, model, inputs, options):
+    return batched(
+      compiled_logits(model),
+      inputs,
+      options.batch_size,
+      self.data.image_shape,
+      self.preparation.prepare_images,
+    )
+
   def present(self, name, prediction):
     return present_classes(name, prediction)
 
@@ -272,13 +323,28 @@ class ImageClassification(Task):
       split, batch_size=batch_size, process_index=process_index, process_count=process_count
     )
 
-  def loss_and_outputs(self, model, batch, *, rngs, deterministic):
-    logits, _ = model(batch['image'], deterministic=deterministic, rngs=rngs)
-    losses = cross_entropy(logits, batch['label'], self.label_smoothing)
+  def loss_and_outputs(self, model, batch, *, rngs, deterministic, constants=None):
+    """With a teacher, ``constants`` are its variables (``training_constants``)."""
+    logits, intermediates = model(batch['image'], deterministic=deterministic, rngs=rngs)
+    class_logits = intermediates.get('class_logits', logits)
+    losses = cross_entropy(class_logits, batch['label'], self.label_smoothing)
     if 'mix_label' in batch:
-      mixed = cross_entropy(logits, batch['mix_label'], self.label_smoothing)
+      mixed = cross_entropy(class_logits, batch['mix_label'], self.label_smoothing)
       losses = batch['mix_weight'] * losses + (1.0 - batch['mix_weight']) * mixed
-    outputs = {'loss': losses, 'logits': logits, 'labels': batch['label']}
+    outputs = {'logits': logits, 'labels': batch['label']}
+    if self.distillation is not None:
+      if constants is None:
+        raise ConfigError(
+          'config.distill: the teacher was not passed into the train step (Task.training_constants).'
+        )
+      teacher_logits = self.distillation.load().logits(
+        constants, batch['image'], self.preparation.mean, self.preparation.std
+      )
+      distill_losses = self.distillation.losses(intermediates.get('distill_logits', logits), teacher_logits)
+      alpha = self.distillation.config.alpha
+      losses = (1.0 - alpha) * losses + alpha * distill_losses
+      outputs['distill_loss'] = distill_losses
+    outputs['loss'] = losses
     return jnp.sum(losses), losses.shape[0], outputs
 
   def eval_outputs(self, model, batch):

@@ -1,0 +1,767 @@
+"""timm and transformers ViT weights: files with each source's names, shapes and configs, at tiny sizes.
+
+Every test writes a folder (or a bare file) as the source writes it, reads it with ``vit.weights``, and
+compares our forward pass with a NumPy forward pass of the source's own maths (timm's
+``vision_transformer.py`` ``Block``, ``_pos_embed``, ``AttentionPoolLatent``, ``forward_head``;
+transformers' ``ViTLayer``, ``Dinov2Layer``, ``ViTPooler``), written here from that code. No PyTorch.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from flax import nnx
+from safetensors.numpy import save_file
+from scipy.special import erf
+
+from trainer.errors import CheckpointError, ConfigError, MissingFileError
+from vit import checkpoint_npz, pretrained, weights
+from vit.model import make_vit
+
+WIDTH, HEADS, DEPTH, MLP, PATCH, IMAGE, CLASSES = 24, 3, 2, 40, 4, 16, 5
+GRID = IMAGE // PATCH
+
+
+def _draw(rng, *shape, scale=0.3):
+  return rng.normal(0.0, scale, shape).astype(np.float32)
+
+
+# NumPy maths of the sources ------------------------------------------------------------------------
+
+
+def _act(x, kind):
+  if kind == 'gelu_exact':
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+  if kind == 'gelu':  # tanh form
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+  if kind == 'quick_gelu':
+    return x / (1 + np.exp(-1.702 * x))
+  raise ValueError(kind)
+
+
+def _ln(x, weight, bias, eps):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + eps) * weight + bias
+
+
+def _linear(x, a, name):
+  out = x @ a[f'{name}.weight'].astype(np.float64).T
+  return out + a[f'{name}.bias'] if f'{name}.bias' in a else out
+
+
+def _sdpa(q, k, v):
+  """``[B, H, T, Dh]`` -> ``[B, T, H * Dh]``."""
+  logits = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+  logits -= logits.max(-1, keepdims=True)
+  weights_ = np.exp(logits)
+  weights_ /= weights_.sum(-1, keepdims=True)
+  out = weights_ @ v
+  return np.swapaxes(out, 1, 2).reshape(out.shape[0], out.shape[2], -1)
+
+
+def _heads(x):
+  batch, tokens, _ = x.shape
+  return x.reshape(batch, tokens, HEADS, -1).transpose(0, 2, 1, 3)
+
+
+def _patches_nchw(images, kernel):
+  """``Conv2d(stride=P)`` on NCHW of our NHWC images: ``[B, N, C*P*P]`` in the weight's ``(C, P, P)`` order."""
+  batch, height, width, channels = images.shape
+  p = kernel.shape[-1]
+  x = images.reshape(batch, height // p, p, width // p, p, channels).transpose(0, 1, 3, 5, 2, 4)
+  return x.reshape(batch, -1, channels * p * p)
+
+
+def timm_forward(a, images, *, act, eps, no_embed_class, pool, pre_logits=False):
+  """timm ``VisionTransformer.forward`` (``forward_features`` then ``forward_head``)."""
+  a = {key: value.astype(np.float64) for key, value in a.items()}
+  kernel = a['patch_embed.proj.weight']
+  x = _patches_nchw(images.astype(np.float64), kernel) @ kernel.reshape(kernel.shape[0], -1).T
+  if 'patch_embed.proj.bias' in a:
+    x = x + a['patch_embed.proj.bias']
+  prefix = [
+    np.broadcast_to(a[n], (x.shape[0], *a[n].shape[1:])) for n in ('cls_token', 'reg_token') if n in a
+  ]
+  if no_embed_class:
+    x = np.concatenate([*prefix, x + a['pos_embed']], axis=1)
+  else:
+    x = np.concatenate([*prefix, x], axis=1) + a['pos_embed']
+  if 'norm_pre.weight' in a:
+    x = _ln(x, a['norm_pre.weight'], a['norm_pre.bias'], eps)
+  for layer in range(DEPTH):
+    b = f'blocks.{layer}'
+    h = _ln(x, a[f'{b}.norm1.weight'], a[f'{b}.norm1.bias'], eps)
+    qkv = _linear(h, a, f'{b}.attn.qkv').reshape(*h.shape[:2], 3, HEADS, -1).transpose(2, 0, 3, 1, 4)
+    y = _linear(_sdpa(*qkv), a, f'{b}.attn.proj')
+    x = x + (y * a[f'{b}.ls1.gamma'] if f'{b}.ls1.gamma' in a else y)
+    h = _ln(x, a[f'{b}.norm2.weight'], a[f'{b}.norm2.bias'], eps)
+    y = _linear(_act(_linear(h, a, f'{b}.mlp.fc1'), act), a, f'{b}.mlp.fc2')
+    x = x + (y * a[f'{b}.ls2.gamma'] if f'{b}.ls2.gamma' in a else y)
+  if 'norm.weight' in a:
+    x = _ln(x, a['norm.weight'], a['norm.bias'], eps)
+  num_prefix = len(prefix) and sum(p.shape[1] for p in prefix)
+  if pool == 'token':
+    x = x[:, 0]
+  elif pool == 'avg':
+    x = x[:, num_prefix:].mean(1)
+  else:  # AttentionPoolLatent on the patch tokens
+    tokens = x[:, num_prefix:]
+    latent = np.broadcast_to(a['attn_pool.latent'], (x.shape[0], *a['attn_pool.latent'].shape[1:]))
+    q = _heads(_linear(latent, a, 'attn_pool.q'))
+    kv = _linear(tokens, a, 'attn_pool.kv').reshape(*tokens.shape[:2], 2, HEADS, -1).transpose(2, 0, 3, 1, 4)
+    y = _linear(_sdpa(q, *kv), a, 'attn_pool.proj')
+    y = y + _linear(
+      _act(
+        _linear(_ln(y, a['attn_pool.norm.weight'], a['attn_pool.norm.bias'], eps), a, 'attn_pool.mlp.fc1'),
+        act,
+      ),
+      a,
+      'attn_pool.mlp.fc2',
+    )
+    x = y[:, 0]
+  if 'fc_norm.weight' in a:
+    x = _ln(x, a['fc_norm.weight'], a['fc_norm.bias'], eps)
+  return x if pre_logits else _linear(x, a, 'head')
+
+
+def transformers_forward(a, images, *, act, eps, dinov2):
+  """transformers ``ViTModel`` / ``Dinov2Model`` (+ ``classifier`` on the class token, ``pooler``):
+  returns (logits or None, pooled features)."""
+  a = {
+    key.split('.', 1)[1] if key.startswith(('vit.', 'deit.', 'dinov2.')) else key: v.astype(np.float64)
+    for key, v in a.items()
+  }
+  kernel = a['embeddings.patch_embeddings.projection.weight']
+  x = _patches_nchw(images.astype(np.float64), kernel) @ kernel.reshape(kernel.shape[0], -1).T
+  x = x + a['embeddings.patch_embeddings.projection.bias']
+  prefix = [a[name] for name in ('embeddings.cls_token', 'embeddings.distillation_token') if name in a]
+  prefix = [np.broadcast_to(token, (x.shape[0], 1, x.shape[-1])) for token in prefix]
+  x = np.concatenate([*prefix, x], axis=1) + a['embeddings.position_embeddings']
+  for layer in range(DEPTH):
+    b = f'encoder.layer.{layer}'
+    n1, n2 = ('norm1', 'norm2') if dinov2 else ('layernorm_before', 'layernorm_after')
+    h = _ln(x, a[f'{b}.{n1}.weight'], a[f'{b}.{n1}.bias'], eps)
+    q, k, v = (_heads(_linear(h, a, f'{b}.attention.attention.{n}')) for n in ('query', 'key', 'value'))
+    y = _linear(_sdpa(q, k, v), a, f'{b}.attention.output.dense')
+    x = x + (y * a[f'{b}.layer_scale1.lambda1'] if dinov2 else y)
+    h = _ln(x, a[f'{b}.{n2}.weight'], a[f'{b}.{n2}.bias'], eps)
+    if dinov2:
+      y = _linear(_act(_linear(h, a, f'{b}.mlp.fc1'), act), a, f'{b}.mlp.fc2')
+      x = x + y * a[f'{b}.layer_scale2.lambda1']
+    else:
+      x = x + _linear(_act(_linear(h, a, f'{b}.intermediate.dense'), act), a, f'{b}.output.dense')
+  x = _ln(x, a['layernorm.weight'], a['layernorm.bias'], eps)
+  features = np.tanh(_linear(x[:, 0], a, 'pooler.dense')) if 'pooler.dense.weight' in a else x[:, 0]
+  logits = _linear(x[:, 0], a, 'classifier') if 'classifier.weight' in a else None
+  return logits, features
+
+
+# Files as each source writes them ------------------------------------------------------------------
+
+
+def timm_arrays(rng, *, cls=True, reg=0, no_embed_class=False, layer_scale=False, norm_pre=False,
+                patch_bias=True, fc_norm=False, final_norm=True, attn_pool=False, classes=CLASSES, channels=3):  # fmt: skip
+  """The state dict of timm's ``VisionTransformer`` with these options (names and shapes as timm's)."""
+  a = {'patch_embed.proj.weight': _draw(rng, WIDTH, channels, PATCH, PATCH)}
+  if patch_bias:
+    a['patch_embed.proj.bias'] = _draw(rng, WIDTH)
+  prefix = int(cls) + reg
+  if cls:
+    a['cls_token'] = _draw(rng, 1, 1, WIDTH)
+  if reg:
+    a['reg_token'] = _draw(rng, 1, reg, WIDTH)
+  a['pos_embed'] = _draw(rng, 1, GRID * GRID + (0 if no_embed_class else prefix), WIDTH)
+  if norm_pre:
+    a['norm_pre.weight'], a['norm_pre.bias'] = 1 + _draw(rng, WIDTH), _draw(rng, WIDTH)
+  for layer in range(DEPTH):
+    b = f'blocks.{layer}'
+    for norm in ('norm1', 'norm2'):
+      a[f'{b}.{norm}.weight'], a[f'{b}.{norm}.bias'] = 1 + _draw(rng, WIDTH), _draw(rng, WIDTH)
+    a[f'{b}.attn.qkv.weight'], a[f'{b}.attn.qkv.bias'] = _draw(rng, 3 * WIDTH, WIDTH), _draw(rng, 3 * WIDTH)
+    a[f'{b}.attn.proj.weight'], a[f'{b}.attn.proj.bias'] = _draw(rng, WIDTH, WIDTH), _draw(rng, WIDTH)
+    a[f'{b}.mlp.fc1.weight'], a[f'{b}.mlp.fc1.bias'] = _draw(rng, MLP, WIDTH), _draw(rng, MLP)
+    a[f'{b}.mlp.fc2.weight'], a[f'{b}.mlp.fc2.bias'] = _draw(rng, WIDTH, MLP), _draw(rng, WIDTH)
+    if layer_scale:
+      a[f'{b}.ls1.gamma'], a[f'{b}.ls2.gamma'] = 1 + _draw(rng, WIDTH), 1 + _draw(rng, WIDTH)
+  if final_norm and not fc_norm:
+    a['norm.weight'], a['norm.bias'] = 1 + _draw(rng, WIDTH), _draw(rng, WIDTH)
+  if attn_pool:
+    a['attn_pool.latent'] = _draw(rng, 1, 1, WIDTH)
+    a['attn_pool.q.weight'], a['attn_pool.q.bias'] = _draw(rng, WIDTH, WIDTH), _draw(rng, WIDTH)
+    a['attn_pool.kv.weight'], a['attn_pool.kv.bias'] = _draw(rng, 2 * WIDTH, WIDTH), _draw(rng, 2 * WIDTH)
+    a['attn_pool.proj.weight'], a['attn_pool.proj.bias'] = _draw(rng, WIDTH, WIDTH), _draw(rng, WIDTH)
+    a['attn_pool.norm.weight'], a['attn_pool.norm.bias'] = 1 + _draw(rng, WIDTH), _draw(rng, WIDTH)
+    a['attn_pool.mlp.fc1.weight'], a['attn_pool.mlp.fc1.bias'] = _draw(rng, MLP, WIDTH), _draw(rng, MLP)
+    a['attn_pool.mlp.fc2.weight'], a['attn_pool.mlp.fc2.bias'] = _draw(rng, WIDTH, MLP), _draw(rng, WIDTH)
+  if fc_norm:
+    a['fc_norm.weight'], a['fc_norm.bias'] = 1 + _draw(rng, WIDTH), _draw(rng, WIDTH)
+  if classes:
+    a['head.weight'], a['head.bias'] = _draw(rng, classes, WIDTH), _draw(rng, classes)
+  return a
+
+
+def write_timm_folder(folder, arrays, architecture, *, labels=None, pretrained_cfg=None):
+  """``config.json`` as timm's ``save_config_for_hf`` writes it (``model_args`` for the tiny sizes)."""
+  folder.mkdir(parents=True, exist_ok=True)
+  save_file(arrays, str(folder / 'model.safetensors'))
+  classes = arrays['head.weight'].shape[0] if 'head.weight' in arrays else 0
+  config = {
+    'architecture': architecture,
+    'num_classes': classes,
+    'num_features': WIDTH,
+    'model_args': {'embed_dim': WIDTH, 'num_heads': HEADS, 'depth': DEPTH, 'patch_size': PATCH, 'img_size': IMAGE},
+    'pretrained_cfg': pretrained_cfg
+    or {'input_size': [3, IMAGE, IMAGE], 'crop_pct': 0.875, 'interpolation': 'bicubic',
+        'mean': [0.5, 0.5, 0.5], 'std': [0.5, 0.5, 0.5], 'num_classes': classes},
+  }  # fmt: skip
+  if labels:
+    config['label_names'] = labels
+  (folder / 'config.json').write_text(json.dumps(config))
+  return folder
+
+
+# (architecture, options of timm_arrays, timm_forward's act / eps / no_embed_class / pool)
+TIMM_CASES = {
+  'vit_base_patch16_224': (dict(), 'gelu_exact', 1e-6, False, 'token'),
+  'deit_small_patch16_224': (dict(), 'gelu_exact', 1e-6, False, 'token'),
+  'deit3_base_patch16_224': (dict(layer_scale=True, no_embed_class=True), 'gelu_exact', 1e-6, True, 'token'),
+  'vit_small_patch14_dinov2': (dict(layer_scale=True), 'gelu_exact', 1e-6, False, 'token'),
+  'vit_small_patch14_reg4_dinov2': (dict(layer_scale=True, reg=4, no_embed_class=True), 'gelu_exact', 1e-6, True, 'token'),
+  'vit_base_patch16_siglip_224': (dict(cls=False, attn_pool=True), 'gelu_exact', 1e-6, False, 'map'),
+  'vit_so400m_patch16_siglip_256': (dict(cls=False, attn_pool=True), 'gelu', 1e-6, False, 'map'),
+  'vit_base_patch16_siglip_gap_224': (dict(cls=False), 'gelu_exact', 1e-6, False, 'avg'),
+  'vit_base_patch16_clip_224': (dict(norm_pre=True, patch_bias=False), 'gelu_exact', 1e-5, False, 'token'),
+  'vit_base_patch16_clip_quickgelu_224': (dict(norm_pre=True, patch_bias=False), 'quick_gelu', 1e-5, False, 'token'),
+}  # fmt: skip
+
+
+def _model_from(source: weights.Weights):
+  model = make_vit(
+    source.model,
+    num_classes=max(source.num_classes, 1),
+    image_shape=(*source.image_size, 3),
+    rngs=nnx.Rngs(0),
+  )
+  checkpoint_npz.canonical_to_model(model, source.canonical)
+  return model
+
+
+def _images(rng, batch=2):
+  return rng.uniform(-1, 1, (batch, IMAGE, IMAGE, 3)).astype(np.float32)
+
+
+@pytest.mark.parametrize('architecture', sorted(TIMM_CASES))
+def test_timm_folder_computes_what_timm_computes(architecture, tmp_path):
+  rng = np.random.default_rng(0)
+  options, act, eps, no_embed_class, pool = TIMM_CASES[architecture]
+  arrays = timm_arrays(rng, **options)
+  source = weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, architecture))
+  assert source.model['activation'] == act and source.model['layernorm_epsilon'] == eps
+  model, images = _model_from(source), _images(rng)
+  logits, intermediates = model(images)
+  expected = timm_forward(arrays, images, act=act, eps=eps, no_embed_class=no_embed_class, pool=pool)
+  np.testing.assert_allclose(np.asarray(logits), expected, rtol=2e-4, atol=2e-4)
+  features = timm_forward(
+    arrays, images, act=act, eps=eps, no_embed_class=no_embed_class, pool=pool, pre_logits=True
+  )
+  np.testing.assert_allclose(np.asarray(intermediates['pre_logits']), features, rtol=2e-4, atol=2e-4)
+
+
+def test_fc_norm_after_average_pooling(tmp_path):
+  """timm's ``fc_norm`` (``global_pool='avg'``: the final norm moves after the pooling)."""
+  rng = np.random.default_rng(1)
+  arrays = timm_arrays(rng, cls=False, fc_norm=True)
+  folder = write_timm_folder(tmp_path / 'w', arrays, 'vit_base_patch16_siglip_gap_224')
+  source = weights.read_weights(folder)
+  assert source.model['fc_norm'] and source.model['pool'] == 'gap'
+  images = _images(rng)
+  expected = timm_forward(arrays, images, act='gelu_exact', eps=1e-6, no_embed_class=False, pool='avg')
+  np.testing.assert_allclose(np.asarray(_model_from(source)(images)[0]), expected, rtol=2e-4, atol=2e-4)
+
+
+def test_a_wrong_option_would_change_the_logits(tmp_path):
+  """The comparison can fail: the same arrays read as a tanh-GELU or with epsilon 1e-5 give other logits."""
+  rng = np.random.default_rng(2)
+  arrays = timm_arrays(rng, layer_scale=True)
+  source = weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_dinov2'))
+  images = _images(rng)
+  ours = np.asarray(_model_from(source)(images)[0])
+  for act, eps in (('gelu', 1e-6), ('gelu_exact', 1e-2)):
+    other = timm_forward(arrays, images, act=act, eps=eps, no_embed_class=False, pool='token')
+    assert not np.allclose(ours, other, rtol=2e-4, atol=2e-4)
+
+
+def test_bare_timm_file_needs_its_architecture(tmp_path):
+  rng = np.random.default_rng(3)
+  arrays = timm_arrays(rng)
+  arrays['pos_embed'] = _draw(rng, 1, 14 * 14 + 1, WIDTH)  # the real model's 224 / 16 grid
+  file = tmp_path / 'vit.safetensors'
+  save_file(arrays, str(file))
+  with pytest.raises(CheckpointError, match=r'bare \.safetensors.*init_from\.arch'):
+    weights.read_weights(file)
+  with pytest.raises(CheckpointError, match='config.json does not match|does not match the arrays'):
+    weights.read_weights(file, 'vit_base_patch16_224')  # width 768 and 12 heads by its name; the arrays 24
+  with pytest.raises(CheckpointError, match=r"unknown timm architecture 'vit_tiny_patch99'.*DINOv2"):
+    weights.read_weights(file, 'vit_tiny_patch99')
+
+
+def test_bad_input_is_one_line_before_anything_is_built(tmp_path):
+  folder = tmp_path / 'pickled'
+  folder.mkdir()
+  (folder / 'config.json').write_text(json.dumps({'model_type': 'vit'}))
+  (folder / 'pytorch_model.bin').write_bytes(b'not read')
+  with pytest.raises(CheckpointError, match=r'pytorch_model\.bin is a pickle.*safetensors\.torch\.save_file'):
+    weights.read_weights(folder)
+  with pytest.raises(CheckpointError, match=r'\.pth is a pickle'):
+    (tmp_path / 'model.pth').write_bytes(b'x')
+    weights.read_weights(tmp_path / 'model.pth')
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  (empty / 'config.json').write_text(json.dumps({'architecture': 'vit_base_patch16_224'}))
+  with pytest.raises(MissingFileError, match='has no model.safetensors'):
+    weights.read_weights(empty)
+  rng = np.random.default_rng(4)
+  arrays = timm_arrays(rng)
+  folder = write_timm_folder(tmp_path / 'w', arrays, 'vit_base_patch16_224')
+  config = json.loads((folder / 'config.json').read_text())
+  config['model_args']['num_heads'] = 5  # 24 / 5: not what the arrays were made with
+  config['model_args']['embed_dim'] = 32
+  (folder / 'config.json').write_text(json.dumps(config))
+  with pytest.raises(CheckpointError, match=r'does not match the arrays: width 32 .* 24 in the arrays'):
+    weights.read_weights(folder)
+  distilled = dict(arrays, dist_token=_draw(rng, 1, 1, WIDTH))
+  with pytest.raises(CheckpointError, match='distilled DeiT'):
+    weights.read_weights(write_timm_folder(tmp_path / 'd', distilled, 'deit_small_patch16_224'))
+
+
+def test_timm_preprocessing_and_labels(tmp_path):
+  arrays = timm_arrays(np.random.default_rng(5))
+  folder = write_timm_folder(
+    tmp_path / 'w', arrays, 'vit_base_patch16_224', labels=[f'c{i}' for i in range(CLASSES)]
+  )
+  source = weights.read_weights(folder)
+  assert source.class_names == ['c0', 'c1', 'c2', 'c3', 'c4']
+  prep = source.preprocessing
+  assert (prep.resize, prep.size, prep.crop, prep.interpolation) == ('shortest', (18,), (16, 16), 'bicubic')
+  assert prep.mean == (0.5, 0.5, 0.5)
+
+
+# transformers --------------------------------------------------------------------------------------
+
+
+def transformers_arrays(rng, *, dinov2=False, prefix='vit.', classes=CLASSES, pooler=False):
+  """The state dict of ``ViTForImageClassification`` (``prefix='vit.'``), ``DeiTForImageClassification``
+  (``'deit.'``: a ``distillation_token`` after the class token), or a base model saved alone
+  (``ViTModel``, ``Dinov2Model``: ``prefix=''``)."""
+  deit = prefix == 'deit.'
+  a = {
+    f'{prefix}embeddings.cls_token': _draw(rng, 1, 1, WIDTH),
+    f'{prefix}embeddings.position_embeddings': _draw(rng, 1, (2 if deit else 1) + GRID * GRID, WIDTH),
+    f'{prefix}embeddings.patch_embeddings.projection.weight': _draw(rng, WIDTH, 3, PATCH, PATCH),
+    f'{prefix}embeddings.patch_embeddings.projection.bias': _draw(rng, WIDTH),
+  }
+  if dinov2:
+    a[f'{prefix}embeddings.mask_token'] = _draw(rng, 1, WIDTH)
+  if deit:
+    a[f'{prefix}embeddings.distillation_token'] = _draw(rng, 1, 1, WIDTH)
+  for layer in range(DEPTH):
+    b = f'{prefix}encoder.layer.{layer}'
+    norms = ('norm1', 'norm2') if dinov2 else ('layernorm_before', 'layernorm_after')
+    for norm in norms:
+      a[f'{b}.{norm}.weight'], a[f'{b}.{norm}.bias'] = 1 + _draw(rng, WIDTH), _draw(rng, WIDTH)
+    for name in ('query', 'key', 'value'):
+      a[f'{b}.attention.attention.{name}.weight'] = _draw(rng, WIDTH, WIDTH)
+      a[f'{b}.attention.attention.{name}.bias'] = _draw(rng, WIDTH)
+    a[f'{b}.attention.output.dense.weight'], a[f'{b}.attention.output.dense.bias'] = (
+      _draw(rng, WIDTH, WIDTH),
+      _draw(rng, WIDTH),
+    )
+    fc1, fc2 = ('mlp.fc1', 'mlp.fc2') if dinov2 else ('intermediate.dense', 'output.dense')
+    a[f'{b}.{fc1}.weight'], a[f'{b}.{fc1}.bias'] = _draw(rng, MLP, WIDTH), _draw(rng, MLP)
+    a[f'{b}.{fc2}.weight'], a[f'{b}.{fc2}.bias'] = _draw(rng, WIDTH, MLP), _draw(rng, WIDTH)
+    if dinov2:
+      a[f'{b}.layer_scale1.lambda1'], a[f'{b}.layer_scale2.lambda1'] = (
+        1 + _draw(rng, WIDTH),
+        1 + _draw(rng, WIDTH),
+      )
+  a[f'{prefix}layernorm.weight'], a[f'{prefix}layernorm.bias'] = 1 + _draw(rng, WIDTH), _draw(rng, WIDTH)
+  if pooler:
+    a[f'{prefix}pooler.dense.weight'], a[f'{prefix}pooler.dense.bias'] = (
+      _draw(rng, WIDTH, WIDTH),
+      _draw(rng, WIDTH),
+    )
+  if classes:
+    a['classifier.weight'], a['classifier.bias'] = _draw(rng, classes, WIDTH), _draw(rng, classes)
+  return a
+
+
+def transformers_config(model_type, *, act='gelu', eps=1e-12, classes=CLASSES):
+  """``config.json`` with ``ViTConfig`` / ``DeiTConfig`` / ``Dinov2Config`` fields at the tiny size."""
+  config = {
+    'model_type': model_type,
+    'hidden_size': WIDTH,
+    'num_hidden_layers': DEPTH,
+    'num_attention_heads': HEADS,
+    'hidden_act': act,
+    'layer_norm_eps': eps,
+    'image_size': IMAGE,
+    'patch_size': PATCH,
+    'num_channels': 3,
+    'qkv_bias': True,
+  }
+  if model_type == 'dinov2':
+    config.update(mlp_ratio=MLP / WIDTH, layerscale_value=1.0, use_swiglu_ffn=False)
+  else:
+    config['intermediate_size'] = MLP
+  if classes:
+    config['id2label'] = {str(i): f'label{i}' for i in range(classes)}
+  return config
+
+
+def write_transformers_folder(folder, arrays, config, processor=None):
+  folder.mkdir(parents=True, exist_ok=True)
+  save_file(arrays, str(folder / 'model.safetensors'), metadata={'format': 'pt'})
+  (folder / 'config.json').write_text(json.dumps(config))
+  if processor is not None:
+    (folder / 'preprocessor_config.json').write_text(json.dumps(processor))
+  return folder
+
+
+TRANSFORMERS_CASES = {
+  'ViTForImageClassification': ('vit', dict(prefix='vit.'), 'gelu', 1e-12),
+  'ViTModel with pooler': ('vit', dict(prefix='', classes=0, pooler=True), 'gelu', 1e-12),
+  'DeiTForImageClassification': ('deit', dict(prefix='deit.'), 'gelu', 1e-12),
+  'Dinov2Model': ('dinov2', dict(prefix='', dinov2=True, classes=0), 'gelu', 1e-6),
+}
+
+
+@pytest.mark.parametrize('case', sorted(TRANSFORMERS_CASES))
+def test_transformers_folder_computes_what_transformers_computes(case, tmp_path):
+  rng = np.random.default_rng(6)
+  model_type, options, act, eps = TRANSFORMERS_CASES[case]
+  arrays = transformers_arrays(rng, **options)
+  config = transformers_config(model_type, act=act, eps=eps, classes=options.get('classes', CLASSES))
+  source = weights.read_weights(write_transformers_folder(tmp_path / 'w', arrays, config))
+  assert source.model['activation'] == 'gelu_exact' and source.model['layernorm_epsilon'] == eps
+  model, images = _model_from(source), _images(rng)
+  logits, intermediates = model(images)
+  expected_logits, expected_features = transformers_forward(
+    arrays, images, act='gelu_exact', eps=eps, dinov2=model_type == 'dinov2'
+  )
+  np.testing.assert_allclose(np.asarray(intermediates['pre_logits']), expected_features, rtol=2e-4, atol=2e-4)
+  if expected_logits is not None:
+    np.testing.assert_allclose(np.asarray(logits), expected_logits, rtol=2e-4, atol=2e-4)
+    assert source.class_names == [f'label{i}' for i in range(CLASSES)]
+  else:
+    assert source.num_classes == 0
+
+
+def test_transformers_processor_config_and_errors(tmp_path):
+  rng = np.random.default_rng(7)
+  arrays = transformers_arrays(rng, prefix='', dinov2=True, classes=0)
+  processor = {
+    'image_processor_type': 'BitImageProcessor', 'do_resize': True, 'size': {'shortest_edge': 18},
+    'resample': 3, 'do_center_crop': True, 'crop_size': {'height': 16, 'width': 16},
+    'do_normalize': True, 'image_mean': [0.485, 0.456, 0.406], 'image_std': [0.229, 0.224, 0.225],
+  }  # fmt: skip
+  folder = write_transformers_folder(
+    tmp_path / 'w', arrays, transformers_config('dinov2', eps=1e-6, classes=0), processor
+  )
+  prep = weights.read_weights(folder).preprocessing
+  assert (prep.resize, prep.size, prep.crop, prep.interpolation) == ('shortest', (18,), (16, 16), 'bicubic')
+  assert prep.std == (0.229, 0.224, 0.225)
+  bad = transformers_config('dinov2', eps=1e-6, classes=0)
+  bad['num_attention_heads'] = 4
+  bad['hidden_size'] = 32
+  with pytest.raises(CheckpointError, match='does not match the arrays: width 32'):
+    weights.read_weights(write_transformers_folder(tmp_path / 'b', arrays, bad))
+  teacher = transformers_arrays(rng, prefix='deit.', classes=0)
+  teacher['cls_classifier.weight'], teacher['distillation_classifier.weight'] = (
+    _draw(rng, 5, WIDTH),
+    _draw(rng, 5, WIDTH),
+  )
+  with pytest.raises(CheckpointError, match='distilled DeiT .*WithTeacher'):
+    weights.read_weights(
+      write_transformers_folder(tmp_path / 't', teacher, transformers_config('deit', classes=0))
+    )
+  other = dict(bad, model_type='swin')
+  with pytest.raises(CheckpointError, match="model_type 'swin'; the ones read: vit, deit, dinov2"):
+    weights.read_weights(write_transformers_folder(tmp_path / 's', arrays, other))
+
+
+# Round trips and fine-tuning ----------------------------------------------------------------------
+
+
+def _params(model):
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return [np.asarray(leaf) for leaf in jax.tree.leaves(nnx.to_pure_dict(nnx.state(model, nnx.Param)))]
+
+
+ROUND_TRIP = ['deit3_base_patch16_224', 'vit_small_patch14_reg4_dinov2', 'vit_base_patch16_siglip_224',
+              'vit_base_patch16_clip_quickgelu_224', 'vit_base_patch16_224', 'vit_small_patch14_dinov2']  # fmt: skip
+
+
+@pytest.mark.parametrize('architecture', ROUND_TRIP)
+def test_ours_to_timm_to_ours_is_exact(architecture, tmp_path):
+  """A model of ours (read from a timm folder) -> ``export_weights.write_timm`` -> read back: the same
+  parameters bit for bit, and a timm folder with the source's names (prefix rows of pos_embed zero)."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+
+  from vit import export_weights  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(8)
+  options, *_ = TIMM_CASES[architecture]
+  arrays = timm_arrays(rng, **options)
+  model = _model_from(weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, architecture)))
+  out = export_weights.write_timm(
+    model, tmp_path / 'out', architecture, image_size=(IMAGE, IMAGE), mean=(0.5,) * 3, std=(0.5,) * 3,
+    class_names=list('abcde'),
+  )  # fmt: skip
+  again = weights.read_weights(out)
+  assert again.class_names == list('abcde') and again.arch == architecture
+  for first, second in zip(_params(model), _params(_model_from(again)), strict=True):
+    np.testing.assert_array_equal(first, second)
+  written = load_file(str(out / 'model.safetensors'))
+  assert set(written) == set(arrays)
+  assert all(written[key].shape == arrays[key].shape for key in arrays)
+
+
+def test_ours_to_transformers_to_ours_is_exact(tmp_path):
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+
+  from vit import export_weights  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(9)
+  arrays = transformers_arrays(rng)
+  folder = write_transformers_folder(tmp_path / 'w', arrays, transformers_config('vit'))
+  model = _model_from(weights.read_weights(folder))
+  out = export_weights.write_transformers(
+    model,
+    tmp_path / 'out',
+    image_size=(IMAGE, IMAGE),
+    mean=(0.5,) * 3,
+    std=(0.25,) * 3,
+    class_names=list('vwxyz'),
+  )
+  again = weights.read_weights(out)
+  assert again.class_names == list('vwxyz') and again.preprocessing.std == (0.25,) * 3
+  assert again.preprocessing.resize == 'exact' and again.preprocessing.size == (IMAGE, IMAGE)
+  for first, second in zip(_params(model), _params(_model_from(again)), strict=True):
+    np.testing.assert_array_equal(first, second)
+  assert set(load_file(str(out / 'model.safetensors'))) == set(arrays)
+  config = json.loads((out / 'config.json').read_text())
+  assert config['hidden_act'] == 'gelu' and config['layer_norm_eps'] == 1e-12
+
+
+def test_export_refuses_a_model_that_is_not_the_architecture(tmp_path):
+  from vit import export_weights  # pylint: disable=g-import-not-at-top
+
+  arrays = timm_arrays(np.random.default_rng(14), layer_scale=True)
+  model = _model_from(
+    weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_dinov2'))
+  )
+  common = dict(image_size=(IMAGE, IMAGE), mean=(0.5,) * 3, std=(0.5,) * 3)
+  with pytest.raises(
+    CheckpointError, match=r'not a timm vit_base_patch16_clip_224: .*layernorm_epsilon 1e-06'
+  ):
+    export_weights.write_timm(model, tmp_path / 'a', 'vit_base_patch16_clip_224', **common)
+  with pytest.raises(CheckpointError, match='transformers ViTForImageClassification .* layer_scale'):
+    export_weights.write_transformers(model, tmp_path / 'b', **common)
+
+
+def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  arrays = timm_arrays(np.random.default_rng(10), layer_scale=True, reg=4, no_embed_class=True)
+  folder = write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_reg4_dinov2')
+  init_from = pretrained.default_init_from_config()
+  init_from.path = str(folder)
+  from configs.common import unset  # pylint: disable=g-import-not-at-top
+
+  model = ml_collections.ConfigDict(dict(dropout=0.1, width=unset(int), num_heads=unset(int)))
+  pretrained.complete_model_config(model, init_from)
+  assert (model.width, model.num_heads, model.reg_tokens, model.layer_scale, model.depth) == (
+    WIDTH,
+    HEADS,
+    4,
+    1e-5,
+    DEPTH,
+  )
+  assert model.dropout == 0.1
+  contradicting = ml_collections.ConfigDict(dict(width=32, activation='gelu'))
+  with pytest.raises(
+    ConfigError, match=r"width 32 \(the file: 24\); activation 'gelu' \(the file: 'gelu_exact'\)"
+  ):
+    pretrained.complete_model_config(contradicting, init_from)
+  # another class count and resolution: a zero head and a resampled table, as for .npz
+  built = make_vit(model, num_classes=7, image_shape=(24, 24, 3), rngs=nnx.Rngs(0))
+  report = pretrained.load_into(built, init_from, pretrained.read_canonical(init_from))
+  assert 'head: zero-initialised' in report and 'resampled 4x4 -> 6x6' in report
+  assert not np.any(np.asarray(built.head.kernel[...]))
+
+
+# Prediction without a workdir ---------------------------------------------------------------------
+
+
+def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_path):
+  from vit.weights_predictor import load_predictor, prepare_pixels  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(11)
+  arrays = timm_arrays(rng, layer_scale=True, reg=4, no_embed_class=True)
+  labels = [f'class {i}' for i in range(CLASSES)]
+  folder = write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_reg4_dinov2', labels=labels)
+  predictor = load_predictor(folder)
+  image = rng.integers(
+    0, 256, (20, 30, 3), dtype=np.uint8
+  )  # resized to 18 x 27 (shortest side), cropped 16 x 16
+  pixels = prepare_pixels(image, predictor.task.preparation.preprocessing)
+  assert pixels.shape == (16, 16, 3)
+  normalised = (pixels[None].astype(np.float64) / 255 - 0.5) / 0.5
+  expected = dict(act='gelu_exact', eps=1e-6, no_embed_class=True, pool='token')
+  np.testing.assert_allclose(
+    predictor.features([image]),
+    timm_forward(arrays, normalised, pre_logits=True, **expected),
+    rtol=1e-3,
+    atol=1e-3,
+  )
+  logits = predictor.logits([image, image])
+  np.testing.assert_allclose(logits[0], timm_forward(arrays, normalised, **expected)[0], rtol=1e-3, atol=1e-3)
+  [prediction] = predictor([image])
+  assert prediction['classes'][0]['name'] == labels[int(np.argmax(logits[0]))]
+  picture = predictor.explain(image, tmp_path / 'attention.png')
+  assert picture.stat().st_size > 0
+  from trainer.errors import WorkdirError  # pylint: disable=g-import-not-at-top
+  from trainer.predictor import load_predictor as load_workdir  # pylint: disable=g-import-not-at-top
+
+  with pytest.raises(WorkdirError, match='not a workdir .* predict.py --weights'):
+    load_workdir(folder)
+
+
+def test_predictor_on_headless_dinov2_gives_features_and_pictures(tmp_path):
+  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(12)
+  arrays = transformers_arrays(rng, prefix='', dinov2=True, classes=0)
+  folder = write_transformers_folder(
+    tmp_path / 'w', arrays, transformers_config('dinov2', eps=1e-6, classes=0)
+  )
+  predictor = load_predictor(folder)
+  image = rng.integers(
+    0, 256, (16, 16, 3), dtype=np.uint8
+  )  # no processor config: resized to 16 x 16, mean 0.5
+  features = predictor.features([image])
+  normalised = (image[None].astype(np.float64) / 255 - 0.5) / 0.5
+  _, expected = transformers_forward(arrays, normalised, act='gelu_exact', eps=1e-6, dinov2=True)
+  np.testing.assert_allclose(features, expected, rtol=1e-3, atol=1e-3)
+  assert predictor([image])[0]['classes'] == []
+  assert predictor.explain(image, tmp_path / 'a.png').exists()
+  with pytest.raises(Exception, match='no classification head'):
+    predictor.logits([image])
+
+
+@pytest.mark.slow
+def test_predict_py_with_weights_answers_explains_and_writes_features(tmp_path):
+  import pathlib  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+
+  root = pathlib.Path(__file__).resolve().parents[1]
+  rng = np.random.default_rng(13)
+  folder = write_timm_folder(tmp_path / 'w', timm_arrays(rng), 'vit_base_patch16_224', labels=list('abcde'))
+  Image.fromarray(rng.integers(0, 256, (24, 20, 3), dtype=np.uint8)).save(tmp_path / 'cat.png')
+  command = [sys.executable, 'predict.py', f'--weights={folder}', str(tmp_path / 'cat.png')]
+  run = subprocess.run([*command, f'--explain={tmp_path / "out"}'], cwd=root, capture_output=True, text=True)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.startswith(f'{tmp_path / "cat.png"}: ') and '%' in run.stdout
+  assert (tmp_path / 'out' / '001_cat.png').exists()
+  run = subprocess.run(
+    [*command, f'--features={tmp_path / "f.npy"}'], cwd=root, capture_output=True, text=True
+  )
+  assert run.returncode == 0, run.stderr
+  assert np.load(tmp_path / 'f.npy').shape == (1, WIDTH)
+  pickle = tmp_path / 'model.pth'
+  pickle.write_bytes(b'x')
+  run = subprocess.run(
+    [sys.executable, 'predict.py', f'--weights={pickle}', 'x.png'], cwd=root, capture_output=True, text=True
+  )
+  assert run.returncode == 2 and run.stderr.count('\n') == 1 and 'is a pickle' in run.stderr
+
+
+@pytest.mark.slow
+def test_fine_tune_from_a_timm_folder_then_export_to_timm_and_transformers(tmp_path):
+  """``init_from.path`` a timm folder: model options from the file, a new head (5 -> 10 classes) and a
+  resampled table (4x4 -> 2x2); then the export command writes folders that read back to the trained model."""
+  import pathlib  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  from tests.vit_test_configs import tiny_vit_config  # pylint: disable=g-import-not-at-top
+  from trainer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
+  from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+
+  root = pathlib.Path(__file__).resolve().parents[1]
+  arrays = timm_arrays(np.random.default_rng(15), channels=1)
+  folder = write_timm_folder(tmp_path / 'timm', arrays, 'vit_base_patch16_224')
+  config = tiny_vit_config(total_steps=2, eval_every_steps=2, checkpoint_every_steps=2)
+  config.model = ml_collections.ConfigDict(dict(dropout=0.0))
+  config.init_from = pretrained.default_init_from_config()
+  config.init_from.path = str(folder)
+  workdir = tmp_path / 'run'
+  train_and_evaluate(config, workdir)
+  saved = workdir_lib.load_config(workdir)
+  assert (saved.model.width, saved.model.num_heads, saved.model.activation) == (WIDTH, HEADS, 'gelu_exact')
+  _, parts, params, _ = restore_checkpoint(workdir, 'latest', read_data=False)
+  trained = _params(parts.merge(params))
+  for to in ('timm', 'transformers'):
+    out = tmp_path / to
+    command = [sys.executable, '-m', 'vit.export_weights', f'--workdir={workdir}', f'--to={to}', str(out)]
+    run = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    source = weights.read_weights(out)
+    assert source.num_classes == 10 and source.image_size == (8, 8)
+    model = make_vit(source.model, num_classes=10, image_shape=(8, 8, 1), rngs=nnx.Rngs(1))
+    checkpoint_npz.canonical_to_model(model, source.canonical)
+    for first, second in zip(trained, _params(model), strict=True):
+      np.testing.assert_array_equal(first, second)
+
+
+def test_video_inflation_from_timm_weights_folds_layer_scale_exactly(tmp_path):
+  """DeiT III weights inflate into a divided video model: with the video's tanh GELU on both sides, a
+  one-frame clip gives the image model's logits (layer scale folded into the projections it scales)."""
+  from video.inflate import image_vit_from_weights, init_from_image_vit  # pylint: disable=g-import-not-at-top
+  from video.model import make_video_model  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(16)
+  arrays = timm_arrays(rng, layer_scale=True, no_embed_class=True)
+  folder = write_timm_folder(tmp_path / 'w', arrays, 'deit3_base_patch16_224')
+  section = dict(width=WIDTH, depth=DEPTH, num_heads=HEADS, mlp_dim=MLP, tubelet=(1, PATCH, PATCH))
+  section.update(attention='divided', temporal_posemb='none', pool='cls')
+  video = make_video_model(section, num_classes=CLASSES, clip_shape=(1, IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
+  notes = init_from_image_vit(video, image_vit_from_weights(folder))
+  assert notes == ["activation 'gelu_exact' (the video model's: 'gelu', tanh)"]
+  source = weights.read_weights(folder)
+  tanh_image = make_vit(
+    dict(source.model, activation='gelu'),
+    num_classes=CLASSES,
+    image_shape=(IMAGE, IMAGE, 3),
+    rngs=nnx.Rngs(0),
+  )
+  checkpoint_npz.canonical_to_model(tanh_image, source.canonical)
+  images = _images(rng)
+  np.testing.assert_allclose(
+    np.asarray(video(images[:, None])[0]), np.asarray(tanh_image(images)[0]), rtol=1e-4, atol=1e-4
+  )
+  registers = write_timm_folder(
+    tmp_path / 'r',
+    timm_arrays(rng, layer_scale=True, reg=4, no_embed_class=True),
+    'vit_small_patch14_reg4_dinov2',
+  )
+  with pytest.raises(ConfigError, match='register_tokens, which the video model has no place for'):
+    init_from_image_vit(video, image_vit_from_weights(registers))
