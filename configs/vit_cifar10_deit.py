@@ -100,6 +100,13 @@ def get_config():
   config.model.activation = 'gelu'
   config.model.layernorm_epsilon = 1e-6
   config.model.pre_logits = 0
+  # timm's and Hugging Face's architectures (vit/model.py); off here
+  config.model.reg_tokens = 0
+  config.model.layer_scale = 0.0
+  config.model.norm_pre = False
+  config.model.fc_norm = False
+  config.model.patch_bias = True
+  config.model.distill_token = False  # DeiT's distillation token and head (vit.distillation)
   config.model.sincos2d_layout = 'rows_cols'
   config.model.dtype = 'float32'
   config.model.scan_layers = False  # stack the blocks and scan over depth (attention/layers.py)
