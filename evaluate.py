@@ -1,5 +1,8 @@
 """Evaluate a checkpoint: ``python evaluate.py --workdir runs/vit_digits [--checkpoint best] [--split test]``.
 
+``--params ema`` evaluates the moving average of the parameters that a run with ``config.ema.decay``
+kept (``trainer/ema.py``) instead of the parameters.
+
 Prints the metrics as one JSON object on the last line of stdout and writes the
 same object to ``<workdir>/eval_<split>_step<N>.json``. A workdir that may only be read (a shared
 results folder) still gets its metrics printed; each file that could not be written is one
@@ -31,6 +34,9 @@ _AVERAGE_LAST = flags.DEFINE_integer(
   'Average the parameters of the last N kept checkpoints up to --checkpoint before evaluating.',
   lower_bound=1,
 )
+_PARAMS = flags.DEFINE_enum(
+  'params', 'raw', ['raw', 'ema'], "'raw': the trained parameters; 'ema': their moving average (config.ema)."
+)
 flags.mark_flag_as_required('workdir')
 
 
@@ -44,7 +50,13 @@ def main(argv):
     from trainer.evaluation import evaluate_workdir  # pylint: disable=g-import-not-at-top
 
   result = cli.run_reporting_user_errors(
-    evaluate_workdir, _WORKDIR.value, _CHECKPOINT.value, _SPLIT.value, _BATCH_SIZE.value, _AVERAGE_LAST.value
+    evaluate_workdir,
+    _WORKDIR.value,
+    _CHECKPOINT.value,
+    _SPLIT.value,
+    _BATCH_SIZE.value,
+    _AVERAGE_LAST.value,
+    _PARAMS.value,
   )
   print(json.dumps(result, sort_keys=True))
 

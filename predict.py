@@ -20,7 +20,8 @@ One line per input on stdout (``--json``: one JSON object), in the order given. 
 be read prints ``error: <input>: <problem>`` on stderr (and ``{"input": ..., "error": ...}`` with
 ``--json``); the others are still answered, and the exit status is 1. A workdir that cannot be
 used (no checkpoint, not a workdir) is one ``error:`` line and status 2. ``--explain DIR`` writes one
-picture of the attention per input (``DIR/<position>_<name>.png``).
+picture of the attention per input (``DIR/<position>_<name>.png``). ``--params ema`` predicts with the
+moving average of the parameters that a run with ``config.ema.decay`` kept.
 """
 
 import gc
@@ -49,6 +50,9 @@ _FEATURES = flags.DEFINE_string(
   'features', None, "Write each input's pooled pre-logits embedding to this .npy."
 )
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
+_PARAMS = flags.DEFINE_enum(
+  'params', 'raw', ['raw', 'ema'], "'raw': the trained parameters; 'ema': their moving average (config.ema)."
+)
 _INPUT = flags.DEFINE_string('input', None, "A file of inputs, one per line ('-': standard input).")
 _JSON = flags.DEFINE_bool('json', False, 'One JSON object per input instead of plain text.')
 _EXPLAIN = flags.DEFINE_string('explain', None, 'Write a picture of the attention for each input into DIR.')
@@ -169,7 +173,9 @@ def main(argv):
 
     predictor = cli.run_reporting_user_errors(load_weights, _WEIGHTS.value, _ARCH.value)
   else:
-    predictor = cli.run_reporting_user_errors(load_predictor, _WORKDIR.value, _CHECKPOINT.value)
+    predictor = cli.run_reporting_user_errors(
+      load_predictor, _WORKDIR.value, _CHECKPOINT.value, _PARAMS.value
+    )
   gc.freeze()
   gc.enable()
   note = missing_class_names_note(predictor) if _WEIGHTS.value is None else None

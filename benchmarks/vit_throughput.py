@@ -5,6 +5,7 @@
   XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_dot \
     python -m benchmarks.vit_throughput --grad_accum_steps 4   # and XLA's matmuls done by Eigen
   python -m benchmarks.vit_throughput --dtype bfloat16 --batch_size 256
+  python -m benchmarks.vit_throughput --ema_decay 0.9999   # with a moving average of the parameters
   python -m benchmarks.vit_throughput --variant B/16 --image_size 224 --num_classes 1000 \
     --dtype bfloat16 --batch_size 256 --profile_dir /tmp/vit_b16_trace   # an accelerator's numbers
 
@@ -77,6 +78,9 @@ _REMAT = flags.DEFINE_enum('remat', 'none', list(REMAT_POLICIES), 'Rematerialisa
 _GRAD_ACCUM = flags.DEFINE_integer(
   'grad_accum_steps', 1, 'Micro-batches per step (the same update, less memory).'
 )
+_EMA_DECAY = flags.DEFINE_float(
+  'ema_decay', 0.0, 'Keep a moving average of the parameters in the step (config.ema.decay; 0 = off).'
+)
 _PEAK_TFLOPS = flags.DEFINE_float(
   'peak_tflops',
   0.0,
@@ -118,6 +122,7 @@ def main(argv):
     remat=_REMAT.value,
   )
   config.update(batch_size=_BATCH.value, grad_accum_steps=_GRAD_ACCUM.value)
+  config.ema.decay = _EMA_DECAY.value
   task = _SyntheticImageTask(config, _IMAGE_SIZE.value, _NUM_CLASSES.value)
   run_step = build_step(config, task, num_steps=1000)
   mesh = run_step.mesh
@@ -148,7 +153,8 @@ def main(argv):
   )
   print(
     f'model: {shape}, {_IMAGE_SIZE.value}x{_IMAGE_SIZE.value}x3, {num_params / 1e6:.2f}M parameters, '
-    f'{_DTYPE.value}, batch {_BATCH.value}, scan_layers {_SCAN.value}, remat {_REMAT.value}'
+    f'{_DTYPE.value}, batch {_BATCH.value}, scan_layers {_SCAN.value}, remat {_REMAT.value}, '
+    f'ema_decay {_EMA_DECAY.value:g}'
   )
   device_kind = jax.devices()[0].device_kind
   print(f'devices: {jax.device_count()} x {device_kind}')

@@ -21,11 +21,13 @@ def trainer_config() -> ml_collections.ConfigDict:
   plus the best by ``best_metric``/``best_mode``), ``eval_split``, ``optimizer``, ``mesh``
   (``data`` x ``fsdp`` x ``model`` devices, ``trainer.partitioning``; ``data=-1``: all that
   are left; ``model`` > 1 splits the attention heads and MLP width of each layer over that
-  many devices, for layers too wide for one device's memory), and the fields that watch a run,
+  many devices, for layers too wide for one device's memory), ``ema`` (``decay``: a moving average
+  of the parameters, ``trainer/ema.py``; 0 = off), and the fields that watch a run,
   all off (``eval_splits``, ``peak_tflops``, ``profile_steps``, ``wandb``: ``trainer/observe_config.py``).
   """
+  from trainer.ema import default_ema_config  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
   from trainer.observe_config import default_fields  # pylint: disable=g-import-not-at-top
-  from trainer.optim import default_optimizer_config  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
+  from trainer.optim import default_optimizer_config  # pylint: disable=g-import-not-at-top
 
   return ml_collections.ConfigDict(
     dict(
@@ -45,6 +47,7 @@ def trainer_config() -> ml_collections.ConfigDict:
       eval_split='test',
       optimizer=default_optimizer_config(),
       mesh=ml_collections.ConfigDict(dict(data=-1, fsdp=1, model=1)),
+      ema=default_ema_config(),
       **default_fields(),
     )
   )

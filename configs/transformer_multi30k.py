@@ -111,6 +111,9 @@ def get_config():
   config.optimizer.nesterov = False
   config.optimizer.grad_clip_norm = 1.0
 
+  config.ema = ml_collections.ConfigDict()
+  config.ema.decay = 0.0  # a moving average of the parameters, evaluated beside them (trainer/ema.py)
+
   config.mesh = ml_collections.ConfigDict()
   config.mesh.data = -1  # devices on the data axis; -1: all that fsdp and model leave
   config.mesh.fsdp = 1  # devices that shard parameters and optimizer state (trainer/partitioning.py)

@@ -65,6 +65,10 @@ def get_config():
   config.data.augment.mixup_alpha = 0.0
   config.data.augment.crop_scale = unset(tuple)
   config.data.augment.crop_ratio = (3 / 4, 4 / 3)
+  config.data.augment.cutmix_alpha = 0.0
+  config.data.augment.mix_switch_prob = 0.5
+  config.data.augment.erase_prob = 0.0
+  config.data.augment.repeats = 1
 
   config.model = ml_collections.ConfigDict()
   config.model.variant = 'custom'
@@ -110,6 +114,9 @@ def get_config():
   config.optimizer.momentum = 0.9
   config.optimizer.nesterov = False
   config.optimizer.grad_clip_norm = 1.0
+
+  config.ema = ml_collections.ConfigDict()
+  config.ema.decay = 0.0  # a moving average of the parameters, evaluated beside them (trainer/ema.py)
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.data = -1  # devices on the data axis; -1: all that fsdp and model leave

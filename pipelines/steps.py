@@ -60,6 +60,20 @@ def example_ids(seed: int, step: int, batch_size: int, num_examples: int) -> np.
   return ids
 
 
+def repeated_example_ids(
+  seed: int, step: int, batch_size: int, num_examples: int, repeats: int
+) -> np.ndarray:
+  """``example_ids`` with repeated augmentation (Hoffer et al. 2020; DeiT's ``RASampler``): the global
+  batch holds ``batch_size / repeats`` examples (the sequence ``example_ids`` reads at that batch
+  size), each ``repeats`` times, the copies ``batch_size / repeats`` rows apart, so that the
+  processes' contiguous row slices (and the devices') get different copies, as DeiT spreads them
+  over its processes. ``repeats=1`` is ``example_ids``. A pure function of ``(seed, step)``."""
+  if repeats < 1 or batch_size % repeats:
+    raise ValueError(f'batch_size {batch_size} must be a multiple of repeats {repeats} (>= 1)')
+  distinct = example_ids(seed, step, batch_size // repeats, num_examples)
+  return np.tile(distinct, repeats)
+
+
 @functools.lru_cache(maxsize=8)
 def _epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
   permutation = np.random.default_rng([_SHUFFLE_STREAM, seed, epoch]).permutation(num_examples)

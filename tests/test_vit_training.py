@@ -31,9 +31,9 @@ def _train_losses(workdir):
   return {r['step']: r['loss'] for r in read_metrics(workdir) if r['split'] == 'train' and 'loss' in r}
 
 
-def _params(workdir, which='latest'):
-  _, _, params, step = restore_checkpoint(workdir, which)
-  return step, jax.tree.map(np.asarray, nnx.to_pure_dict(params))
+def _params(workdir, which='latest', params='raw'):
+  _, _, chosen, step = restore_checkpoint(workdir, which, params=params)
+  return step, jax.tree.map(np.asarray, nnx.to_pure_dict(chosen))
 
 
 @pytest.fixture(scope='module')
@@ -71,9 +71,24 @@ def test_evaluate_reproduces_the_logged_accuracy(finished_run):
   assert best['accuracy'] == max(r['accuracy'] for r in logged.values())
 
 
+# The moving average of the parameters and every augmentation drawn per step.
+RECIPE = {
+  'ema.decay': 0.9,
+  'data.augment.mixup_alpha': 0.8,
+  'data.augment.cutmix_alpha': 1.0,
+  'data.augment.erase_prob': 0.25,
+  'data.augment.repeats': 2,
+}
+
+
 @pytest.mark.slow  # runs the trainer
-def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, monkeypatch):
+@pytest.mark.parametrize('recipe', [{}, RECIPE], ids=['plain', 'ema_cutmix_erasing_repeats'])
+def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, monkeypatch, recipe):
   reference_dir, _ = finished_run
+  if recipe:
+    reference_dir = tmp_path / 'uninterrupted'
+    train_and_evaluate(tiny_vit_config(**recipe), reference_dir)
+    tmp_path = tmp_path / 'interrupted'
   original = ImageData.train_batches
 
   def interrupting_batches(self, **kwargs):
@@ -83,14 +98,15 @@ def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, 
       yield batch
 
   monkeypatch.setattr(ImageData, 'train_batches', interrupting_batches)
-  first = train_and_evaluate(tiny_vit_config(), tmp_path)
+  first = train_and_evaluate(tiny_vit_config(**recipe), tmp_path)
   assert first.interrupted and 0 < first.step < 8
-  second = train_and_evaluate(tiny_vit_config(), tmp_path)
+  second = train_and_evaluate(tiny_vit_config(**recipe), tmp_path)
   assert second.step == 8 and not second.interrupted
-  reference_step, reference = _params(reference_dir)
-  step, resumed = _params(tmp_path)
-  assert step == reference_step == 8
-  jax.tree.map(np.testing.assert_array_equal, resumed, reference)
+  for params in ('raw', 'ema') if recipe else ('raw',):
+    reference_step, reference = _params(reference_dir, params=params)
+    step, resumed = _params(tmp_path, params=params)
+    assert step == reference_step == 8
+    jax.tree.map(np.testing.assert_array_equal, resumed, reference)
   assert _train_losses(tmp_path) == _train_losses(reference_dir)
 
 

@@ -2,7 +2,8 @@
 
 A checkpoint holds the whole training state as three orbax items: ``params``,
 ``opt_state`` and ``meta`` (a small JSON), so evaluation restores the parameters
-alone. The dropout randomness and the data position are functions of the step
+alone; a run with a moving average of the parameters (``trainer/ema.py``) adds a fourth,
+``ema_params``. The dropout randomness and the data position are functions of the step
 and the seed, so restoring the step restores them too.
 
 Every checkpoint carries an integrity record (``trainer/integrity.py``, which says
@@ -37,6 +38,7 @@ from trainer.errors import CheckpointError
 
 _log = logging.getLogger(__name__)
 _ITEMS = ('params', 'opt_state', 'meta')
+EMA_ITEM = 'ema_params'  # only in the checkpoints of runs with config.ema.decay > 0
 _FORMAT = 2
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 
@@ -102,7 +104,7 @@ class Checkpoints:
       read_only=read_only,
       create=not read_only,
     )
-    self.manager = ocp.CheckpointManager(self.directory, item_names=_ITEMS, options=options)
+    self.manager = ocp.CheckpointManager(self.directory, item_names=(*_ITEMS, EMA_ITEM), options=options)
 
   # Which steps there are, and which are intact --------------------------------
 
@@ -222,6 +224,7 @@ class Checkpoints:
       params=ocp.args.StandardSave(state.params),
       opt_state=ocp.args.StandardSave(state.opt_state),
       meta=ocp.args.JsonSave({'format': _FORMAT, 'step': int(step)}),
+      **({EMA_ITEM: ocp.args.StandardSave(state.ema_params)} if state.ema_params is not None else {}),
     )
     try:
       self.manager.save(step, args=args, metrics=metrics, force=True)
@@ -295,28 +298,51 @@ class Checkpoints:
 
   # Restoring -------------------------------------------------------------------
 
+  def has_item(self, step: int, item: str) -> bool:
+    """Whether checkpoint ``step`` holds ``item`` (``EMA_ITEM`` only where the run kept an average)."""
+    return (self.directory / str(step) / item).is_dir()
+
   def restore(self, step: int, abstract_state: Any) -> Any:
-    """The ``TrainState`` of intact checkpoint ``step``, on the shardings named in ``abstract_state``."""
-    self._require_intact(step, ('params', 'opt_state'))
-    restored = self.manager.restore(
-      step,
-      args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(abstract_state.params),
-        opt_state=ocp.args.StandardRestore(abstract_state.opt_state),
-      ),
+    """The ``TrainState`` of intact checkpoint ``step``, on the shardings named in ``abstract_state``.
+
+    A state with ``ema_params`` restores them too; from a checkpoint saved without an average (the
+    run had ``config.ema.decay`` 0 until now) the average starts as a copy of the parameters."""
+    wants_ema = abstract_state.ema_params is not None
+    ema_saved = wants_ema and self.has_item(step, EMA_ITEM)
+    self._require_intact(step, ('params', 'opt_state', *((EMA_ITEM,) if ema_saved else ())))
+    args = dict(
+      params=ocp.args.StandardRestore(abstract_state.params),
+      opt_state=ocp.args.StandardRestore(abstract_state.opt_state),
     )
+    if ema_saved:
+      args[EMA_ITEM] = ocp.args.StandardRestore(abstract_state.ema_params)
+    restored = self.manager.restore(step, args=ocp.args.Composite(**args))
     self._require_finite(step, restored.params)
     like = abstract_state.step
     value = np.asarray(step, like.dtype)
     step_array = jax.make_array_from_callback(like.shape, like.sharding, lambda index: value[index])
-    return abstract_state.replace(step=step_array, params=restored.params, opt_state=restored.opt_state)
+    ema_params = None
+    if ema_saved:
+      ema_params = restored[EMA_ITEM]
+    elif wants_ema:
+      _log.warning('Checkpoint %d has no moving average of the parameters; it starts from them.', step)
+      ema_params = jax.tree.map(jnp.copy, restored.params)
+    return abstract_state.replace(
+      step=step_array, params=restored.params, opt_state=restored.opt_state, ema_params=ema_params
+    )
 
-  def restore_params(self, step: int, abstract_params: Any) -> Any:
-    """Only the parameters of checkpoint ``step``, checked intact (no optimizer state is read)."""
-    self._require_intact(step, ('params',))
+  def restore_params(self, step: int, abstract_params: Any, item: str = 'params') -> Any:
+    """Only the parameters (``item='params'``) or their moving average (``EMA_ITEM``) of checkpoint
+    ``step``, checked intact (no optimizer state is read)."""
+    if item == EMA_ITEM and not self.has_item(step, EMA_ITEM):
+      raise CheckpointError(
+        f'Checkpoint {step} in {self.directory} has no moving average of the parameters '
+        '(the run had config.ema.decay 0); use the raw parameters.'
+      )
+    self._require_intact(step, (item,))
     params = self.manager.restore(
-      step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract_params))
-    ).params
+      step, args=ocp.args.Composite(**{item: ocp.args.StandardRestore(abstract_params)})
+    )[item]
     self._require_finite(step, params)
     return params
 

@@ -15,7 +15,8 @@ import jax
 
 from trainer import observe_config, storage
 from trainer import workdir as workdir_lib
-from trainer.checkpoints import Checkpoints
+from trainer.checkpoints import EMA_ITEM, Checkpoints
+from trainer.ema import PARAMS_CHOICES
 from trainer.errors import CheckpointError, WorkdirError
 from trainer.partitioning import make_mesh
 from trainer.state_init import StateInit
@@ -53,14 +54,21 @@ def restore_checkpoint(
   average_last: int = 1,
   *,
   read_data: bool = True,
+  params: str = 'raw',
 ):
   """``(task, model parts, params, step)`` for checkpoint ``which`` ('latest', 'best' or a step).
+
+  ``params='ema'``: the moving average of the parameters (``trainer/ema.py``) instead of the
+  parameters; a checkpoint without one is a ``CheckpointError``.
 
   Only the parameters are read: no optimizer state is built or restored. With
   ``average_last=N`` the parameters are the mean of the N latest intact
   checkpoints ending at that step (Vaswani et al. averaged the last 5). ``read_data=False``: for
   uses that read no examples (predictions, exports), the task reads no data (``workdir_task``).
   """
+  if params not in PARAMS_CHOICES:
+    raise CheckpointError(f'params is {params!r}; it must be one of {", ".join(PARAMS_CHOICES)}.')
+  item = EMA_ITEM if params == 'ema' else 'params'
   workdir = storage.as_path(workdir)
   config = workdir_lib.load_config(workdir)
   mesh = mesh or make_mesh()
@@ -82,12 +90,12 @@ def restore_checkpoint(
     task = workdir_task(workdir, config, read_data)
     task.prepare(workdir)
     init = StateInit(task, None, mesh, config.seed)  # abstract: no random model is made first
-    restored = [checkpoints.restore_params(s, init.abstract_state.params) for s in steps]
+    restored = [checkpoints.restore_params(s, init.abstract_state.params, item) for s in steps]
     parts = init.parts(init.rest())
   finally:
     checkpoints.close()
-  params = jax.tree.map(lambda *p: sum(p) / len(p), *restored) if len(restored) > 1 else restored[0]
-  return task, parts, params, step
+  averaged = jax.tree.map(lambda *p: sum(p) / len(p), *restored) if len(restored) > 1 else restored[0]
+  return task, parts, averaged, step
 
 
 def evaluate_workdir(
@@ -96,8 +104,10 @@ def evaluate_workdir(
   split: str | None = None,
   batch_size: int | None = None,
   average_last: int = 1,
+  params: str = 'raw',
 ) -> dict:
-  """Evaluates one checkpoint on one split; writes ``eval_<split>_step<N>.json`` into the workdir."""
+  """Evaluates one checkpoint on one split; writes ``eval_<split>_step<N>.json`` into the workdir
+  (``eval_<split>_step<N>_ema.json`` for ``params='ema'``, the moving average)."""
   # Imported here: the training loop's metric writers import TensorFlow, which predictions
   # (``restore_checkpoint`` alone) do not need.
   from trainer.loop import evaluate_params  # pylint: disable=g-import-not-at-top
@@ -106,12 +116,12 @@ def evaluate_workdir(
   config = workdir_lib.load_config(workdir)
   split = split or config.eval_split
   mesh = make_mesh()
-  task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh, average_last)
+  task, parts, chosen, step = restore_checkpoint(workdir, checkpoint, mesh, average_last, params=params)
   # The task writes its files (hypotheses) into a scratch folder; they are copied into the workdir
   # where it can be written, so a read-only workdir still gets its metrics printed.
   with tempfile.TemporaryDirectory() as scratch:
     metrics = evaluate_params(
-      task, parts, params, split, mesh, batch_size or config.eval_batch_size, output_dir=pathlib.Path(scratch)
+      task, parts, chosen, split, mesh, batch_size or config.eval_batch_size, output_dir=pathlib.Path(scratch)
     )
     if jax.process_index() == 0:
       for written in sorted(pathlib.Path(scratch).iterdir()):
@@ -125,6 +135,8 @@ def evaluate_workdir(
   }
   result = dict(kept, step=int(step), split=split, checkpoint=str(checkpoint))
   name = f'eval_{split}_step{step}' + (f'_avg{average_last}' if average_last > 1 else '')
+  if params == 'ema':
+    result['params'], name = 'ema', name + '_ema'
   if average_last > 1:
     result['averaged_checkpoints'] = average_last
   if jax.process_index() == 0:

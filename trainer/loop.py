@@ -27,7 +27,7 @@ from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
-from trainer import observe_config, profiling, storage, wandb_log
+from trainer import ema, observe_config, profiling, storage, wandb_log
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import Checkpoints, count_non_finite
 from trainer.devices import Devices
@@ -300,9 +300,7 @@ class _Training:
       self._evaluate()
 
   def _evaluate(self) -> None:
-    per_split = evaluate_splits(
-      self.task, self.parts, self.state.params, self.config, self.mesh, self.eval_step, self.workdir
-    )
+    per_split = self._evaluate_state()
     results = observe_config.named_metrics(self.config, per_split)
     self.last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
     self.evaluated_step = self.step
@@ -313,6 +311,21 @@ class _Training:
     if self.is_main:
       for split, metrics in per_split.items():
         print(f'eval {split} at step {self.step}: ' + _format(metrics), flush=True)
+
+  def _evaluate_state(self) -> dict[str, dict[str, float | str]]:
+    """``{split: metrics}`` of the parameters and, where the state has one, of their moving average
+    (its names prefixed ``ema_``, ``trainer/ema.py``); the files a task writes (hypotheses) are the
+    parameters'."""
+    per_split = evaluate_splits(
+      self.task, self.parts, self.state.params, self.config, self.mesh, self.eval_step, self.workdir
+    )
+    if self.state.ema_params is not None:
+      averaged = evaluate_splits(
+        self.task, self.parts, self.state.ema_params, self.config, self.mesh, self.eval_step
+      )
+      for split, metrics in averaged.items():
+        per_split[split].update(ema.metrics_of_average(metrics))
+    return per_split
 
   def maybe_save(self, reason: str) -> None:
     """The one place that saves: once per step, with the metrics of an evaluation at that step."""
@@ -353,9 +366,7 @@ class _Training:
         )
         return TrainResult(step=step, interrupted=True, eval_metrics=self.last_eval)
     if self.start_step >= self.num_steps:  # already trained: report the final metrics again
-      per_split = evaluate_splits(
-        self.task, self.parts, self.state.params, config, self.mesh, self.eval_step, self.workdir
-      )
+      per_split = self._evaluate_state()
       self.last_eval = observe_config.named_metrics(config, per_split)
       evaluations = '; '.join(f'eval {split}: {_format(metrics)}' for split, metrics in per_split.items())
       print(f'already trained to step {self.start_step}; {evaluations}', flush=True)

@@ -175,15 +175,16 @@ class Predictor:
     return self.task.explain(self.model, value, prediction, storage.as_path(path), title)
 
 
-def load_predictor(workdir, checkpoint: str | int = 'latest') -> Predictor:
-  """Restores checkpoint ``checkpoint`` ('latest', 'best' or a step) of ``workdir`` for prediction."""
+def load_predictor(workdir, checkpoint: str | int = 'latest', params: str = 'raw') -> Predictor:
+  """Restores checkpoint ``checkpoint`` ('latest', 'best' or a step) of ``workdir`` for prediction;
+  ``params='ema'``: the moving average of its parameters (``trainer/ema.py``)."""
   workdir = storage.as_path(workdir)
   if (workdir / workdir_lib.CONFIG_FILE).exists() and 'task' not in workdir_lib.load_config(workdir):
     raise WorkdirError(
       f'{workdir} is not a workdir written by train.py (its config.json names no task); for timm or '
       'Hugging Face weights use predict.py --weights, or vit.weights_predictor.load_predictor.'
     )
-  task, parts, params, step = restore_checkpoint(workdir, checkpoint, read_data=False)
+  task, parts, params, step = restore_checkpoint(workdir, checkpoint, read_data=False, params=params)
   class_names = workdir_lib.load_class_names(workdir)
   return Predictor(workdir, task, parts.merge(params), int(step), class_names)
 

@@ -17,6 +17,7 @@ import functools
 import ml_collections
 from jax.sharding import Mesh
 
+from trainer.ema import ema_decay
 from trainer.optim import frozen_paths, make_optimizer
 from trainer.partitioning import check_batch_size, check_micro_batches, make_mesh
 from trainer.state import ModelParts, make_train_step
@@ -34,7 +35,7 @@ class RunStep:
   @functools.cached_property
   def init(self) -> StateInit:
     """The train state built abstractly, its shardings, and how to create or restore it."""
-    return StateInit(self.task, self.optimizer, self.mesh, self.config.seed)
+    return StateInit(self.task, self.optimizer, self.mesh, self.config.seed, ema=ema_decay(self.config) > 0)
 
   @functools.cached_property
   def frozen(self) -> frozenset[str]:
@@ -54,6 +55,7 @@ class RunStep:
       grad_accum_steps=self.config.grad_accum_steps,
       state_sharding=self.init.state_sharding,
       frozen=self.frozen,
+      ema_decay=ema_decay(self.config),
       constants=self.task.training_constants(),
     )
 

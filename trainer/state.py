@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 
 from trainer import random_streams
 from trainer.accumulation import accumulated_gradient, param_specs
+from trainer.ema import update_ema
 from trainer.optim import parameter_path
 from trainer.partitioning import batch_sharding, check_micro_batches, replicated, state_shardings
 from trainer.task import Task
@@ -30,6 +31,7 @@ class TrainState:
   step: jax.Array
   params: Any
   opt_state: Any
+  ema_params: Any = None  # the parameters' moving average (``trainer/ema.py``); None when off
 
 
 class ModelParts:
@@ -78,6 +80,7 @@ def make_train_step(
   grad_accum_steps: int = 1,
   state_sharding=None,
   frozen: Collection[str] = frozenset(),
+  ema_decay: float = 0.0,
   constants=None,
 ):
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
@@ -91,9 +94,10 @@ def make_train_step(
   which saves a few small dispatches per step. ``state_sharding`` (a tree like the state, from
   ``trainer.partitioning.state_shardings``) defaults to replicated. The parameters whose paths
   are in ``frozen`` (``trainer.optim.frozen_paths``) are constants to the differentiation: their
-  gradients are zero and never computed. ``constants`` (``Task.training_constants``), when not
-  ``None``, are placed like parameters and passed to every step as an argument of the compiled
-  program, to the task's loss, which is never differentiated with respect to them.
+  gradients are zero and never computed. With ``ema_decay`` > 0 the state's ``ema_params`` follow
+  the updated parameters (``trainer.ema.update_ema``). ``constants`` (``Task.training_constants``),
+  when not ``None``, are placed like parameters and passed to every step as an argument of the
+  compiled program, to the task's loss, which is never differentiated with respect to them.
   """
   dropout_key = random_streams.key(seed, random_streams.DROPOUT)
   state_sharding = replicated(mesh) if state_sharding is None else state_sharding
@@ -147,7 +151,10 @@ def make_train_step(
     metrics = _add_grad_norm(metrics, clu_metrics.Average.from_model_output(optax.global_norm(grads)))
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
+    ema_params = state.ema_params
+    if ema_decay:
+      ema_params = update_ema(ema_params, params, ema_decay, state.step)
+    new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state, ema_params=ema_params)
     return new_state, metrics_so_far.merge(metrics)
 
   in_shardings = (state_sharding, replicated(mesh), batch_sharding(mesh))

@@ -31,12 +31,21 @@ from trainer.task import Task
 class StateInit:
   """The abstract train state of ``task``'s model under ``optimizer`` on ``mesh``, and how to make it."""
 
-  def __init__(self, task: Task, optimizer: optax.GradientTransformation | None, mesh: Mesh, seed: int):
-    self.task, self.optimizer, self.mesh, self.seed = task, optimizer, mesh, seed
+  def __init__(
+    self, task: Task, optimizer: optax.GradientTransformation | None, mesh: Mesh, seed: int, ema: bool = False
+  ):
+    """``ema``: the state holds a moving average of the parameters (``trainer/ema.py``), shaped and
+    sharded as they are."""
+    self.task, self.optimizer, self.mesh, self.seed, self.ema = task, optimizer, mesh, seed, ema
     model = nnx.eval_shape(self._make_model)
     self.graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     opt_state = jax.eval_shape(optimizer.init, params) if optimizer is not None else None
-    shapes = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=params, opt_state=opt_state)
+    shapes = TrainState(
+      step=jax.ShapeDtypeStruct((), jnp.int32),
+      params=params,
+      opt_state=opt_state,
+      ema_params=params if ema else None,
+    )
     #: a tree like the state: each array's sharding
     self.state_sharding = state_shardings(shapes, mesh)
     #: shape, dtype and sharding of every array of the state: what a checkpoint restores into
@@ -61,7 +70,10 @@ class StateInit:
     def init():
       params, rest = self._split()
       return TrainState(
-        step=jnp.zeros((), jnp.int32), params=params, opt_state=self.optimizer.init(params)
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=self.optimizer.init(params),
+        ema_params=_copy(params) if self.ema else None,
       ), rest
 
     return jax.jit(init, out_shardings=(self.state_sharding, self._rest_sharding))
@@ -79,6 +91,8 @@ class StateInit:
       params = jax.device_put(params, self.state_sharding.params)
       opt_state = jax.jit(self.optimizer.init, out_shardings=self.state_sharding.opt_state)(params)
       state = state.replace(params=params, opt_state=opt_state)
+      if self.ema:  # the average starts from the pretrained weights too
+        state = state.replace(ema_params=jax.jit(_copy, out_shardings=self.state_sharding.ema_params)(params))
     return state, parts
 
   def rest(self):
@@ -92,3 +106,8 @@ class StateInit:
     """``rest()`` as numpy arrays computed on this host's default device: for compiling for devices
     that are not here, where they are constants of the compiled step."""
     return jax.tree.map(np.asarray, jax.jit(lambda: self._split()[1])())
+
+
+def _copy(tree):
+  """A copy of every array of ``tree`` in buffers of its own (the state's buffers are donated one by one)."""
+  return jax.tree.map(jnp.copy, tree)

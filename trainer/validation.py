@@ -51,7 +51,10 @@ _REALS = {
   'optimizer.eps': (0.0, math.inf, False),
   'optimizer.momentum': (0.0, 1.0, False),
   'optimizer.grad_clip_norm': (0.0, math.inf, False),
+  'ema.decay': (0.0, 1.0, False),
 }
+#: the fields of the optional ``ema`` section (``trainer/ema.py``)
+EMA_FIELDS = ('decay',)
 
 
 def _get(config: ml_collections.ConfigDict, field: str):
@@ -170,6 +173,7 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
     _check_integer(config, 'mesh.data', -1)
     if config.mesh.data == 0:
       _fail('mesh.data', 0, 'it must be -1 (all devices left) or >= 1')
+  _check_ema_section(config)
   if config.batch_size % config.grad_accum_steps:
     raise ConfigError(
       f'config.batch_size ({config.batch_size}) must be divisible by config.grad_accum_steps '
@@ -178,6 +182,17 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
   observe_config.check_fields(config)
   for split in config.get('eval_splits', ()):
     check_split_name(split, 'config.eval_splits')
+
+
+def _check_ema_section(config) -> None:
+  """The optional ``ema`` section holds only known fields (``decay`` is checked with the reals)."""
+  if not _has(config, 'ema'):
+    return
+  if not isinstance(config.ema, (ml_collections.ConfigDict, dict)):
+    _fail('ema', config.ema, 'it must be a section with the field decay')
+  for name in config.ema:
+    if name not in EMA_FIELDS:
+      raise ConfigError(f'unknown config field ema.{name}; known: {", ".join(EMA_FIELDS)}.')
 
 
 def _has(config, field: str) -> bool:
@@ -200,6 +215,8 @@ def check_task_names(config: ml_collections.ConfigDict, task) -> None:
   config.eval_split = resolved  # ``test|val`` becomes the split used, as the workdir's config.json says
   observe_config.check_eval_splits(config, splits)
   metrics = task.eval_metric_names()
+  if _has(config, 'ema.decay') and config.ema.decay:  # the moving average's metrics (trainer/ema.py)
+    metrics = (*metrics, *(f'ema_{name}' for name in metrics))
   if config.best_metric not in metrics:
     _fail('best_metric', config.best_metric, f'an evaluation reports {", ".join(metrics)}')
 

@@ -1,5 +1,6 @@
 """Training-time augmentation of uint8 image batches: random resized crop, random crop, flip,
-RandAugment, mixup.
+RandAugment; the settings and random draws of random erasing, mixup and CutMix (done on float
+pixels by ``vit.batch_augmentation``) and of repeated augmentation (done by the sampler).
 
 The randomness for a whole global batch is drawn at once (`Augmentation.draw`); `apply`
 then augments any subset of its rows with their share of that draw. So each process
@@ -19,7 +20,10 @@ image with PIL. Its magnitude runs 0..30; 10 is the usual strength (rotate 30 de
 shear 0.3, translate 45% of the side, enhance factor 1 +- 0.9, posterize to 4 bits,
 solarize above 128) and other values scale those linearly, as in big_vision. Mixup itself
 is done by the input pipeline on float pixels, using the drawn `mix_partner` and
-`mix_weight`.
+`mix_weight`; so are CutMix (`cutmix_alpha`, `mix_switch_prob`) and random erasing (`erase_prob`),
+see `vit.batch_augmentation`. Repeated augmentation (`repeats`, Hoffer et al. 2020) puts each
+example `repeats` times in a global batch, each copy augmented by its own row's draws
+(`pipelines.steps.repeated_example_ids`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 
 from trainer.errors import ConfigError
+from vit.batch_augmentation import ERASE_AREA, ERASE_RATIO, ERASE_TRIES, cutmix_box, erase_box
 
 _GREY = 128
 _CROP_TRIES = 10
@@ -95,6 +100,14 @@ class AugmentationDraw:
   crop_areas: np.ndarray | None = None  # float [B, 10]: candidate area fractions
   crop_log_ratios: np.ndarray | None = None  # float [B, 10]: candidate log(width / height)
   crop_positions: np.ndarray | None = None  # float [B, 2] in [0, 1): top and left of the window
+  cutmix_rows: np.ndarray | None = None  # bool [B]: the rows mixed by CutMix (the others by mixup)
+  cutmix_lam: np.ndarray | None = None  # float [B]: CutMix's Beta draw, before the box is clipped
+  cutmix_centres: np.ndarray | None = None  # float [B, 2] in [0, 1): the box centre
+  erase_rows: np.ndarray | None = None  # bool [B]: the rows random erasing tries to erase
+  erase_areas: np.ndarray | None = None  # float [B, 10]: candidate area fractions
+  erase_log_ratios: np.ndarray | None = None  # float [B, 10]: candidate log(height / width)
+  erase_positions: np.ndarray | None = None  # float [B, 2] in [0, 1): top and left of the box
+  erase_seeds: np.ndarray | None = None  # int [B]: each row's stream of erasing values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +122,10 @@ class Augmentation:
   mixup_alpha: float = 0.0
   crop_scale: tuple[float, float] | None = None
   crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+  cutmix_alpha: float = 0.0
+  mix_switch_prob: float = 0.5
+  erase_prob: float = 0.0
+  repeats: int = 1
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> Augmentation:
@@ -121,6 +138,10 @@ class Augmentation:
       mixup_alpha=float(config.mixup_alpha),
       crop_scale=None if config.crop_scale is None else tuple(float(value) for value in config.crop_scale),
       crop_ratio=tuple(float(value) for value in config.crop_ratio),
+      cutmix_alpha=_number(config, 'cutmix_alpha'),
+      mix_switch_prob=_number(config, 'mix_switch_prob'),
+      erase_prob=_number(config, 'erase_prob'),
+      repeats=config.repeats,
     )
     if augmentation.crop_scale is not None and augmentation.crop_padding:
       raise ConfigError('augment.crop_scale and augment.crop_padding are two kinds of crop; set only one')
@@ -147,11 +168,30 @@ class Augmentation:
       raise ConfigError(f'augment.randaugment_magnitude must be in 0..30, got {config.randaugment_magnitude}')
     if augmentation.mixup_alpha < 0:
       raise ConfigError(f'augment.mixup_alpha must be >= 0, got {config.mixup_alpha}')
+    if augmentation.cutmix_alpha < 0:
+      raise ConfigError(f'augment.cutmix_alpha must be >= 0 (0 = off), got {config.cutmix_alpha}')
+    if not 0 <= augmentation.mix_switch_prob <= 1:
+      raise ConfigError(f'augment.mix_switch_prob must be in [0, 1], got {config.mix_switch_prob}')
+    if not 0 <= augmentation.erase_prob <= 1:
+      raise ConfigError(f'augment.erase_prob must be in [0, 1] (0 = off), got {config.erase_prob}')
+    if isinstance(augmentation.repeats, bool) or not isinstance(augmentation.repeats, int):
+      raise ConfigError(f'augment.repeats must be an integer >= 1 (1 = off), got {config.repeats!r}')
+    if augmentation.repeats < 1:
+      raise ConfigError(f'augment.repeats must be >= 1 (1 = off), got {config.repeats}')
     return augmentation
 
   @property
   def mixup(self) -> bool:
     return self.mixup_alpha > 0
+
+  @property
+  def cutmix(self) -> bool:
+    return self.cutmix_alpha > 0
+
+  @property
+  def mixes(self) -> bool:
+    """Whether each row is mixed with a partner (mixup, CutMix or both)."""
+    return self.mixup or self.cutmix
 
   def draw(self, rng: np.random.Generator, batch_size: int) -> AugmentationDraw:
     """Draws the random choices for a global batch, always in the same order."""
@@ -164,15 +204,51 @@ class Augmentation:
       shape = (batch_size, self.randaugment_layers)
       choices['randaugment_ops'] = rng.integers(0, len(_OP_FUNCTIONS), shape)
       choices['randaugment_signs'] = np.where(rng.random(shape) < 0.5, -1, 1)
-    if self.mixup:
+    if self.mixes:
       choices['mix_partner'] = rng.permutation(batch_size)
+    if self.mixup:
       choices['mix_weight'] = rng.beta(self.mixup_alpha, self.mixup_alpha, batch_size)
       choices['mix_weight'] = choices['mix_weight'].astype(np.float32)
-    if self.crop_scale is not None:  # drawn last: the other draws stay as they were without it
+    if self.crop_scale is not None:  # drawn after the older draws: those stay as they were without it
       choices['crop_areas'] = rng.uniform(*self.crop_scale, (batch_size, _CROP_TRIES))
       choices['crop_log_ratios'] = rng.uniform(*np.log(self.crop_ratio), (batch_size, _CROP_TRIES))
       choices['crop_positions'] = rng.random((batch_size, 2))
+    if self.cutmix:
+      switch = rng.random(batch_size) < self.mix_switch_prob
+      choices['cutmix_rows'] = switch if self.mixup else np.ones(batch_size, bool)
+      choices['cutmix_lam'] = rng.beta(self.cutmix_alpha, self.cutmix_alpha, batch_size)
+      choices['cutmix_centres'] = rng.random((batch_size, 2))
+      if not self.mixup:
+        choices['mix_weight'] = np.ones(batch_size, np.float32)  # replaced by each box's weight
+    if self.erase_prob:
+      choices['erase_rows'] = rng.random(batch_size) < self.erase_prob
+      choices['erase_areas'] = rng.uniform(*ERASE_AREA, (batch_size, ERASE_TRIES))
+      choices['erase_log_ratios'] = rng.uniform(*np.log(ERASE_RATIO), (batch_size, ERASE_TRIES))
+      choices['erase_positions'] = rng.random((batch_size, 2))
+      choices['erase_seeds'] = rng.integers(0, 2**63 - 1, batch_size)
     return AugmentationDraw(**choices)
+
+  def cutmix_boxes(self, draw: AugmentationDraw, rows: np.ndarray, height: int, width: int) -> list:
+    """CutMix's (top, bottom, left, right) box for each global row of ``rows``; None for mixup's rows."""
+    if draw.cutmix_rows is None:
+      return [None] * len(rows)
+    return [
+      cutmix_box(draw.cutmix_lam[row], draw.cutmix_centres[row], height, width)
+      if draw.cutmix_rows[row]
+      else None
+      for row in rows
+    ]
+
+  def erase_boxes(self, draw: AugmentationDraw, rows: np.ndarray, height: int, width: int) -> list:
+    """Random erasing's (top, left, height, width) box for each global row of ``rows``; None: not erased."""
+    if draw.erase_rows is None:
+      return [None] * len(rows)
+    return [
+      erase_box(draw.erase_areas[row], draw.erase_log_ratios[row], draw.erase_positions[row], height, width)
+      if draw.erase_rows[row]
+      else None
+      for row in rows
+    ]
 
   def crop_box(self, draw: AugmentationDraw, row: int, height: int, width: int) -> tuple[int, int, int, int]:
     """The random resized crop's window (left, top, right, bottom) for global `row` in an image of this size."""
@@ -216,6 +292,13 @@ class Augmentation:
     box = self.crop_box(draw, row, height, width)
     resized = np.asarray(pil_image.resize((width, height), _BILINEAR, box=box))
     return resized[..., None] if resized.ndim == 2 else resized
+
+
+def _number(config: ml_collections.ConfigDict, field: str) -> float:
+  value = config[field]
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+    raise ConfigError(f'augment.{field} must be a number, got {value!r}')
+  return float(value)
 
 
 def random_crop(images: np.ndarray, offsets: np.ndarray, padding: int, mode: str) -> np.ndarray:

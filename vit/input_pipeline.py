@@ -78,10 +78,10 @@ import numpy as np
 
 from pipelines import image_sources
 from pipelines.image_sources import InMemoryImages, LabelledImages
-from pipelines.steps import example_ids, step_batches
+from pipelines.steps import repeated_example_ids, step_batches
 from trainer.errors import ConfigError
 from trainer.partitioning import process_rows
-from vit import record_images, tfds_source
+from vit import batch_augmentation, record_images, tfds_source
 from vit.image_augmentation import Augmentation, AugmentationDraw
 from vit.record_images import RecordImages
 
@@ -119,6 +119,10 @@ def default_data_config() -> ml_collections.ConfigDict:
   config.augment.mixup_alpha = 0.0
   config.augment.crop_scale = ml_collections.FieldReference(None, field_type=tuple)
   config.augment.crop_ratio = (3 / 4, 4 / 3)
+  config.augment.cutmix_alpha = 0.0
+  config.augment.mix_switch_prob = 0.5
+  config.augment.erase_prob = 0.0
+  config.augment.repeats = 1
   return config
 
 
@@ -134,6 +138,11 @@ def load_image_data(data_config: ml_collections.ConfigDict) -> ImageData:
   augmentation = Augmentation.from_config(config.augment)
 
   source = _LOADERS[config.source](config)
+  if augmentation.repeats > 1 and isinstance(source, tfds_source.TfdsStream):
+    raise ConfigError(
+      'augment.repeats needs random access to the examples; this tfds set is streamed '
+      '(set data.streaming=False, or prepare it as ArrayRecord)'
+    )
   height, width, channels = source.image_shape
   if augmentation.crop_padding >= min(height, width):
     raise ConfigError(
@@ -240,7 +249,7 @@ class ImageData:
     """Endless batches of this process's rows of the global batch, from start_step on.
 
     Yields 'image' float32 [b, H, W, C] and 'label' int32 [b], where b = batch_size /
-    process_count; with mixup also 'mix_label' int32 [b] and 'mix_weight' float32 [b]
+    process_count; with mixup or CutMix also 'mix_label' int32 [b] and 'mix_weight' float32 [b]
     (loss = w * CE(label) + (1 - w) * CE(mix_label)).
     """
     rows = process_rows(batch_size, process_index, process_count)
@@ -323,7 +332,8 @@ class ImageData:
       raise ConfigError(f'unknown split {split!r}; available: {list(self.split_names)}')
 
   def _train_batch(self, step: int, *, batch_size: int, seed: int, rows: slice) -> dict[str, np.ndarray]:
-    ids = example_ids(seed, step, batch_size, self._source.num_examples('train'))
+    repeats = self._augmentation.repeats
+    ids = repeated_example_ids(seed, step, batch_size, self._source.num_examples('train'), repeats)
     draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
     own = np.arange(rows.start, rows.stop)
     partner = None if draw.mix_partner is None else draw.mix_partner[own]
@@ -357,22 +367,29 @@ class ImageData:
     decoded_with_crop: bool = False,
   ) -> dict[str, np.ndarray]:
     """Augments `examples` (global batch rows `positions`, sorted); returns rows `own`."""
-    images = self._augmentation.apply(examples.images, draw, positions, decoded_with_crop=decoded_with_crop)
+    augmentation = self._augmentation
+    images = augmentation.apply(examples.images, draw, positions, decoded_with_crop=decoded_with_crop)
+    height, width = images.shape[1:3]
+    if draw.erase_rows is not None:  # before mixing, as timm; in pixel units (vit.batch_augmentation)
+      images = images.astype(np.float32)
+      boxes = augmentation.erase_boxes(draw, positions, height, width)
+      batch_augmentation.random_erase(images, boxes, draw.erase_seeds[positions], self.mean, self.std)
     if partner is None:  # then positions are exactly the own rows
       return {'image': self.prepare_images(images), 'label': examples.labels}
+    # Mixing is affine, so it commutes with the (affine) normalisation: mixed on pixels, then normalised.
     own_at = np.searchsorted(positions, own)
     partner_at = np.searchsorted(positions, partner)
-    weight = draw.mix_weight[own]
-    # w * own + (1 - w) * partner, computed in place before the (affine) normalisation:
-    # float temporaries cost more here than the arithmetic.
-    flat_images = images.reshape(len(images), -1)  # long inner loops for numpy
-    partner_images = flat_images[partner_at]
-    mixed = flat_images[own_at].astype(np.float32)
-    mixed -= partner_images
-    mixed *= weight[:, None]
-    mixed += partner_images
+    cut_boxes = augmentation.cutmix_boxes(draw, own, height, width)
+    weight = np.array(
+      [
+        w if box is None else batch_augmentation.box_weight(box, height, width)
+        for w, box in zip(draw.mix_weight[own], cut_boxes)
+      ],
+      np.float32,
+    )
+    mixed = batch_augmentation.mix(images[own_at], images[partner_at], weight, cut_boxes)
     return {
-      'image': self.prepare_images(mixed.reshape(len(own), *images.shape[1:])),
+      'image': self.prepare_images(mixed),
       'label': examples.labels[own_at],
       'mix_label': examples.labels[partner_at],
       'mix_weight': weight,

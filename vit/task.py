@@ -114,6 +114,11 @@ class ImageClassification(Task):
     if self.fewshot is not None and any(k < 1 for k in self.fewshot.shots):
       raise ConfigError(f'config.fewshot.shots is {self.fewshot.shots}; each must be >= 1.')
     self._initial = None
+    repeats = config.get('data', {}).get('augment', {}).get('repeats', 1)
+    if isinstance(repeats, int) and repeats > 1 and config.batch_size % repeats:
+      raise ConfigError(
+        f'batch_size ({config.batch_size}) must be divisible by data.augment.repeats ({repeats}).'
+      )
     self.data = load_image_data(config.data) if shapes is None else shapes
     self.preparation = self.data.preparation
     self.distillation = None
@@ -172,7 +177,8 @@ class ImageClassification(Task):
       'image': jax.ShapeDtypeStruct((batch_size, *self.data.image_shape), jnp.float32),
       'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
     }
-    if self.config.data.get('augment', {}).get('mixup_alpha', 0.0) > 0:
+    augment = self.config.data.get('augment', {})
+    if augment.get('mixup_alpha', 0.0) > 0 or augment.get('cutmix_alpha', 0.0) > 0:
       shapes['mix_label'] = jax.ShapeDtypeStruct((batch_size,), jnp.int32)
       shapes['mix_weight'] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
     return shapes
