@@ -103,6 +103,7 @@ class _SyntheticImageTask(ImageClassification):
     self.config = config
     self.label_smoothing = 0.0
     self.init_from = None
+    self.distillation = None
     self.data = type('Shape', (), {'num_classes': num_classes, 'image_shape': (image_size, image_size, 3)})()
 
 
