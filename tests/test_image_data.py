@@ -448,3 +448,20 @@ def test_tfds_without_prepared_data_fails_fast_with_build_hint(tmp_path):
   assert time.monotonic() - start < 30  # tensorflow import included
   with pytest.raises(ValueError, match="unknown tfds data set 'no_such_set'"):
     load_image_data(make_config(source='tfds', name='no_such_set', data_dir=str(tmp_path)))
+
+
+def test_a_last_batch_with_no_row_for_a_process_is_all_padding(digits):
+  # 10 chosen examples in batches of 8 over two processes: the last global batch's 2 rows all fall
+  # in process 0's half, so process 1 gets a batch of padding only (and still one, to stay in step).
+  ids = np.arange(10) * 7
+  halves = [
+    list(digits.eval_batches('train', batch_size=8, process_index=i, process_count=2, example_ids=ids))
+    for i in range(2)
+  ]
+  assert [len(batches) for batches in halves] == [2, 2]
+  assert halves[0][1]['mask'].tolist() == [1, 1, 0, 0]
+  assert halves[1][1]['mask'].tolist() == [0, 0, 0, 0] and not halves[1][1]['image'].any()
+  whole = next(digits.eval_batches('train', batch_size=10, example_ids=ids))
+  np.testing.assert_array_equal(
+    np.concatenate([halves[0][0]['label'], halves[1][0]['label'], halves[0][1]['label'][:2]]), whole['label']
+  )

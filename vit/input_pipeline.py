@@ -404,9 +404,10 @@ class ImageData:
       'label': np.zeros(size, np.int32),
       'mask': np.zeros(size, np.float32),
     }
-    batch['image'][:count] = self.prepare_images(global_batch.images[real])
-    batch['label'][:count] = global_batch.labels[real]
-    batch['mask'][:count] = 1
+    if count:  # the last global batch may hold no row of this process's slice
+      batch['image'][:count] = self.prepare_images(global_batch.images[real])
+      batch['label'][:count] = global_batch.labels[real]
+      batch['mask'][:count] = 1
     return batch
 
 
