@@ -105,7 +105,8 @@ def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_to
   assert 'where the time goes (host ops' in out and 'in all' in out
   numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
   assert numbers['parameters'] == pytest.approx(params, rel=0.01)
-  assert numbers['flops_per_step'] == pytest.approx(flops, rel=0.01) and numbers['images_per_second'] > 0
+  # the printed line rounds to 0.1 GFLOPs; the JSON holds XLA's count
+  assert numbers['flops_per_step'] == pytest.approx(flops, abs=0.05e9) and numbers['images_per_second'] > 0
 
 
 @pytest.mark.slow
