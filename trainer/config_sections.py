@@ -1,0 +1,135 @@
+"""Typed config sections: a frozen dataclass is the one place a section's fields and defaults live.
+
+``from_section(Options, config.model, 'model')`` returns an ``Options`` whose fields are the
+dataclass defaults with the section's values over them. Each value is checked against its field's
+annotation (``bool``, ``int``, ``float``, ``str``, ``tuple``, ``X | None``, ``typing.Literal``
+choices, a nested dataclass), and an unknown field, a value of the wrong type or a choice not
+allowed is a ``ConfigError`` of one line that names the field by its dotted path. ``to_section``
+gives the complete section back, for the resolved config a workdir records.
+"""
+
+import dataclasses
+import numbers
+import types
+import typing
+
+import ml_collections
+
+from trainer.errors import ConfigError
+
+
+def field_names(options_type) -> tuple[str, ...]:
+  return tuple(field.name for field in dataclasses.fields(options_type))
+
+
+def from_section(options_type, section, path: str):
+  """An ``options_type`` (a dataclass) from ``section`` (``ConfigDict``, ``dict`` or ``None``)."""
+  if section is None:
+    section = {}
+  if dataclasses.is_dataclass(section) and not isinstance(section, type):
+    section = to_section(section)
+  if not isinstance(section, (ml_collections.ConfigDict, dict)):
+    raise ConfigError(f'config.{path} is {section!r}; it must be a section of fields.')
+  names = field_names(options_type)
+  unknown = [name for name in section.keys() if name not in names]
+  if unknown:
+    raise ConfigError(
+      f'unknown config field{"s" if len(unknown) > 1 else ""} '
+      f'{", ".join(f"{path}.{name}" for name in unknown)}; the fields of {path} are: {", ".join(names)}.'
+    )
+  hints = typing.get_type_hints(options_type)
+  values = {name: _checked(hints[name], section[name], f'{path}.{name}') for name in section.keys()}
+  try:
+    return options_type(**values)
+  except (TypeError, ValueError) as error:
+    if isinstance(error, ConfigError):
+      raise
+    raise ConfigError(f'config.{path}: {error}') from None
+
+
+def to_section(options) -> ml_collections.ConfigDict:
+  """Every field of the dataclass ``options`` as a ``ConfigDict`` (nested dataclasses as sections)."""
+  return ml_collections.ConfigDict(
+    {
+      field.name: to_section(value) if dataclasses.is_dataclass(value) else value
+      for field in dataclasses.fields(options)
+      for value in [getattr(options, field.name)]
+    }
+  )
+
+
+def _describe(annotation) -> str:
+  if typing.get_origin(annotation) is typing.Literal:
+    return 'allowed values: ' + ', '.join(str(choice) for choice in typing.get_args(annotation))
+  if _optional_of(annotation) is not None:
+    return _describe(_optional_of(annotation)) + ', or None'
+  if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+    return ' or '.join(_describe(argument) for argument in typing.get_args(annotation))
+  names = {bool: 'True or False', int: 'an integer', float: 'a number', str: 'a string', tuple: 'a tuple'}
+  origin = typing.get_origin(annotation) or annotation
+  return f'it must be {names.get(origin, getattr(origin, "__name__", str(origin)))}'
+
+
+def _optional_of(annotation):
+  """``X`` for ``X | None`` (or ``Optional[X]``), else ``None``."""
+  if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+    rest = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if len(rest) == 1 and len(typing.get_args(annotation)) == 2:
+      return rest[0]
+  return None
+
+
+def _checked(annotation, value, path: str):
+  """``value`` as the field holds it (a list becomes a tuple, an int a float), or a ``ConfigError``."""
+
+  def fail():
+    raise ConfigError(f'config.{path} is {value!r}; {_describe(annotation)}.')
+
+  if annotation is typing.Any:
+    return value
+  inner = _optional_of(annotation)
+  if inner is not None:
+    return None if value is None else _checked(inner, value, path)
+  origin = typing.get_origin(annotation)
+  if origin is typing.Literal:
+    choices = typing.get_args(annotation)
+    if isinstance(value, bool) or value not in choices or type(value) not in {type(c) for c in choices}:
+      fail()
+    return value
+  if dataclasses.is_dataclass(annotation):
+    return from_section(annotation, value, path)
+  if annotation is bool:
+    if not isinstance(value, bool):
+      fail()
+    return value
+  if annotation is int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+      fail()
+    return int(value)
+  if annotation is float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+      fail()
+    return float(value)
+  if annotation is str:
+    if not isinstance(value, str):
+      fail()
+    return value
+  if annotation is tuple or origin is tuple:
+    if not isinstance(value, (tuple, list)):
+      fail()
+    arguments = typing.get_args(annotation)
+    if arguments and arguments[-1] is Ellipsis:
+      return tuple(_checked(arguments[0], item, f'{path}[{i}]') for i, item in enumerate(value))
+    if arguments:
+      if len(arguments) != len(value):
+        fail()
+      return tuple(_checked(a, item, f'{path}[{i}]') for i, (a, item) in enumerate(zip(arguments, value)))
+    return tuple(value)
+  if origin in (typing.Union, types.UnionType):
+    for argument in typing.get_args(annotation):
+      try:
+        return _checked(argument, value, path)
+      except ConfigError:
+        pass
+    fail()
+  raise TypeError(f'config field {path} has an annotation {annotation!r} that from_section cannot check')
