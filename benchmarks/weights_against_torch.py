@@ -11,7 +11,8 @@ weights) with ``vit.export_weights`` and our logits on two random images. ``torc
 ``timm.create_model(..., pretrained=True, pretrained_cfg_overlay=...)`` and the transformers class's
 ``from_pretrained``, prints the largest difference from our logits and the
 loading warnings, then writes folders with timm's ``save_for_hf`` and transformers' ``save_pretrained``
-(random weights) with their outputs. ``read`` reads those with ``vit.weights`` and prints the largest
+(random weights; transformers' folders twice, with the hub's names and, ``save_original_format=False``,
+with the names transformers 5 holds in memory) with their outputs. ``read`` reads those with ``vit.weights`` and prints the largest
 difference of our outputs from theirs. Not part of the test suite (it needs PyTorch).
 """
 
@@ -119,11 +120,10 @@ def against_torch(root: pathlib.Path) -> None:
   ):  # fmt: skip
     with torch.no_grad():
       outputs = randomised(model)(pixel_values=images)
-    model.save_pretrained(real / name)
-    np.save(
-      real / name / 'torch_outputs.npy',
-      (outputs.logits if hasattr(outputs, 'logits') else outputs.pooler_output).numpy(),
-    )
+    theirs = (outputs.logits if hasattr(outputs, 'logits') else outputs.pooler_output).numpy()
+    for folder, original in ((name, True), (f'{name}-transformers5-names', False)):
+      model.save_pretrained(real / folder, save_original_format=original)  # False: its in-memory names
+      np.save(real / folder / 'torch_outputs.npy', theirs)
 
 
 def read(root: pathlib.Path) -> None:

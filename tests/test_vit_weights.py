@@ -510,6 +510,51 @@ def test_transformers_folder_computes_what_transformers_computes(case, tmp_path)
     assert source.num_classes == 0
 
 
+# transformers 5's names in memory (its conversion_mapping.py, hub -> ours, in order), which
+# ``state_dict()`` and ``save_pretrained(save_original_format=False)`` write
+TRANSFORMERS5_RENAMES = {
+  'vit': [(r'encoder\.layer\.', 'layers.'), ('attention.query', 'q_proj'), ('attention.key', 'k_proj'),
+          ('attention.value', 'v_proj'), ('attention.output.dense', 'attention.o_proj'),
+          ('intermediate.dense', 'mlp.fc1'), ('output.dense', 'mlp.fc2')],
+  'dinov2': [('attention.attention.query', 'attention.q_proj'), ('attention.attention.key', 'attention.k_proj'),
+             ('attention.attention.value', 'attention.v_proj'), ('attention.output.dense', 'attention.o_proj')],
+}  # fmt: skip
+TRANSFORMERS5_RENAMES['deit'] = TRANSFORMERS5_RENAMES['vit']  # DeiTModel -> ViTModel in that file
+
+
+def transformers5_names(arrays, model_type):
+  import re  # pylint: disable=g-import-not-at-top
+
+  renamed = {}
+  for key, value in arrays.items():
+    for pattern, replacement in TRANSFORMERS5_RENAMES[model_type]:
+      key = re.sub(pattern, replacement, key)
+    renamed[key] = value
+  return renamed
+
+
+@pytest.mark.parametrize('case', sorted(TRANSFORMERS_CASES))
+def test_transformers5_names_read_as_the_hub_names(case, tmp_path):
+  rng = np.random.default_rng(19)
+  model_type, options, act, eps = TRANSFORMERS_CASES[case]
+  arrays = transformers_arrays(rng, **options)
+  renamed = transformers5_names(arrays, model_type)
+  prefix = options['prefix']
+  expected_name = {
+    'dinov2': f'{prefix}encoder.layer.1.attention.v_proj.bias',
+    'vit': f'{prefix}layers.1.mlp.fc2.weight',
+    'deit': f'{prefix}layers.1.attention.o_proj.weight',
+  }[model_type]
+  assert expected_name in renamed and len(renamed) == len(arrays)
+  assert f'{prefix}encoder.layer.1.attention.attention.query.weight' not in renamed
+  config = transformers_config(model_type, act=act, eps=eps, classes=options.get('classes', CLASSES))
+  hub = weights.read_weights(write_transformers_folder(tmp_path / 'hub', arrays, config))
+  ours = weights.read_weights(write_transformers_folder(tmp_path / 'v5', renamed, config))
+  assert sorted(ours.canonical) == sorted(hub.canonical) and ours.model == hub.model
+  for key, value in hub.canonical.items():
+    np.testing.assert_array_equal(ours.canonical[key], value)
+
+
 def test_transformers_processor_config_and_errors(tmp_path):
   rng = np.random.default_rng(7)
   arrays = transformers_arrays(rng, prefix='', dinov2=True, classes=0)

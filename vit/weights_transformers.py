@@ -17,6 +17,13 @@ holds it as one register token. The distilled model with two heads
 ``distill_token``: ``cls_classifier`` is ``head``, ``distillation_classifier`` ``head_dist``. Weights are
 PyTorch's ``[out, in]``; the patch embedding a ``Conv2d`` ``[D, C, P, P]``.
 
+transformers 5 names the same arrays otherwise in memory (its ``conversion_mapping.py``: ``ViTModel``,
+which ``DeiTModel`` shares, and ``Dinov2Model``): ``layers.N`` for ViT's and DeiT's ``encoder.layer.N``,
+``attention.{q,k,v,o}_proj`` for ``attention.attention.{query,key,value}`` and
+``attention.output.dense``, and ViT's and DeiT's ``mlp.fc1``, ``mlp.fc2`` for ``intermediate.dense``,
+``output.dense``. ``save_pretrained`` writes the hub's names by default; ``model.state_dict()`` and
+``save_pretrained(save_original_format=False)`` give these, which are read too (``hub_name``).
+
 The model options come from ``config.json``: ``hidden_size``, ``num_attention_heads``,
 ``intermediate_size`` (DINOv2: ``mlp_ratio``), ``hidden_act`` (``gelu`` is erf, ``gelu_pytorch_tanh``
 and ``gelu_new`` the tanh form, ``quick_gelu``), ``layer_norm_eps`` (1e-12 for ViT),
@@ -127,6 +134,26 @@ def _names(depth: int, dinov2: bool, teacher: bool = False) -> dict:
   return names
 
 
+_HUB_NAMES = {
+  'attention.q_proj': 'attention.attention.query',
+  'attention.k_proj': 'attention.attention.key',
+  'attention.v_proj': 'attention.attention.value',
+  'attention.o_proj': 'attention.output.dense',
+}
+_HUB_MLP_NAMES = {'mlp.fc1': 'intermediate.dense', 'mlp.fc2': 'output.dense'}  # ViT, DeiT (DINOv2 keeps them)
+
+
+def hub_name(key: str, *, dinov2: bool) -> str:
+  """A name as transformers 5 holds it (prefix removed) -> the hub's; a hub name is returned as it is."""
+  key = re.sub(r'^layers\.(\d+)\.', r'encoder.layer.\1.', key)
+  match = re.fullmatch(r'(encoder\.layer\.\d+)\.(attention\.[qkvo]_proj|mlp\.fc[12])\.(weight|bias)', key)
+  if not match:
+    return key
+  layer, part, kind = match.groups()
+  names = _HUB_NAMES if dinov2 else {**_HUB_NAMES, **_HUB_MLP_NAMES}
+  return f'{layer}.{names.get(part, part)}.{kind}'
+
+
 def num_layers(arrays: dict[str, np.ndarray]) -> int:
   found = {int(m.group(1)) for key in arrays if (m := re.search(r'encoder\.layer\.(\d+)\.', key))}
   return len(found)
@@ -134,7 +161,7 @@ def num_layers(arrays: dict[str, np.ndarray]) -> int:
 
 def to_canonical(arrays: dict[str, np.ndarray], *, num_heads: int, dinov2: bool) -> dict[str, np.ndarray]:
   """transformers' arrays -> canonical arrays; one-line ``CheckpointError`` for one with no place."""
-  arrays = {_strip_prefix(key): np.asarray(value) for key, value in arrays.items()}
+  arrays = {hub_name(_strip_prefix(key), dinov2=dinov2): np.asarray(value) for key, value in arrays.items()}
   teacher = 'cls_classifier.weight' in arrays or 'distillation_classifier.weight' in arrays
   if teacher and 'embeddings.distillation_token' not in arrays:
     raise CheckpointError(
