@@ -81,6 +81,7 @@ class WeightsClassification(ImageClassification):
   """The ViT task over a file's weights: no data; predicting classes needs the file's head."""
 
   has_head = True
+  title = ''  # the pictures' title: the file's name and kind (a workdir's 'step N' means nothing here)
 
   def predict(self, model, inputs, options):
     """Classes, as the ViT task gives them; none for weights without a head."""
@@ -101,6 +102,7 @@ class WeightsClassification(ImageClassification):
     return super().logits(model, inputs, options)
 
   def explain(self, model, item, prediction, path, title):
+    title = self.title or title
     if self.has_head:
       return super().explain(model, item, prediction, path, title)
     from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
@@ -124,6 +126,7 @@ def load_predictor(path, arch: str = '') -> Predictor:
   preparation = WeightsPreparation(image_shape, prep.mean, prep.std, prep)
   task = WeightsClassification(config, ImageShapes(max(source.num_classes, 1), image_shape, preparation))
   task.has_head = source.num_classes > 0
+  task.title = f'{pathlib.Path(path).name} ({source.source} weights)'
   model = task.make_model(nnx.Rngs(0))
   report = checkpoint_npz.canonical_to_model(model, source.canonical, resample_method='bicubic')
   adapted = [item for item in report.adapted if not item.startswith('head:')]
