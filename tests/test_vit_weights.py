@@ -883,3 +883,8 @@ def test_video_inflation_from_timm_weights_folds_layer_scale_exactly(tmp_path):
   )
   with pytest.raises(ConfigError, match='register_tokens, which the video model has no place for'):
     init_from_image_vit(video, image_vit_from_weights(registers))
+  distilled = write_timm_folder(
+    tmp_path / 'd', timm_arrays(rng, dist=True), 'deit_small_distilled_patch16_224'
+  )
+  with pytest.raises(ConfigError, match='distill_token, which the video model has no place for'):
+    init_from_image_vit(video, image_vit_from_weights(distilled))
