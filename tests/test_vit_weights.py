@@ -757,6 +757,31 @@ def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_pat
     load_workdir(folder)
 
 
+def test_predictor_on_a_distilled_deit_averages_its_two_heads(tmp_path):
+  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(20)
+  arrays = timm_arrays(rng, dist=True)
+  predictor = load_predictor(write_timm_folder(tmp_path / 'w', arrays, 'deit_base_distilled_patch16_224'))
+  assert hasattr(predictor.model, 'distill_head')
+  image = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)  # resized to 18 x 18, cropped 16 x 16
+  from vit.weights_predictor import prepare_pixels  # pylint: disable=g-import-not-at-top
+
+  pixels = prepare_pixels(image, predictor.task.preparation.preprocessing)
+  normalised = (pixels[None].astype(np.float64) / 255 - 0.5) / 0.5
+  options = dict(act='gelu_exact', eps=1e-6, no_embed_class=False, pool='token')
+  np.testing.assert_allclose(
+    predictor.logits([image]), timm_forward(arrays, normalised, **options), rtol=1e-3, atol=1e-3
+  )
+  np.testing.assert_allclose(
+    predictor.features([image]),
+    timm_forward(arrays, normalised, tokens=True, **options)[:, 0],
+    rtol=1e-3,
+    atol=1e-3,
+  )
+  assert predictor.explain(image, tmp_path / 'a.png').exists()
+
+
 def test_predictor_on_headless_dinov2_gives_features_and_pictures(tmp_path):
   from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
 
