@@ -162,9 +162,9 @@ def _error(message: str, json_out, name: str | None = None) -> None:
 
 def main(argv):
   cli.quiet_library_logs()
-  # Loading makes millions of objects that live to the end (modules, traced programs, the model):
-  # the garbage collector's passes over them took about a fifth of the start-up, and its pass at
-  # exit seconds more (benchmarks/predict_latency.py). Frozen, they are never looked at again.
+  # Loading makes millions of objects that live to the end (modules, traced programs, the model), and
+  # the garbage collector's passes over them slow the start-up and the exit (docs/results.md,
+  # "Predict start-up"). Frozen, they are never looked at again.
   gc.disable()
   from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 

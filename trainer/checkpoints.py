@@ -363,9 +363,9 @@ def _non_finite_leaves(floats: list[jax.Array]) -> jax.Array:
 def count_non_finite(tree: Any) -> int:
   """How many floating-point arrays of ``tree`` hold a NaN or an infinity.
 
-  Arrays held whole by this process's CPU devices are read in place by numpy: compiling the
-  check for a tree of them took longer than checking (2 s of ``predict.py``'s start-up on a
-  loaded 2-core CPU). Arrays on accelerators or spread over processes are checked where they are.
+  Arrays held whole by this process's CPU devices are read in place by numpy, since compiling the
+  check for a tree of them takes longer than checking (docs/results.md, "Predict start-up").
+  Arrays on accelerators or spread over processes are checked where they are.
   """
   floats = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
   if all(_on_this_host(x) for x in floats):
