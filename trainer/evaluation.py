@@ -8,7 +8,6 @@ the task from the data sizes the workdir recorded (``Task.without_data``), readi
 
 import json
 import pathlib
-import sys
 import tempfile
 
 import jax
@@ -25,18 +24,12 @@ from trainer.task import Task, load_task, task_class
 
 def workdir_task(workdir: pathlib.Path, config, read_data: bool = True) -> Task:
   """The task of a workdir's saved ``config``: with ``read_data=False`` built from the data sizes
-  recorded in ``model.json`` (``Task.without_data``), reading no data; a workdir without that record
-  (written before runs saved it) builds it from its data, with a one-line note."""
+  recorded in ``model.json`` (``Task.without_data``), reading no data; a task that records none
+  (``Task.data_sizes`` is None) is built from its data."""
   if read_data:
     return load_task(config)
   sizes = workdir_lib.load_model_facts(workdir).get(workdir_lib.DATA_SIZES)
   if sizes is None:
-    print(
-      f'note: {workdir / workdir_lib.MODEL_FACTS_FILE} does not record the data sizes (the workdir '
-      'predates them): the data is read to learn them.',
-      file=sys.stderr,
-      flush=True,
-    )
     return load_task(config)
   try:
     return task_class(config.task).without_data(config, sizes)

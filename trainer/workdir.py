@@ -47,10 +47,10 @@ def save_model_facts(workdir: pathlib.Path, facts: dict) -> None:
 
 
 def load_model_facts(workdir: pathlib.Path) -> dict:
-  """The workdir's ``model.json``; ``{}`` for a workdir written before runs saved it."""
+  """The workdir's ``model.json`` (every training run writes it when it starts)."""
   path = storage.as_path(workdir) / MODEL_FACTS_FILE
   if not path.exists():
-    return {}
+    raise MissingFileError(f'{path} not found: {workdir} is not a workdir written by train.py.')
   try:
     facts = json.loads(path.read_text())
   except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -66,8 +66,7 @@ def load_model_facts(workdir: pathlib.Path) -> dict:
 
 def record_model_facts(workdir: pathlib.Path, task) -> None:
   """Saves ``model.json`` when a run starts: ``task.model_facts()`` (computed once, kept when resuming)
-  and, under ``DATA_SIZES``, ``task.data_sizes()`` (written again when it changed, or the workdir
-  predates it)."""
+  and, under ``DATA_SIZES``, ``task.data_sizes()`` (written again when it changed)."""
   try:
     saved = load_model_facts(workdir) if (storage.as_path(workdir) / MODEL_FACTS_FILE).exists() else None
   except WorkdirError:
@@ -92,7 +91,7 @@ def save_class_names(workdir: pathlib.Path, class_names: list[str] | None) -> No
 
 
 def load_class_names(workdir: pathlib.Path) -> list[str] | None:
-  """The class names saved at training time, or ``None`` for a workdir written before they were saved."""
+  """The class names saved at training time, or ``None`` where none were saved (a task without classes)."""
   path = storage.as_path(workdir) / CLASSES_FILE
   if not path.exists():
     return None
