@@ -56,9 +56,15 @@ def _nodes(tree: ast.AST):
       yield from _nodes(child)
 
 
-def _imported_names(path: pathlib.Path) -> set[str]:
+def _imported_names(path: pathlib.Path, main_block: bool = False) -> set[str]:
+  """The names ``path`` imports outside ``if __name__ == '__main__':`` (``main_block``: inside it)."""
+  tree = ast.parse(path.read_text(), filename=str(path))
+  if main_block:
+    nodes = [node for block in tree.body if _runs_as_main(block) for node in ast.walk(block)]
+  else:
+    nodes = _nodes(tree)
   names = set()
-  for node in _nodes(ast.parse(path.read_text(), filename=str(path))):
+  for node in nodes:
     if isinstance(node, ast.Import):
       names.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -67,16 +73,21 @@ def _imported_names(path: pathlib.Path) -> set[str]:
   return names
 
 
-def import_graph() -> dict[str, set[str]]:
-  """Project module -> the project modules it imports (``from pkg import mod`` counts as ``pkg.mod``)."""
-  files = {_module_name(path): path for package in PACKAGES for path in (REPO / package).glob('*.py')}
+def _project_files() -> dict[str, pathlib.Path]:
+  return {_module_name(path): path for package in PACKAGES for path in (REPO / package).rglob('*.py')}
+
+
+def import_graph(main_blocks: bool = False) -> dict[str, set[str]]:
+  """Project module -> the project modules it imports (``from pkg import mod`` counts as ``pkg.mod``);
+  with ``main_blocks``, those its ``if __name__ == '__main__':`` block imports."""
+  files = _project_files()
   graph = {}
   for module, path in files.items():
     targets = set()
-    for name in _imported_names(path):
+    for name in _imported_names(path, main_blocks):
       while name and name not in files:
         name = name.rpartition('.')[0]
-      if name and name != module and name not in PACKAGES:  # a package's __init__ holds no code here
+      if name and name != module and name not in PACKAGES:  # a top-level package's __init__ holds no code
         targets.add(name)
     graph[module] = targets
   return graph
@@ -125,6 +136,26 @@ def test_the_shared_packages_import_no_model_family():
 
 def test_no_module_imports_one_that_imports_it_back():
   assert cycles(import_graph()) == []
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+  seen, todo = set(), [start]
+  while todo:
+    for target in graph[todo.pop()] - seen:
+      seen.add(target)
+      todo.append(target)
+  return seen
+
+
+def test_no_command_imports_its_own_module_back():
+  """``python -m pkg.mod`` whose ``__main__`` block imports what imports ``pkg.mod`` runs the module
+  twice, as ``__main__`` and as itself: a circle the graph above cannot see."""
+  graph, commands = import_graph(), import_graph(main_blocks=True)
+  circles = {
+    module: sorted(target for target in targets if module in _reachable(graph, target) | {target})
+    for module, targets in commands.items()
+  }
+  assert {module: targets for module, targets in circles.items() if targets} == {}
 
 
 def test_the_cycle_finder_finds_a_cycle():
