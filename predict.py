@@ -36,7 +36,7 @@ if __name__ == '__main__':
 
 from absl import app, flags
 
-from trainer import cli
+from trainer import cli, storage
 from trainer.errors import InputError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
@@ -174,7 +174,7 @@ def main(argv):
     predictor = cli.run_reporting_user_errors(load_weights, _WEIGHTS.value, _ARCH.value)
   else:
     predictor = cli.run_reporting_user_errors(
-      load_predictor, _WORKDIR.value, _CHECKPOINT.value, _PARAMS.value
+      load_predictor, storage.as_path(_WORKDIR.value), _CHECKPOINT.value, _PARAMS.value
     )
   gc.freeze()
   gc.enable()

@@ -20,7 +20,6 @@ intact one. The workdir may be a bucket (``gs://bucket/run``, see ``trainer/stor
 """
 
 import logging
-import pathlib
 import shutil
 import threading
 import time
@@ -61,7 +60,7 @@ def _join_background_writes(seconds: float = 60.0) -> None:
 class Checkpoints:
   def __init__(
     self,
-    workdir: str | pathlib.Path,
+    workdir: storage.Path,
     *,
     keep: int = 3,
     best_metric: str | None = None,

@@ -22,7 +22,7 @@ from trainer.state_init import StateInit
 from trainer.task import Task, load_task, task_class
 
 
-def workdir_task(workdir: pathlib.Path, config, read_data: bool = True) -> Task:
+def workdir_task(workdir: storage.Path, config, read_data: bool = True) -> Task:
   """The task of a workdir's saved ``config``: with ``read_data=False`` built from the data sizes
   recorded in ``model.json`` (``Task.without_data``), reading no data; a task that records none
   (``Task.data_sizes`` is None) is built from its data."""
@@ -41,7 +41,7 @@ def workdir_task(workdir: pathlib.Path, config, read_data: bool = True) -> Task:
 
 
 def restore_checkpoint(
-  workdir: pathlib.Path,
+  workdir: str | storage.Path,
   which: str | int = 'latest',
   mesh=None,
   average_last: int = 1,
@@ -92,7 +92,7 @@ def restore_checkpoint(
 
 
 def evaluate_workdir(
-  workdir: str | pathlib.Path,
+  workdir: str | storage.Path,
   checkpoint: str | int = 'latest',
   split: str | None = None,
   batch_size: int | None = None,
