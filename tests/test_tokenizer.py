@@ -240,5 +240,8 @@ def test_workdir_tokenizers_in_a_bucket(memory_bucket, shared):
   config.model_file = f'gs://bucket/run/tokenizer/{folders[0]}spm.model'  # a model file in a bucket
   if not shared:
     config.target_model_file = 'gs://bucket/run/tokenizer/target/spm.model'
-  assert prepare_tokenizers(config, no_data, 'gs://bucket/other')[1].fingerprint == target.fingerprint
+  assert (
+    prepare_tokenizers(config, no_data, storage.as_path('gs://bucket/other'))[1].fingerprint
+    == target.fingerprint
+  )
   assert 'gs://bucket/other/tokenizer/' + folders[-1] + 'spm.model' in memory_bucket
