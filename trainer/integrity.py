@@ -110,7 +110,7 @@ def check(directory: storage.Path, items: Sequence[str] | None = None) -> str | 
     if record.get('format') != _FORMAT or not isinstance(files, dict) or not files:
       return f'its {RECORD_NAME} is not a record this code reads'
   except FileNotFoundError:
-    return f'it has no {RECORD_NAME} (written by an older version, or not by this code)'
+    return f'it has no {RECORD_NAME} (not written by this code)'
   except (OSError, ValueError, KeyError, TypeError):
     return f'its {RECORD_NAME} is unreadable'
   if items is not None:
