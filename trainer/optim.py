@@ -34,9 +34,9 @@ import jax
 import ml_collections
 import optax
 
-from trainer.errors import ConfigError
 from trainer.config_schema import Optimizer
 from trainer.config_sections import to_section
+from trainer.errors import ConfigError
 
 
 def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
