@@ -5,13 +5,11 @@
   python train.py --config configs/transformer_wmt14_ende_base.py --workdir runs/wmt14_ende_base
   python evaluate.py --workdir runs/wmt14_ende_base --split test --average_last 5
 
-The paper's recipe: base model (d=512, 6+6 layers, 8 heads, ff 2048, ReLU, post-LayerNorm), a
-shared BPE vocabulary of about 37k tokens with shared and tied embeddings, Adam (b1 0.9, b2 0.98,
-eps 1e-9), the rsqrt schedule with 4000 warmup steps peaking at 512^-0.5 * 4000^-0.5, dropout 0.1,
-label smoothing 0.1, 100k steps, beam 4 with length penalty 0.6, the last 5 checkpoints averaged.
-Differences: batches of 1024 sentences as 4 accumulated micro-batches; pairs over 128 tokens
-dropped; bfloat16 compute; sacreBLEU. Validation is newstest2013, test newstest2014. Result: not
-yet measured.
+The paper's recipe: the base model (ReLU, post-LayerNorm), a shared BPE vocabulary of 37k tokens,
+shared and tied embeddings, Adam, the rsqrt schedule peaking at 512^-0.5 * 4000^-0.5, dropout and
+label smoothing 0.1, 100k steps, beam 4, alpha 0.6, the last 5 checkpoints averaged. Not the
+paper's: batches of 1024 sentences as 4 micro-batches, pairs over 128 tokens dropped, bfloat16,
+sacreBLEU. Validation is newstest2013, test newstest2014. Result: not yet measured.
 """
 
 from configs.common import experiment
