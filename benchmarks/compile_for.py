@@ -242,11 +242,13 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   from trainer.task import task_class  # pylint: disable=g-import-not-at-top
 
   validation.check_trainer_fields(config)
+  family = task_class(config.task)
+  validation.resolve_config(config, family)
   try:
     devices = topologies.get_topology_desc(platform='tpu', topology_name=topology).devices
   except Exception as error:  # pylint: disable=broad-except  (libtpu's own message names the problem)
     raise ConfigError(f'--topology {topology!r}: {str(error).splitlines()[0]}') from None
-  task = task_class(config.task).without_data(config, sizes)
+  task = family.without_data(config, sizes)
   total_steps = config.get('total_steps') or 1_000_000  # only the schedule's length: no shape depends on it
   run_step = build_step(
     config, task, max(total_steps, config.optimizer.get('warmup_steps', 0) + 1), devices=devices
