@@ -1,4 +1,4 @@
-"""ViT-B/16 pre-trained on ImageNet-21k, fine-tuned on CIFAR-10 at 384x384 (the ViT paper's recipe). For an accelerator.
+"""ViT-B/16 pre-trained on ImageNet-21k, fine-tuned on CIFAR-10 at 384x384 (the ViT paper's recipe).
 
   python train.py --config configs/vit_finetune_cifar10.py --workdir runs/vit_b16_cifar10 \
     --config.init_from.path=PATH/TO/imagenet21k/ViT-B_16.npz [--config.data.data_dir=DIR]
@@ -8,8 +8,8 @@ The checkpoint is the published ImageNet-21k ViT-B/16 ``.npz`` (official layout;
 ``pre_logits`` is dropped as the paper's fine-tuning does; the head is new and zero-initialised).
 Recipe of the paper (appendix B.1.1): SGD with momentum 0.9, no weight decay, global-norm
 clipping at 1, batch 512, cosine decay after a linear warmup, 10,000 steps, learning rate 0.01 of
-{0.001, 0.003, 0.01, 0.03}, at 384x384 (the 14x14 position table resampled to 24x24). Result: not
-yet measured.
+{0.001, 0.003, 0.01, 0.03}, at 384x384 (the 14x14 position table resampled to 24x24). For an
+accelerator. Result: not yet measured.
 """
 
 from configs.common import experiment

@@ -116,7 +116,7 @@ def parameter_path(key_path) -> str:
 
 
 def _group_options(config: ml_collections.ConfigDict):
-  """The parameter-group fields, their regular expressions compiled: (frozen, layer_regex, stem, layer_decay)."""
+  """The parameter-group fields, regular expressions compiled: (frozen, layer_regex, stem, layer_decay)."""
   frozen = compile_regex(config, 'frozen', Optimizer.frozen)
   layer_regex = compile_regex(config, 'layer_regex', Optimizer.layer_regex)
   stem = compile_regex(config, 'layer_decay_stem', Optimizer.layer_decay_stem)

@@ -59,7 +59,7 @@ class Task(Reporting, abc.ABC):
   ``config`` in ``__init__`` so bad input fails before compilation.
   """
 
-  #: the family's config sections, name -> ``section -> complete ConfigDict`` (``trainer.validation.resolve_config``)
+  #: the family's config sections: name -> ``section -> complete ConfigDict`` (``validation.resolve_config``)
   config_sections = {}
 
   #: clu metric collections; the trainer feeds them the outputs of ``loss_and_outputs``

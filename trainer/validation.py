@@ -32,20 +32,16 @@ def _fail(field: str, value, allowed: str) -> None:
 
 
 def _check_range(field: str, value, lowest, lowest_allowed: bool, highest, highest_allowed: bool) -> None:
+  below = value < lowest or (value == lowest and not lowest_allowed)
+  above = value > highest or (value == highest and not highest_allowed)
+  if math.isfinite(value) and not below and not above:
+    return
   if isinstance(value, int) and lowest_allowed and highest == math.inf:
-    allowed = f'it must be >= {lowest}'
-  elif highest == math.inf:
-    allowed = f'it must be a finite number {">=" if lowest_allowed else ">"} {lowest:g}'
-  else:
-    allowed = f'it must be a number in {"[" if lowest_allowed else "("}{lowest:g}, {highest:g}{"]" if highest_allowed else ")"}'
-  if (
-    not math.isfinite(value)
-    or value < lowest
-    or (value == lowest and not lowest_allowed)
-    or value > highest
-    or (value == highest and not highest_allowed)
-  ):
-    _fail(field, value, allowed)
+    _fail(field, value, f'it must be >= {lowest}')
+  if highest == math.inf:
+    _fail(field, value, f'it must be a finite number {">=" if lowest_allowed else ">"} {lowest:g}')
+  interval = f'{"[" if lowest_allowed else "("}{lowest:g}, {highest:g}{"]" if highest_allowed else ")"}'
+  _fail(field, value, f'it must be a number in {interval}')
 
 
 def _check_ranges(options, path: str = '') -> None:
