@@ -7,7 +7,10 @@ ViT: the tanh approximation that Flax's ``gelu`` computes, as do the ViT and big
 code bases), ``'gelu_exact'`` (the erf form, as PyTorch code computes it), ``'quick_gelu'``
 (``x * sigmoid(1.702 x)``, OpenAI's CLIP) or ``'relu'`` (Vaswani et al.). An encoder block may scale
 each residual branch by a learned vector (``layer_scale``, the initial value; CaiT, DeiT III, DINOv2),
-as ``x + ls * sublayer(x)``. The stacks of blocks are in ``attention.stacks``.
+as ``x + ls * sublayer(x)``. What every block of a stack shares is one ``BlockOptions``, built once
+by the model and handed down whole; only what differs per layer (the drop-path rate, the stack's
+rotary encoding, the width a decoder attends to) is an argument of its own. The stacks of blocks are
+in ``attention.stacks``.
 
 Every call takes ``deterministic`` (no dropout when ``True``) and ``rngs`` (an
 ``nnx.Rngs`` with a ``dropout`` stream, needed only when not deterministic), so a

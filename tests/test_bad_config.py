@@ -303,7 +303,7 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
     from vit import distillation, input_pipeline, model, pretrained
     from vit import task as vit_task
 
-    sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
+    sections = dict(data=input_pipeline.default_data_config(), model=model.model_section({}))
     # optional sections: written out whole where a config has them
     if 'init_from' in config:
       sections['init_from'] = pretrained.default_init_from_config()
@@ -320,11 +320,13 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
   elif config.task == 'video.task:VideoClassification':
     from video import input_pipeline, model
 
-    sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
+    sections = dict(data=input_pipeline.default_data_config(), model=model.model_section({}))
   else:
     from seq2seq import architectures, task
 
-    model_section = architectures.default_model_config(config.model.get('architecture', 'transformer'))
+    model_section = architectures.model_section(
+      {'architecture': config.model.architecture} if 'architecture' in config.model else {}
+    )
     sections = dict(data=task.default_data_config(), model=model_section, decode=task.default_decode_config())
   expected = _fields(trainer_config()) | {'label_smoothing'} | _fields(sections)
   assert _fields(config) - optional == expected

@@ -220,10 +220,10 @@ def test_the_papers_recipe_has_no_attention_biases_and_no_final_norms():
 
 
 def test_model_configs_without_the_newer_fields_get_our_defaults():
-  from seq2seq.model import default_model_config
+  from seq2seq.model import model_section
 
   newer = dict(activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none')
-  config = default_model_config()
+  config = model_section({})
   assert {name: config[name] for name in newer} == newer
   config.update(
     variant='custom', features=8, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=16

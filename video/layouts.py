@@ -22,6 +22,8 @@ offset in every temporal attention (in ``spacetime``, between the frames of any 
 With a class token, ``divided`` and ``factorised_dot_product`` keep one copy per frame as
 column 0 of the space axis (TimeSformer's placement); the copies are averaged at the end.
 
+Each layout is built from the model's ``video.model.VideoOptions`` (sizes, pooling, stochastic
+depth, scanning) and one ``attention.blocks.BlockOptions`` that every block shares.
 ``scan_layers`` keeps each stack of blocks (``STACKS``: the blocks, the temporal encoder's
 blocks, the divided layout's temporal sublayers) stacked on a leading depth axis and scans over
 it, and ``remat`` rematerialises every layer, as in the ViT (``attention.layers``); the
