@@ -31,7 +31,6 @@ relative biases are computed before the scan and handed to each layer as its inp
 """
 
 import re
-import typing
 
 import jax
 import jax.numpy as jnp
@@ -40,9 +39,6 @@ from flax import nnx
 from attention.blocks import BlockOptions, DropPath, EncoderBlock, Mlp, attention_layer, layer_norm
 from attention.layers import check_remat, keep_blocks, layer_inputs, layer_options, run_layers
 from attention.positional import RelativePositionBias
-
-if typing.TYPE_CHECKING:
-  from video.model import VideoOptions
 
 LAYOUTS = ('spacetime', 'factorised_encoder', 'divided', 'factorised_dot_product')
 AXES = {
@@ -115,14 +111,14 @@ class _Layout(nnx.Module):
   """What every layout shares: its sizes, pooling, stochastic depth, scanning and remat come from the
   model's ``VideoOptions``; every block is built with one ``BlockOptions``."""
 
-  def _setup(self, options: 'VideoOptions', num_frames: int):
+  def _setup(self, options, num_frames: int):
     self.depth, self.num_heads, self.pool = options.depth, options.num_heads, options.pool
     self.num_frames = num_frames
     self.drop_path_rates = drop_path_ramp(options.drop_path, options.depth)
     self.time_relative = options.temporal_posemb == 'relative'
     self.scan_layers, self.remat = options.scan_layers, check_remat(options.remat)
 
-  def _encoder_block(self, options: 'VideoOptions', block: BlockOptions, rngs):
+  def _encoder_block(self, options, block: BlockOptions, rngs):
     """``make_block(rate)`` of an ``EncoderBlock`` of the model's width, heads and MLP."""
     return lambda rate: EncoderBlock(
       options.width, options.num_heads, options.mlp_dim, block, drop_path_rate=rate, rngs=rngs
@@ -155,7 +151,7 @@ class _Layout(nnx.Module):
 
 
 class SpaceTime(_Layout):
-  def __init__(self, options: 'VideoOptions', block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
+  def __init__(self, options, block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
     self._setup(options, num_frames)
     self.blocks = self._keep(self._encoder_block(options, block, rngs), self.drop_path_rates)
     self.norm = layer_norm(options.width, block, rngs=rngs)
@@ -187,7 +183,7 @@ class SpaceTime(_Layout):
 
 
 class FactorisedEncoder(_Layout):
-  def __init__(self, options: 'VideoOptions', block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
+  def __init__(self, options, block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
     self._setup(options, num_frames)
     make_block = self._encoder_block(options, block, rngs)
     self.blocks = self._keep(make_block, self.drop_path_rates)
@@ -252,7 +248,7 @@ class TemporalSublayer(nnx.Module):
 
 
 class Divided(_Layout):
-  def __init__(self, options: 'VideoOptions', block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
+  def __init__(self, options, block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
     self._setup(options, num_frames)
     self.temporal = self._keep(
       lambda rate: TemporalSublayer(options.width, options.num_heads, block, drop_path_rate=rate, rngs=rngs),
@@ -328,7 +324,7 @@ class FactorisedDotProductBlock(nnx.Module):
 
 
 class FactorisedDotProduct(_Layout):
-  def __init__(self, options: 'VideoOptions', block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
+  def __init__(self, options, block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
     self._setup(options, num_frames)
     self.blocks = self._keep(
       lambda rate: FactorisedDotProductBlock(
