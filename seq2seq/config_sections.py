@@ -8,7 +8,6 @@
 import dataclasses
 
 from trainer.config_sections import section_reader
-from trainer.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,17 +51,9 @@ class Decode:
 def model_section(section):
   """The complete ``model`` section: its architecture's defaults with ``section``'s values over them
   (``architecture`` itself only where the section names it)."""
-  from attention.options import with_defaults  # pylint: disable=g-import-not-at-top
-  from seq2seq import architectures  # pylint: disable=g-import-not-at-top
+  from seq2seq.architectures import model_section as complete  # pylint: disable=g-import-not-at-top  (JAX)
 
-  section = section or {}
-  try:
-    defaults = dict(architectures.default_model_config(architectures.architecture_of(section)).items())
-    if 'architecture' in section:
-      defaults['architecture'] = section['architecture']
-    return with_defaults(section, defaults)
-  except ValueError as error:
-    raise ConfigError(f'model: {error}') from None
+  return complete(section or {})
 
 
 SECTIONS = {

@@ -304,8 +304,8 @@ def test_every_config_is_complete_and_valid(name):
     from vit import distillation, input_pipeline, model, pretrained
     from vit import task as vit_task
 
-    sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
-    # optional sections: whole where a config has them
+    sections = dict(data=input_pipeline.default_data_config(), model=model.model_section({}))
+    # optional sections: written out whole where a config has them
     if 'init_from' in config:
       sections['init_from'] = pretrained.default_init_from_config()
     if 'fewshot' in config:
@@ -315,11 +315,13 @@ def test_every_config_is_complete_and_valid(name):
   elif config.task == 'video.task:VideoClassification':
     from video import input_pipeline, model
 
-    sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
+    sections = dict(data=input_pipeline.default_data_config(), model=model.model_section({}))
   else:
     from seq2seq import architectures, task
 
-    model_section = dict(architectures.default_model_config(config.model.get('architecture', 'transformer')))
+    model_section = architectures.model_section(
+      {'architecture': config.model.architecture} if 'architecture' in config.model else {}
+    )
     sections = dict(data=task.default_data_config(), model=model_section, decode=task.default_decode_config())
   assert _fields(config) == _fields(trainer_config()) | _fields(sections)
   validation.check_trainer_fields(config)

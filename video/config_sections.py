@@ -7,7 +7,6 @@
 import dataclasses
 
 from trainer.config_sections import section_reader
-from trainer.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,13 +35,9 @@ class VideoData:
 
 def model_section(section):
   """The complete ``model`` section: ``video.model``'s defaults with ``section``'s values over them."""
-  from attention.options import with_defaults  # pylint: disable=g-import-not-at-top
-  from video.model import default_model_config  # pylint: disable=g-import-not-at-top
+  from video.model import model_section as complete  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
 
-  try:
-    return with_defaults(section or {}, default_model_config())
-  except ValueError as error:
-    raise ConfigError(f'model: {error}') from None
+  return complete(section)
 
 
 SECTIONS = {'model': model_section, 'data': section_reader(VideoData, 'data')}

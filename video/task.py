@@ -20,7 +20,6 @@ import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from attention.options import with_defaults
 from trainer.errors import ConfigError, DataError, InputError
 from trainer.losses import cross_entropy
 from trainer.parameter_regexes import check_layer_numbering, check_regexes_under_scan
@@ -31,7 +30,7 @@ from video import ablation_table
 from video import config_sections as sections
 from video.input_pipeline import ClipPreparation, load_video_data
 from video.layouts import parameter_layer
-from video.model import check_options, default_model_config, make_video_model, token_grid
+from video.model import check_options, make_video_model, model_section, token_grid
 
 
 @flax.struct.dataclass
@@ -74,10 +73,7 @@ class VideoClassification(Task):
     self.label_smoothing = config.label_smoothing
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
-    try:
-      model = with_defaults(config.model, default_model_config())
-    except ValueError as error:
-      raise ConfigError(f'model: {error}') from None
+    model = model_section(config.model)
     check_options(
       attention=model.attention,
       spatial_posemb=model.spatial_posemb,

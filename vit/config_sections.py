@@ -7,9 +7,9 @@ sections, which stay absent unless a config writes them. The ``model`` section's
 """
 
 import dataclasses
+from typing import Literal
 
 from trainer.config_sections import optional, section_reader
-from trainer.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,20 +67,16 @@ class FewShot:
 class Distill:
   teacher: str = ''  #: a workdir of train.py, or an .npz the ViT reads; '' = off
   checkpoint: str | int = 'latest'
-  kind: str = 'soft'  #: soft: T^2 KL at the temperature; hard: the teacher's argmax
+  kind: Literal['soft', 'hard'] = 'soft'  #: soft: T^2 KL at the temperature; hard: the teacher's argmax
   temperature: float = 1.0
   alpha: float = 0.5  #: loss = (1 - alpha) * label loss + alpha * distillation loss
 
 
 def model_section(section):
   """The complete ``model`` section: ``vit.model``'s defaults with ``section``'s values over them."""
-  from attention.options import with_defaults  # pylint: disable=g-import-not-at-top
-  from vit.model import default_model_config  # pylint: disable=g-import-not-at-top
+  from vit.model import model_section as complete  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
 
-  try:
-    return with_defaults(section or {}, default_model_config())
-  except ValueError as error:
-    raise ConfigError(f'model: {error}') from None
+  return complete(section)
 
 
 SECTIONS = {

@@ -12,7 +12,6 @@ import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from attention.options import with_defaults
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from pipelines.image_sources import IMAGE_SUFFIXES
 from trainer.devices import Devices
@@ -27,7 +26,7 @@ from vit import ablation_table, fewshot, pretrained
 from vit import config_sections as sections
 from vit.distillation import Distillation, check_distill
 from vit.input_pipeline import ImagePreparation, load_image_data
-from vit.model import default_model_config, make_vit
+from vit.model import make_vit, model_section
 
 
 @flax.struct.dataclass
@@ -90,10 +89,7 @@ class ImageClassification(Task):
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     if shapes is None:  # built from recorded sizes: a workdir, whose config was completed when it trained
       pretrained.complete_model_config(config.model, config.get('init_from'))
-    try:
-      model = with_defaults(config.model, default_model_config())
-    except ValueError as error:
-      raise ConfigError(f'model: {error}') from None
+    model = model_section(config.model)
     posemb, injection = model.posemb, model.posemb_injection
     if posemb in POSEMB_KINDS and injection in INJECTIONS and not combination_exists(posemb, injection):
       raise NotApplicable(
