@@ -9,6 +9,8 @@
   folder removed at the end, shared by the worker processes and every process they start): many tests
   train the same tiny configurations, and each run builds its programs anew. ``tests/compilations.py``
   counts a program read from the cache as a compilation.
+- The longest test files are collected first (``LONGEST_FILES``), so that ``--dist loadfile`` hands
+  them out before the short ones.
 - ``eight_devices``: runs a test's 8-device half in one worker process shared by the session's
   tests (``tests/eight_devices.py``).
 """
@@ -24,6 +26,8 @@ from tests.eight_devices import EightDevices
 from trainer import log_filters
 
 CACHE_DIR = 'JAX_COMPILATION_CACHE_DIR'
+# The test files that take longest (the notebook, processes that train), run first.
+LONGEST_FILES = ('test_tutorial.py', 'test_multihost.py', 'test_tensor_parallel.py')
 
 log_filters.install()
 os.environ['JAX_DISABLE_MOST_OPTIMIZATIONS'] = '1'
@@ -37,6 +41,13 @@ def pytest_configure(config):
   os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
   jax.config.update('jax_compilation_cache_dir', os.environ[CACHE_DIR])
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+
+
+def pytest_collection_modifyitems(items):
+  """The longest files first, each kept whole and in order: the two workers then end together
+  rather than one waiting while the other runs a long file taken last."""
+  first = {name: rank for rank, name in enumerate(LONGEST_FILES)}
+  items.sort(key=lambda item: first.get(item.path.name, len(first)))
 
 
 def pytest_unconfigure(config):
