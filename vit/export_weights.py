@@ -182,11 +182,13 @@ def write_transformers(model, out, *, image_size, mean, std, class_names=None) -
 
 
 def export(workdir: str, to: str, out: str, arch: str = '', checkpoint: str = 'latest') -> str:
+  from trainer import storage  # pylint: disable=g-import-not-at-top
   from trainer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
 
   which = int(checkpoint) if checkpoint.isdigit() else checkpoint
-  task, parts, params, step = restore_checkpoint(pathlib.Path(workdir), which, read_data=False)
+  path = storage.as_path(workdir)
+  task, parts, params, step = restore_checkpoint(path, which, read_data=False)
   model = parts.merge(params)
   if hasattr(model, 'distill_token'):
     raise CheckpointError(
@@ -198,7 +200,7 @@ def export(workdir: str, to: str, out: str, arch: str = '', checkpoint: str = 'l
     image_size=tuple(task.data.image_shape[:2]),
     mean=prep.mean,
     std=prep.std,
-    class_names=workdir_lib.load_class_names(pathlib.Path(workdir)),
+    class_names=workdir_lib.load_class_names(path),
   )
   if to == 'transformers':
     write_transformers(model, out, **options)
