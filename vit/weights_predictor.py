@@ -25,6 +25,7 @@ from trainer.errors import DataError, InputError
 from trainer.predictor import Predictor
 from vit import checkpoint_npz, weights
 from vit.input_pipeline import ImagePreparation
+from vit.model import make_vit
 from vit.task import ImageClassification, ImageShapes
 
 _RESAMPLE = {'bicubic': Image.BICUBIC, 'bilinear': Image.BILINEAR}
@@ -81,6 +82,18 @@ class WeightsClassification(ImageClassification):
   """The ViT task over a file's weights: no data; predicting classes needs the file's head."""
 
   has_head = True
+  title = ''  # the pictures' title: the file's name and kind (a workdir's 'step N' means nothing here)
+  # A distilled DeiT's distillation token: kept out of ``config.model``, where the ViT task asks for a
+  # teacher to train it (nothing is trained here), and given to the model built.
+  distill_token = False
+
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return make_vit(
+      dict(self.config.model, distill_token=self.distill_token),
+      num_classes=self.data.num_classes,
+      image_shape=self.data.image_shape,
+      rngs=rngs,
+    )
 
   def predict(self, model, inputs, options):
     """Classes, as the ViT task gives them; none for weights without a head."""
@@ -101,6 +114,7 @@ class WeightsClassification(ImageClassification):
     return super().logits(model, inputs, options)
 
   def explain(self, model, item, prediction, path, title):
+    title = self.title or title
     if self.has_head:
       return super().explain(model, item, prediction, path, title)
     from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
@@ -116,7 +130,7 @@ def load_predictor(path, arch: str = '') -> Predictor:
   config = ml_collections.ConfigDict(
     dict(
       task='vit.weights_predictor:WeightsClassification',
-      model=dict(source.model),
+      model=dict(source.model, distill_token=False),
       data=dict(image_size=tuple(prep.image_size)),
       eval_batch_size=32,
     )
@@ -124,6 +138,8 @@ def load_predictor(path, arch: str = '') -> Predictor:
   preparation = WeightsPreparation(image_shape, prep.mean, prep.std, prep)
   task = WeightsClassification(config, ImageShapes(max(source.num_classes, 1), image_shape, preparation))
   task.has_head = source.num_classes > 0
+  task.distill_token = bool(source.model.get('distill_token'))
+  task.title = f'{pathlib.Path(path).name} ({source.source} weights)'
   model = task.make_model(nnx.Rngs(0))
   report = checkpoint_npz.canonical_to_model(model, source.canonical, resample_method='bicubic')
   adapted = [item for item in report.adapted if not item.startswith('head:')]
