@@ -49,6 +49,7 @@ from flax import nnx
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from seq2seq import ablation_table, input_pipeline
+from seq2seq import config_sections as sections
 from seq2seq.architectures import make_translator, model_section
 from seq2seq.decoding import translate
 from seq2seq.model import PACKING_KEYS, PAD_ID, Packing
@@ -139,6 +140,7 @@ class Sentence:
 
 
 class Translation(Task):
+  config_sections = sections.SECTIONS
   train_metrics = TranslationMetrics
   eval_metrics = TranslationEvalMetrics
   percent_metrics = ('accuracy', 'exact_match')

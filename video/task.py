@@ -28,6 +28,7 @@ from trainer.predictor import classify, present_classes
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
+from video import config_sections as sections
 from video.input_pipeline import ClipPreparation, load_video_data
 from video.layouts import parameter_layer
 from video.model import check_options, default_model_config, make_video_model, token_grid
@@ -65,6 +66,7 @@ class ClipShapes:
 class VideoClassification(Task):
   """Config: ``data`` (see ``video.input_pipeline``), ``model`` (see ``video.model``), ``label_smoothing``."""
 
+  config_sections = sections.SECTIONS
   percent_metrics = ('accuracy', 'digit_accuracy', 'direction_accuracy')
 
   def __init__(self, config: ml_collections.ConfigDict, shapes: ClipShapes | None = None):

@@ -40,10 +40,11 @@ import numpy as np
 from flax import nnx
 
 from attention.options import with_defaults
+from trainer.config_sections import to_section
 from trainer.errors import ConfigError, MissingFileError
 from trainer.losses import cross_entropy
 from trainer.workdir import CONFIG_FILE
-from vit import checkpoint_npz, pretrained
+from vit import checkpoint_npz, config_sections, pretrained
 from vit.model import default_model_config, make_vit
 
 KINDS = ('soft', 'hard')
@@ -51,9 +52,8 @@ _BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/')
 
 
 def default_distill_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(
-    dict(teacher='', checkpoint='latest', kind='soft', temperature=1.0, alpha=0.5)
-  )
+  """Every ``distill`` field with its default (``vit.config_sections.Distill``)."""
+  return to_section(config_sections.Distill())
 
 
 def check_distill(section: ml_collections.ConfigDict | None) -> ml_collections.ConfigDict | None:

@@ -24,6 +24,7 @@ from trainer.predictor import batched, classify, compiled_features, compiled_log
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
+from vit import config_sections as sections
 from vit.distillation import Distillation, check_distill
 from vit.input_pipeline import ImagePreparation, load_image_data
 from vit.model import default_model_config, make_vit
@@ -78,6 +79,7 @@ class ImageClassification(Task):
   """
 
   train_metrics = ClassificationMetrics
+  config_sections = sections.SECTIONS
   eval_metrics = ClassificationMetrics
   percent_metrics = ('accuracy',)
 
