@@ -8,7 +8,8 @@
 - A persistent compilation cache for the session (``JAX_COMPILATION_CACHE_DIR``, in a temporary
   folder removed at the end, shared by the worker processes and every process they start): many tests
   train the same tiny configurations, and each run builds its programs anew. ``tests/compilations.py``
-  counts a program read from the cache as a compilation.
+  counts a program read from the cache as a compilation. A size limit turns on JAX's file lock
+  (``filelock``), so that no process reads an entry while another is still writing it.
 - The longest test files are collected first (``LONGEST_FILES``), so that ``--dist loadfile`` hands
   them out before the short ones.
 - ``eight_devices``: runs a test's 8-device half in one worker process shared by the session's
@@ -26,6 +27,7 @@ from tests.eight_devices import EightDevices
 from trainer import log_filters
 
 CACHE_DIR = 'JAX_COMPILATION_CACHE_DIR'
+CACHE_BYTES = 8 * 2**30  # far above what the suite writes; set so that JAX locks its cache files
 # The test files that take longest (the notebook, processes that train), run first.
 LONGEST_FILES = ('test_tutorial.py', 'test_multihost.py', 'test_tensor_parallel.py')
 
@@ -39,7 +41,9 @@ def pytest_configure(config):
     config.compilation_cache = tempfile.mkdtemp(prefix='jax_compilation_cache_')
     os.environ[CACHE_DIR] = config.compilation_cache
   os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
+  os.environ['JAX_COMPILATION_CACHE_MAX_SIZE'] = str(CACHE_BYTES)
   jax.config.update('jax_compilation_cache_dir', os.environ[CACHE_DIR])
+  jax.config.update('jax_compilation_cache_max_size', CACHE_BYTES)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
 
 
