@@ -57,7 +57,9 @@ def test_experiment_keeps_the_base_and_fills_what_it_lacks():
 def test_a_section_reader_error_names_the_field():
   with pytest.raises(ConfigError, match=r'config\.decode\.beam_size is 1\.5; it must be an integer'):
     experiment('seq2seq.task:Translation', total_steps=1, decode=dict(beam_size=1.5))
-  with pytest.raises(ConfigError, match=r'unknown config field model\.widht; the fields of model are: variant, width'):
+  with pytest.raises(
+    ConfigError, match=r'unknown config field model\.widht; the fields of model are: variant, width'
+  ):
     experiment('vit.task:ImageClassification', num_epochs=1.0, model=dict(widht=3))
 
 
