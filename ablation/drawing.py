@@ -1,6 +1,6 @@
 """Figure helpers any family's pictures use: saving, similarity maps, attention rollout, heat maps.
 
-Nothing here knows a model family; a task's ``draw_pictures`` composes these into its pictures.
+Nothing here knows a model family; a task's reporting (``draw_pictures``) composes these into its pictures.
 """
 
 import pathlib

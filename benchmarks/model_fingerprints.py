@@ -64,7 +64,7 @@ def _forward(task, model, config):
     source = (jnp.arange(2 * 7).reshape(2, 7) % 90) + 3
     target = (jnp.arange(2 * 5).reshape(2, 5) % 100) + 3
     return model(source, target, deterministic=True, return_weights=True)
-  shape = task.data.clip_shape if family == 'video' else task.data.image_shape  # the input one example has
+  shape = task.sizes.clip_shape if family == 'video' else task.sizes.image_shape  # the input one example has
   inputs = jnp.sin(jnp.arange(2 * int(np.prod(shape)), dtype=jnp.float32)).reshape(2, *shape)
   return model(inputs, return_weights=True)
 

@@ -24,8 +24,9 @@ from PIL import Image
 from trainer.errors import DataError, InputError
 from trainer.predictor import Predictor
 from vit import checkpoint_npz, weights
-from vit.input_pipeline import ImagePreparation
-from vit.task import ImageClassification, ImageShapes
+from vit.input_pipeline import ImagePreparation, ImageShapes
+from vit.prediction import ImagePrediction
+from vit.task import ImageClassification
 
 _RESAMPLE = {'bicubic': Image.BICUBIC, 'bilinear': Image.BILINEAR}
 
@@ -77,10 +78,12 @@ def prepare_pixels(image, preprocessing: weights.Preprocessing, channels: int = 
   return np.asarray(pil, np.uint8).reshape(pil.size[1], pil.size[0], channels)
 
 
-class WeightsClassification(ImageClassification):
-  """The ViT task over a file's weights: no data; predicting classes needs the file's head."""
+class WeightsPrediction(ImagePrediction):
+  """The ViT's predictions over a file's weights; predicting classes needs the file's head."""
 
-  has_head = True
+  def __init__(self, shapes: ImageShapes, class_names: list[str], has_head: bool):
+    super().__init__(shapes, class_names)
+    self.has_head = has_head
 
   def predict(self, model, inputs, options):
     """Classes, as the ViT task gives them; none for weights without a head."""
@@ -105,7 +108,7 @@ class WeightsClassification(ImageClassification):
       return super().explain(model, item, prediction, path, title)
     from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
 
-    return pictures.plot_attention_maps(model, self.preparation.prepare_images(item[None]), '', title, path)
+    return pictures.plot_attention_maps(model, self.prepare(item[None]), '', title, path)
 
 
 def load_predictor(path, arch: str = '') -> Predictor:
@@ -115,15 +118,16 @@ def load_predictor(path, arch: str = '') -> Predictor:
   image_shape = (*prep.image_size, source.channels)
   config = ml_collections.ConfigDict(
     dict(
-      task='vit.weights_predictor:WeightsClassification',
+      task='vit.task:ImageClassification',
       model=dict(source.model),
       data=dict(image_size=tuple(prep.image_size)),
       eval_batch_size=32,
     )
   )
   preparation = WeightsPreparation(image_shape, prep.mean, prep.std, prep)
-  task = WeightsClassification(config, ImageShapes(max(source.num_classes, 1), image_shape, preparation))
-  task.has_head = source.num_classes > 0
+  shapes = ImageShapes(max(source.num_classes, 1), image_shape, preparation)
+  task = ImageClassification(config, shapes)
+  task.prediction = WeightsPrediction(shapes, shapes.class_names, has_head=source.num_classes > 0)
   model = task.make_model(nnx.Rngs(0))
   report = checkpoint_npz.canonical_to_model(model, source.canonical, resample_method='bicubic')
   adapted = [item for item in report.adapted if not item.startswith('head:')]
