@@ -28,7 +28,7 @@ from flax import nnx
 from trainer.task import task_class
 
 CONFIGS = pathlib.Path(__file__).resolve().parent.parent / 'configs'
-# data source -> the sizes a workdir records for it (``Task.data_sizes``)
+# data source -> the sizes a workdir records for it (``Task.sizes``)
 SIZES = {
   'digits': dict(num_classes=10, image_shape=[8, 8, 1]),
   'mnist': dict(num_classes=10, image_shape=[28, 28, 1]),
