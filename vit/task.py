@@ -85,7 +85,7 @@ class ImageClassification(Task):
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
-    if shapes is None:  # built from recorded sizes: a workdir, whose config was completed when it trained
+    if shapes is None:  # from the data (a workdir's config was completed when it trained)
       pretrained.complete_model_config(config.model, config.get('init_from'))
     try:
       model = with_defaults(config.model, default_model_config())
