@@ -20,7 +20,7 @@ if __name__ == '__main__':
 
 from absl import app, flags
 
-from trainer import cli, validation
+from trainer import cli, storage, validation
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
@@ -51,7 +51,7 @@ def main(argv):
 
   result = cli.run_reporting_user_errors(
     evaluate_workdir,
-    _WORKDIR.value,
+    storage.as_path(_WORKDIR.value),
     _CHECKPOINT.value,
     _SPLIT.value,
     _BATCH_SIZE.value,

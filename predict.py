@@ -36,7 +36,7 @@ if __name__ == '__main__':
 
 from absl import app, flags
 
-from trainer import cli
+from trainer import cli, storage
 from trainer.errors import InputError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
@@ -162,9 +162,9 @@ def _error(message: str, json_out, name: str | None = None) -> None:
 
 def main(argv):
   cli.quiet_library_logs()
-  # Loading makes millions of objects that live to the end (modules, traced programs, the model):
-  # the garbage collector's passes over them took about a fifth of the start-up, and its pass at
-  # exit seconds more (benchmarks/predict_latency.py). Frozen, they are never looked at again.
+  # Loading makes millions of objects that live to the end (modules, traced programs, the model), and
+  # the garbage collector's passes over them slow the start-up and the exit (docs/results.md,
+  # "Predict start-up"). Frozen, they are never looked at again.
   gc.disable()
   from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 
@@ -174,7 +174,7 @@ def main(argv):
     predictor = cli.run_reporting_user_errors(load_weights, _WEIGHTS.value, _ARCH.value)
   else:
     predictor = cli.run_reporting_user_errors(
-      load_predictor, _WORKDIR.value, _CHECKPOINT.value, _PARAMS.value
+      load_predictor, storage.as_path(_WORKDIR.value), _CHECKPOINT.value, _PARAMS.value
     )
   gc.freeze()
   gc.enable()

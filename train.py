@@ -14,7 +14,7 @@ if __name__ == '__main__':
 from absl import app, flags
 from ml_collections import config_flags
 
-from trainer import cli, validation
+from trainer import cli, storage, validation
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config', None, 'Path to an experiment config file.', lock_config=True
@@ -35,7 +35,8 @@ def main(argv):
   cli.quiet_library_logs()
   # The checks that need no JAX and no data come first, so a mistake is reported at once.
   cli.run_reporting_user_errors(validation.check_trainer_fields, _CONFIG.value)
-  cli.run_reporting_user_errors(validation.check_workdir, _WORKDIR.value)
+  workdir = storage.as_path(_WORKDIR.value)
+  cli.run_reporting_user_errors(validation.check_workdir, workdir)
   with cli.loading_libraries():  # JAX and TensorFlow load in seconds: not for --help
     import jax  # pylint: disable=g-import-not-at-top
 
@@ -43,7 +44,7 @@ def main(argv):
 
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
-  result = cli.run_reporting_user_errors(train_and_evaluate, _CONFIG.value, _WORKDIR.value)
+  result = cli.run_reporting_user_errors(train_and_evaluate, _CONFIG.value, workdir)
   if result.interrupted:
     sys.exit(1)
 

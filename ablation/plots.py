@@ -21,7 +21,7 @@ from absl import app, flags
 from matplotlib.figure import Figure
 
 from ablation import tables
-from ablation.drawing import save
+from attention.drawing import save
 from trainer import storage
 from trainer import workdir as workdir_lib
 from trainer.cli import quiet_library_logs, run_reporting_user_errors

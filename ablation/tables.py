@@ -15,7 +15,6 @@ import csv
 import io
 import itertools
 import json
-import pathlib
 from typing import Any
 
 import numpy as np
@@ -122,9 +121,8 @@ def csv_text(summary: dict[str, Any]) -> str:
   return output.getvalue()
 
 
-def write_results(directory: str | pathlib.Path, summary: dict[str, Any]) -> str:
+def write_results(directory: storage.Path, summary: dict[str, Any]) -> str:
   """Writes ``results.json``, ``results.csv`` and ``results.md`` into ``directory``; returns the markdown."""
-  directory = storage.as_path(directory)
   directory.mkdir(parents=True, exist_ok=True)
   table = markdown(summary)
   (directory / RESULTS_JSON).write_text(json.dumps(summary, indent=2) + '\n')
@@ -133,8 +131,8 @@ def write_results(directory: str | pathlib.Path, summary: dict[str, Any]) -> str
   return table
 
 
-def read_results(directory: str | pathlib.Path) -> dict[str, Any]:
-  path = storage.as_path(directory) / RESULTS_JSON
+def read_results(directory: storage.Path) -> dict[str, Any]:
+  path = directory / RESULTS_JSON
   if not path.exists():
     raise WorkdirError(f'{path} not found: {directory} is not a workdir written by ablate.py.')
   return json.loads(path.read_text())

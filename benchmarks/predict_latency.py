@@ -9,9 +9,7 @@ end, and the CPU seconds the process used (user and system, all its threads: on 
 other jobs the wall-clock seconds grow with their load, the CPU seconds much less); then the median of
 each. The inputs are whatever the workdir's task reads (image files, sentences, clips).
 
-Last measured (docs/results.md, "Predict start-up"): a ``vit_digits`` workdir on a 2-core AMD EPYC
-shared with other jobs (load average 13 to 15), median of six: 20.2 s to the first answer, 20.7 s to
-the end, 3.28 CPU seconds.
+The numbers, with their machine and load: docs/results.md ("Predict start-up").
 """
 
 import json

@@ -9,22 +9,11 @@
   python -m benchmarks.vit_throughput --variant B/16 --image_size 224 --num_classes 1000 \
     --dtype bfloat16 --batch_size 256 --profile_dir /tmp/vit_b16_trace   # an accelerator's numbers
 
-On a 2-core AVX2 EPYC (docs/results.md; medians of three alternating rounds, nothing else running)
-the first line gave 67.1 images/s, the second 74.1 and the third 91.0, against 86.7 for timm's
-step (``benchmarks/timm_vit_throughput.py``); the Eigen flag alone at batch 128 gave 75.9. Both
-settings compute the same update, up to float rounding:
-- Micro-batches shrink the scratch memory that XLA:CPU allocates afresh each step and that the
-  kernel clears every time: 1.17 GB at batch 128, 0.29 GB as 4 micro-batches (the benchmark
-  prints it). The accumulation is the trainer's own (``--config.grad_accum_steps=4`` for
-  ``train.py``).
-- The flag moves most matmuls to Eigen. By default XLA gives YNNPACK 75 of the step's 101
-  matmuls (the forward and input-gradient ones, attention's included) and Eigen the 26 weight
-  gradients, whose operands it first copies into a transposed layout; with the flag Eigen does
-  75 (counted in the compiled step's HLO, ``compiled.as_text()``). It is
-  not a default of ours: it changes the float rounding of every CPU run, it did not speed up
-  the small models (``configs/vit_digits.py``: 2 min 1-5 s a run either way;
-  ``configs/transformer_scan.py``: 6.2 vs 6.9 steps/s without it, two runs each), and the flag
-  is experimental in XLA.
+The second and third lines compute the same update as the first, up to float rounding: micro-batches
+shrink the scratch memory that XLA:CPU allocates afresh each step (the benchmark prints it; the
+accumulation is the trainer's own, ``--config.grad_accum_steps=4`` for ``train.py``), and the flag
+moves most matmuls from YNNPACK to Eigen. What each gave, on which CPU, and why neither is a default:
+docs/results.md ("Training throughput on a CPU") and docs/performance.md ("CPU comparison with timm").
 
 Times the compiled train step (forward, backward, AdamW update) on random images
 already on the device, so it measures the model, not the input pipeline; with
@@ -32,10 +21,8 @@ already on the device, so it measures the model, not the input pipeline; with
 steps (compilation) are excluded. It also prints the step's FLOPs from XLA's cost analysis
 and, on a device whose peak it knows (``benchmarks/step_cost.py``) or with ``--peak_tflops``,
 the model FLOPs utilisation; ``--profile_dir`` writes a ``jax.profiler`` trace of a few more
-steps and prints where their time went: on the AVX2 EPYC, 35% of the ops' time in flight in
-YNNPACK's fusions, 21% in Eigen's weight-gradient matmuls, 11% in layout copies, the rest in
-XLA's elementwise fusions (docs/performance.md). No accelerator numbers have been measured yet. Like ``train.py``, it re-executes itself once with
-glibc's huge-page malloc (``trainer/host_memory.py``).
+steps and prints where their time went, op by op. Like ``train.py``, it re-executes itself once
+with glibc's huge-page malloc (``trainer/host_memory.py``).
 """
 
 import json

@@ -5,12 +5,14 @@
   /tmp/torch-env/bin/python benchmarks/weights_against_torch.py torch DIR   # theirs: load ours, write theirs
   python benchmarks/weights_against_torch.py read DIR              # our venv: read theirs, compare
 
-``export`` writes, for each timm architecture family of the tests and for ``ViTForImageClassification``,
-a model of ours (random weights) with ``vit.export_weights`` and our logits on two random images.
-``torch`` loads each with ``timm.create_model(..., pretrained=True, pretrained_cfg_overlay=...)`` and
-``ViTForImageClassification.from_pretrained``, prints the largest difference from our logits and the
+``export`` writes, for each timm architecture family of the tests (the distilled DeiT included), for
+``ViTForImageClassification`` and for ``DeiTForImageClassificationWithTeacher``, a model of ours (random
+weights) with ``vit.export_weights`` and our logits on two random images. ``torch`` loads each with
+``timm.create_model(..., pretrained=True, pretrained_cfg_overlay=...)`` and the transformers class's
+``from_pretrained``, prints the largest difference from our logits and the
 loading warnings, then writes folders with timm's ``save_for_hf`` and transformers' ``save_pretrained``
-(random weights) with their outputs. ``read`` reads those with ``vit.weights`` and prints the largest
+(random weights; transformers' folders twice, with the hub's names and, ``save_original_format=False``,
+with the names transformers 5 holds in memory) with their outputs. ``read`` reads those with ``vit.weights`` and prints the largest
 difference of our outputs from theirs. Not part of the test suite (it needs PyTorch).
 """
 
@@ -28,7 +30,9 @@ REAL_TIMM = [
   'vit_small_patch14_reg4_dinov2',
   'vit_base_patch16_siglip_224',
   'vit_base_patch16_clip_quickgelu_224',
+  'deit_small_distilled_patch16_224',
 ]
+HF_CLASSES = {'hf': 'ViTForImageClassification', 'hf_teacher': 'DeiTForImageClassificationWithTeacher'}
 
 
 def export(root: pathlib.Path) -> None:
@@ -47,13 +51,15 @@ def export(root: pathlib.Path) -> None:
     out = export_weights.write_timm(model, root / 'timm' / arch, arch, **common)
     np.save(out / 'ours_logits.npy', np.asarray(model(images)[0]))
     cases[arch] = str(out)
-  source = t.write_transformers_folder(
-    root / 'src' / 'hf', t.transformers_arrays(rng), t.transformers_config('vit')
-  )
-  model = t._model_from(weights.read_weights(source))  # pylint: disable=protected-access
-  out = export_weights.write_transformers(model, root / 'hf', **common)
-  np.save(out / 'ours_logits.npy', np.asarray(model(images)[0]))
-  (root / 'cases.json').write_text(json.dumps(dict(timm=cases, hf=str(out))))
+  hf = {}
+  for name, model_type in (('hf', 'vit'), ('hf_teacher', 'deit')):
+    arrays = t.transformers_arrays(rng, prefix=f'{model_type}.', teacher=model_type == 'deit')
+    source = t.write_transformers_folder(root / 'src' / name, arrays, t.transformers_config(model_type))
+    model = t._model_from(weights.read_weights(source))  # pylint: disable=protected-access
+    out = export_weights.write_transformers(model, root / name, **common)
+    np.save(out / 'ours_logits.npy', np.asarray(model(images)[0]))
+    hf[name] = str(out)
+  (root / 'cases.json').write_text(json.dumps(dict(timm=cases, **hf)))
 
 
 def against_torch(root: pathlib.Path) -> None:
@@ -77,11 +83,12 @@ def against_torch(root: pathlib.Path) -> None:
     print(
       f'timm loads ours, {arch}: max |timm - ours| {np.abs(logits - ours).max():.1e}; warnings {len(caught)}'
     )
-  model, info = transformers.ViTForImageClassification.from_pretrained(cases['hf'], output_loading_info=True)
-  with torch.no_grad():
-    logits = model.eval()(pixel_values=images).logits.numpy()
-  ours = np.load(pathlib.Path(cases['hf']) / 'ours_logits.npy')
-  print(f'transformers loads ours: max |hf - ours| {np.abs(logits - ours).max():.1e}; {info}')
+  for name, class_name in HF_CLASSES.items():
+    model, info = getattr(transformers, class_name).from_pretrained(cases[name], output_loading_info=True)
+    with torch.no_grad():
+      logits = model.eval()(pixel_values=images).logits.numpy()
+    ours = np.load(pathlib.Path(cases[name]) / 'ours_logits.npy')
+    print(f'transformers loads ours, {class_name}: max |hf - ours| {np.abs(logits - ours).max():.1e}; {info}')
   real = root / 'real'
   torch.manual_seed(0)
 
@@ -108,15 +115,15 @@ def against_torch(root: pathlib.Path) -> None:
     ('ViTForImageClassification', transformers.ViTForImageClassification(transformers.ViTConfig(intermediate_size=40, num_labels=5, **common))),
     ('ViTModel', transformers.ViTModel(transformers.ViTConfig(intermediate_size=40, **common))),
     ('DeiTForImageClassification', transformers.DeiTForImageClassification(transformers.DeiTConfig(intermediate_size=40, num_labels=5, **common))),
+    ('DeiTForImageClassificationWithTeacher', transformers.DeiTForImageClassificationWithTeacher(transformers.DeiTConfig(intermediate_size=40, num_labels=5, **common))),
     ('Dinov2Model', transformers.Dinov2Model(transformers.Dinov2Config(mlp_ratio=2, **common))),
   ):  # fmt: skip
     with torch.no_grad():
       outputs = randomised(model)(pixel_values=images)
-    model.save_pretrained(real / name)
-    np.save(
-      real / name / 'torch_outputs.npy',
-      (outputs.logits if hasattr(outputs, 'logits') else outputs.pooler_output).numpy(),
-    )
+    theirs = (outputs.logits if hasattr(outputs, 'logits') else outputs.pooler_output).numpy()
+    for folder, original in ((name, True), (f'{name}-transformers5-names', False)):
+      model.save_pretrained(real / folder, save_original_format=original)  # False: its in-memory names
+      np.save(real / folder / 'torch_outputs.npy', theirs)
 
 
 def read(root: pathlib.Path) -> None:

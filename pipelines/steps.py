@@ -6,9 +6,9 @@ run would have seen, and the processes' row slices together are the one-process 
 ``step_batches`` hands such a function to grain: ``MapDataset.range`` over the steps, ``map``
 by the batch maker, ``to_iter_dataset`` with ``ReadOptions`` so that ``num_threads`` threads
 work ahead of the consumer. The batch makers do their work in vectorised numpy or in
-decoders that release the GIL, so threads scale (two give 2.1 times one on JPEG decoding,
-``benchmarks/input_pipeline.py``); grain's worker processes (``mp_prefetch``) copy every
-batch between processes, and were slower than threads in our trials on 2 cores.
+decoders that release the GIL, so threads scale (``benchmarks/input_pipeline.py`` measures it);
+grain's worker processes (``mp_prefetch``) would copy every batch between processes
+(docs/data.md).
 """
 
 import functools

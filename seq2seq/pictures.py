@@ -13,7 +13,7 @@ import pathlib
 import jax.numpy as jnp
 import numpy as np
 
-from ablation import drawing
+from attention import drawing
 from seq2seq.decoding import translate
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 

@@ -59,10 +59,8 @@ def _ids_before_eos(ids: Sequence[int], eos_id: int, skipped: set[int]) -> list[
   return kept
 
 
-def _write_config(directory, config: dict) -> None:
-  storage.write_text(
-    storage.as_path(directory) / CONFIG_FILE, json.dumps(config, ensure_ascii=False, indent=1) + '\n'
-  )
+def _write_config(directory: storage.Path, config: dict) -> None:
+  storage.write_text(directory / CONFIG_FILE, json.dumps(config, ensure_ascii=False, indent=1) + '\n')
 
 
 class WordTokenizer:
@@ -162,16 +160,16 @@ class SentencePieceTokenizer:
   def decode(self, ids: Sequence[int]) -> str:
     return self.processor.decode(_ids_before_eos(ids, self.eos_id, {self.pad_id, self.bos_id}))
 
-  def save(self, directory) -> None:
-    storage.write_bytes(storage.as_path(directory) / SPM_MODEL_FILE, self.model_bytes)
+  def save(self, directory: storage.Path) -> None:
+    storage.write_bytes(directory / SPM_MODEL_FILE, self.model_bytes)
     _write_config(
       directory, {'kind': 'sentencepiece', 'fingerprint': self.fingerprint, 'model_file': SPM_MODEL_FILE}
     )
 
 
-def load_tokenizer(directory) -> Tokenizer:
+def load_tokenizer(directory: storage.Path) -> Tokenizer:
   """The tokenizer that `save(directory)` wrote; checks its fingerprint."""
-  config_path = storage.as_path(directory) / CONFIG_FILE
+  config_path = directory / CONFIG_FILE
   if not config_path.is_file():
     raise MissingFileError(f'no tokenizer in {directory}: {config_path} is missing')
   config = json.loads(config_path.read_text(encoding='utf-8'))
@@ -179,7 +177,7 @@ def load_tokenizer(directory) -> Tokenizer:
   if kind == 'word':
     tokenizer = WordTokenizer(config['words'])
   elif kind == 'sentencepiece':
-    model_path = storage.as_path(directory) / config['model_file']
+    model_path = directory / config['model_file']
     if not model_path.is_file():
       raise MissingFileError(f'{config_path} names SentencePiece model {model_path}, which is missing')
     tokenizer = SentencePieceTokenizer.load(model_path)

@@ -25,7 +25,6 @@ checkpoints were trained with the saved one. Predictions load them as saved, rea
 
 from __future__ import annotations
 
-import pathlib
 from collections.abc import Callable, Sequence
 
 import ml_collections
@@ -76,14 +75,14 @@ def check_tokenizer_config(config: ml_collections.ConfigDict) -> None:
 def prepare_tokenizers(
   config: ml_collections.ConfigDict,
   train_pairs: Callable[[], Sequence[tuple[str, str]]],
-  workdir: pathlib.Path,
+  workdir: storage.Path,
 ) -> tuple[Tokenizer, Tokenizer]:
   """``(source tokenizer, target tokenizer)`` of the workdir (the same object when shared).
 
   ``train_pairs`` is called only when a tokenizer has to be trained, so a workdir that
   already holds its tokenizers (evaluation, resuming) reads no training data here.
   """
-  directory = storage.as_path(workdir) / TOKENIZER_DIR
+  directory = workdir / TOKENIZER_DIR
   if config.shared:
     tokenizer = _prepare(
       config, directory, lambda: [text for pair in train_pairs() for text in pair], config.model_file
@@ -99,11 +98,11 @@ def prepare_tokenizers(
 
 
 def load_saved_tokenizers(
-  config: ml_collections.ConfigDict, workdir: pathlib.Path
+  config: ml_collections.ConfigDict, workdir: storage.Path
 ) -> tuple[Tokenizer, Tokenizer]:
   """``(source tokenizer, target tokenizer)`` as the workdir saved them, checked against nothing else
   (no training split, no ``model_file``): for a trained workdir used without its data (predictions)."""
-  directory = storage.as_path(workdir) / TOKENIZER_DIR
+  directory = workdir / TOKENIZER_DIR
   if config.shared:
     tokenizer = load_tokenizer(directory)
     return tokenizer, tokenizer
@@ -112,7 +111,7 @@ def load_saved_tokenizers(
 
 def _prepare(
   config: ml_collections.ConfigDict,
-  directory: pathlib.Path,
+  directory: storage.Path,
   texts: Callable[[], list[str]],
   model_file: str | None,
 ) -> Tokenizer:

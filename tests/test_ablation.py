@@ -21,9 +21,10 @@ from flax import nnx
 from matplotlib.figure import Figure
 from ml_collections import config_flags
 
-from ablation import drawing, sweep, tables
-from ablation.drawing import attention_rollout
+from ablation import sweep, tables
 from ablation.plots import plot_ablation, plot_workdir
+from attention import drawing
+from attention.drawing import attention_rollout
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir

@@ -111,7 +111,7 @@ def test_train_resume_and_evaluate_in_a_bucket(bucket):
   assert 'checkpoints/4/integrity.json' in names and 'checkpoints/4/commit_success.txt' in names
   assert any(name.startswith('tensorboard/train/events.out.tfevents.') for name in names)
   assert 'train.lock' not in names  # released
-  checkpoints = Checkpoints(WORKDIR, read_only=True)
+  checkpoints = Checkpoints(storage.as_path(WORKDIR), read_only=True)
   assert checkpoints.all_steps() == [2, 4] and checkpoints.latest_step() == 4
   checkpoints.close()
 
@@ -185,7 +185,7 @@ def test_damaged_object_in_a_bucket_is_skipped(bucket):
   content = bytearray(path.read_bytes())
   content[len(content) // 2] ^= 0xFF
   path.write_bytes(bytes(content))
-  checkpoints = Checkpoints(workdir, read_only=True)
+  checkpoints = Checkpoints(storage.as_path(workdir), read_only=True)
   assert checkpoints.latest_step() == 2
   assert 'differs from its checksum' in checkpoints.problem(4)
   checkpoints.close()

@@ -1,14 +1,18 @@
-"""The architecture, kept by tests: the shared packages know no model family, and no module imports
-another that imports it back.
+"""The architecture, kept by tests: the shared packages know no model family, no module imports
+another that imports it back, and no comment or docstring quotes a timing.
 
 Imports are read from the source (every ``import`` statement, also those inside functions), so a
-lazy import counts as much as one at the top of a file.
+lazy import counts as much as one at the top of a file. Measured numbers live in docs/results.md and
+docs/performance.md, with their command and machine; in the code they go stale unseen.
 """
 
 import ast
+import io
 import pathlib
+import re
 import subprocess
 import sys
+import tokenize
 
 import pytest
 
@@ -52,9 +56,15 @@ def _nodes(tree: ast.AST):
       yield from _nodes(child)
 
 
-def _imported_names(path: pathlib.Path) -> set[str]:
+def _imported_names(path: pathlib.Path, main_block: bool = False) -> set[str]:
+  """The names ``path`` imports outside ``if __name__ == '__main__':`` (``main_block``: inside it)."""
+  tree = ast.parse(path.read_text(), filename=str(path))
+  if main_block:
+    nodes = [node for block in tree.body if _runs_as_main(block) for node in ast.walk(block)]
+  else:
+    nodes = _nodes(tree)
   names = set()
-  for node in _nodes(ast.parse(path.read_text(), filename=str(path))):
+  for node in nodes:
     if isinstance(node, ast.Import):
       names.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -63,16 +73,21 @@ def _imported_names(path: pathlib.Path) -> set[str]:
   return names
 
 
-def import_graph() -> dict[str, set[str]]:
-  """Project module -> the project modules it imports (``from pkg import mod`` counts as ``pkg.mod``)."""
-  files = {_module_name(path): path for package in PACKAGES for path in (REPO / package).glob('*.py')}
+def _project_files() -> dict[str, pathlib.Path]:
+  return {_module_name(path): path for package in PACKAGES for path in (REPO / package).rglob('*.py')}
+
+
+def import_graph(main_blocks: bool = False) -> dict[str, set[str]]:
+  """Project module -> the project modules it imports (``from pkg import mod`` counts as ``pkg.mod``);
+  with ``main_blocks``, those its ``if __name__ == '__main__':`` block imports."""
+  files = _project_files()
   graph = {}
   for module, path in files.items():
     targets = set()
-    for name in _imported_names(path):
+    for name in _imported_names(path, main_blocks):
       while name and name not in files:
         name = name.rpartition('.')[0]
-      if name and name != module and name not in PACKAGES:  # a package's __init__ holds no code here
+      if name and name != module and name not in PACKAGES:  # a top-level package's __init__ holds no code
         targets.add(name)
     graph[module] = targets
   return graph
@@ -123,6 +138,26 @@ def test_no_module_imports_one_that_imports_it_back():
   assert cycles(import_graph()) == []
 
 
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+  seen, todo = set(), [start]
+  while todo:
+    for target in graph[todo.pop()] - seen:
+      seen.add(target)
+      todo.append(target)
+  return seen
+
+
+def test_no_command_imports_its_own_module_back():
+  """``python -m pkg.mod`` whose ``__main__`` block imports what imports ``pkg.mod`` runs the module
+  twice, as ``__main__`` and as itself: a circle the graph above cannot see."""
+  graph, commands = import_graph(), import_graph(main_blocks=True)
+  circles = {
+    module: sorted(target for target in targets if module in _reachable(graph, target) | {target})
+    for module, targets in commands.items()
+  }
+  assert {module: targets for module, targets in circles.items() if targets} == {}
+
+
 def test_the_cycle_finder_finds_a_cycle():
   assert cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}) == [['a', 'b', 'c']]
   assert cycles({'a': {'b'}, 'b': set()}) == []
@@ -147,3 +182,66 @@ assert snapshot() == before, (before, snapshot())
     [sys.executable, '-c', script], cwd=REPO, capture_output=True, text=True, timeout=600
   )
   assert result.returncode == 0, result.stderr[-3000:]
+
+
+_NUMBER = r'\d[\d,]*(?:\.\d+)?(?:\s*(?:-|to)\s*\d[\d,]*(?:\.\d+)?)?'
+# A duration, a speed-up, a rate or a share of the time, after a number: '2 s', '75 s', '3.5 ms',
+# '25 minutes', '3-5% faster', '1.2x slower', '67.1 images/s', '35% of the time'.
+TIMING = re.compile(
+  rf'\b{_NUMBER}\s*(?:ms|µs|us|secs?|seconds?|mins?|minutes?|hours?)\b'
+  rf'|\b{_NUMBER}\s+s\b(?!\))'
+  rf'|\b{_NUMBER}\s*(?:%|x|×|times)\s+(?:faster|slower|quicker|shorter|longer|more time|less time)\b'
+  rf'|\b{_NUMBER}\s*(?:images|examples|steps|tokens|clips|sentences|batches|it)/s\b'
+  rf'|\b{_NUMBER}\s*%\s+of\s+(?:the\s+|its\s+|each\s+)?(?:time|step|ops|start-up|wall)',
+  re.IGNORECASE,
+)
+
+
+def _notes(source: str):
+  """``(line, text)`` of every comment and every docstring line (module, class, function) of ``source``."""
+  for token in tokenize.generate_tokens(io.StringIO(source).readline):
+    if token.type == tokenize.COMMENT:
+      yield token.start[0], token.string
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+      docstring = ast.get_docstring(node, clean=False)
+      if docstring is not None:
+        for offset, text in enumerate(docstring.splitlines()):
+          yield node.body[0].lineno + offset, text
+
+
+def quoted_timings(root: pathlib.Path = REPO) -> list[str]:
+  """``path:line: text`` of each comment or docstring line under ``root`` that quotes a timing
+  (the project's .py files, outside tests/ and hidden folders such as .venv)."""
+  found = []
+  for path in sorted(root.rglob('*.py')):
+    parts = path.relative_to(root).parts
+    if parts[0] == 'tests' or any(part.startswith('.') for part in parts):
+      continue
+    for line, text in sorted(_notes(path.read_text())):
+      if TIMING.search(text):
+        found.append(f'{path.relative_to(root)}:{line}: {text.strip()}')
+  return found
+
+
+def test_no_comment_or_docstring_quotes_a_timing():
+  found = quoted_timings()
+  assert not found, 'timings belong in docs/results.md or docs/performance.md:\n' + '\n'.join(found)
+
+
+def test_the_timing_finder_finds_timings_in_comments_and_docstrings_only(tmp_path):
+  (tmp_path / 'tests').mkdir()
+  (tmp_path / 'tests' / 'test_x.py').write_text("# 3 s here is a test's business\n")
+  (tmp_path / 'a.py').write_text(
+    '"""Fast.\n\nIt took 2 s on a laptop."""\n'
+    'WIDTH = 3  # 3-5% faster than the reference\n'
+    "SHAPE = '[3, H] and 2 MiB pages, 20% wider buckets, then 0s'  # [D, 3, H, Dh]; 512 times fewer faults\n"
+    'def f():\n'
+    '  """67.1 images/s (docs/results.md)."""\n'
+    "  print(f'{1.5} s, 3 ms')\n"
+  )
+  assert quoted_timings(tmp_path) == [
+    'a.py:3: It took 2 s on a laptop.',
+    'a.py:4: # 3-5% faster than the reference',
+    'a.py:7: 67.1 images/s (docs/results.md).',
+  ]

@@ -10,6 +10,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from seq2seq.scan import generate_scan
 from seq2seq.tokenizer import SentencePieceTokenizer, WordTokenizer, load_tokenizer
+from trainer import storage
 
 SUBJECTS = [
   'a man',
@@ -220,7 +221,8 @@ def test_workdir_tokenizers_in_a_bucket(memory_bucket, shared):
   config = default_tokenizer_config()
   config.update(shared=shared, vocab_size=60)
   pairs = list(zip(sentences(seed=0), sentences(seed=1)))
-  source, target = prepare_tokenizers(config, lambda: pairs, 'gs://bucket/run')
+  workdir = storage.as_path('gs://bucket/run')
+  source, target = prepare_tokenizers(config, lambda: pairs, workdir)
   folders = [''] if shared else ['source/', 'target/']
   assert sorted(memory_bucket) == sorted(
     f'gs://bucket/run/tokenizer/{folder}{name}'
@@ -231,12 +233,15 @@ def test_workdir_tokenizers_in_a_bucket(memory_bucket, shared):
   def no_data():
     raise AssertionError('a saved tokenizer is loaded, not trained again')
 
-  again = prepare_tokenizers(config, no_data, 'gs://bucket/run')
-  saved = load_saved_tokenizers(config, 'gs://bucket/run')
+  again = prepare_tokenizers(config, no_data, workdir)
+  saved = load_saved_tokenizers(config, workdir)
   for tokenizers in (again, saved):
     assert [t.fingerprint for t in tokenizers] == [source.fingerprint, target.fingerprint]
   config.model_file = f'gs://bucket/run/tokenizer/{folders[0]}spm.model'  # a model file in a bucket
   if not shared:
     config.target_model_file = 'gs://bucket/run/tokenizer/target/spm.model'
-  assert prepare_tokenizers(config, no_data, 'gs://bucket/other')[1].fingerprint == target.fingerprint
+  assert (
+    prepare_tokenizers(config, no_data, storage.as_path('gs://bucket/other'))[1].fingerprint
+    == target.fingerprint
+  )
   assert 'gs://bucket/other/tokenizer/' + folders[-1] + 'spm.model' in memory_bucket

@@ -21,8 +21,9 @@ from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
 from trainer.partitioning import make_mesh
 from trainer.task import load_task
-from vit import fewshot, fewshot_command, pretrained
+from vit import fewshot, pretrained
 from vit.export_npz import export
+from vit.fewshot import __main__ as fewshot_command
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

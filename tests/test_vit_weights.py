@@ -73,15 +73,19 @@ def _patches_nchw(images, kernel):
   return x.reshape(batch, -1, channels * p * p)
 
 
-def timm_forward(a, images, *, act, eps, no_embed_class, pool, pre_logits=False):
-  """timm ``VisionTransformer.forward`` (``forward_features`` then ``forward_head``)."""
+def timm_forward(a, images, *, act, eps, no_embed_class, pool, pre_logits=False, tokens=False):
+  """timm ``VisionTransformer.forward`` (``forward_features`` then ``forward_head``); with ``dist_token``,
+  ``VisionTransformerDistilled``'s (``deit.py``: two heads, their logits averaged in evaluation).
+  ``tokens``: ``forward_features``' output, every token after the final norm."""
   a = {key: value.astype(np.float64) for key, value in a.items()}
   kernel = a['patch_embed.proj.weight']
   x = _patches_nchw(images.astype(np.float64), kernel) @ kernel.reshape(kernel.shape[0], -1).T
   if 'patch_embed.proj.bias' in a:
     x = x + a['patch_embed.proj.bias']
   prefix = [
-    np.broadcast_to(a[n], (x.shape[0], *a[n].shape[1:])) for n in ('cls_token', 'reg_token') if n in a
+    np.broadcast_to(a[n], (x.shape[0], *a[n].shape[1:]))
+    for n in ('cls_token', 'dist_token', 'reg_token')
+    if n in a
   ]
   if no_embed_class:
     x = np.concatenate([*prefix, x + a['pos_embed']], axis=1)
@@ -101,6 +105,11 @@ def timm_forward(a, images, *, act, eps, no_embed_class, pool, pre_logits=False)
   if 'norm.weight' in a:
     x = _ln(x, a['norm.weight'], a['norm.bias'], eps)
   num_prefix = len(prefix) and sum(p.shape[1] for p in prefix)
+  if tokens:
+    return x
+  if 'dist_token' in a:
+    x, x_dist = x[:, 0], x[:, 1]
+    return (x + x_dist) / 2 if pre_logits else (_linear(x, a, 'head') + _linear(x_dist, a, 'head_dist')) / 2
   if pool == 'token':
     x = x[:, 0]
   elif pool == 'avg':
@@ -154,21 +163,25 @@ def transformers_forward(a, images, *, act, eps, dinov2):
   x = _ln(x, a['layernorm.weight'], a['layernorm.bias'], eps)
   features = np.tanh(_linear(x[:, 0], a, 'pooler.dense')) if 'pooler.dense.weight' in a else x[:, 0]
   logits = _linear(x[:, 0], a, 'classifier') if 'classifier.weight' in a else None
+  if 'cls_classifier.weight' in a:  # DeiTForImageClassificationWithTeacher
+    logits = (_linear(x[:, 0], a, 'cls_classifier') + _linear(x[:, 1], a, 'distillation_classifier')) / 2
   return logits, features
 
 
 # Files as each source writes them ------------------------------------------------------------------
 
 
-def timm_arrays(rng, *, cls=True, reg=0, no_embed_class=False, layer_scale=False, norm_pre=False,
+def timm_arrays(rng, *, cls=True, dist=False, reg=0, no_embed_class=False, layer_scale=False, norm_pre=False,
                 patch_bias=True, fc_norm=False, final_norm=True, attn_pool=False, classes=CLASSES, channels=3):  # fmt: skip
   """The state dict of timm's ``VisionTransformer`` with these options (names and shapes as timm's)."""
   a = {'patch_embed.proj.weight': _draw(rng, WIDTH, channels, PATCH, PATCH)}
   if patch_bias:
     a['patch_embed.proj.bias'] = _draw(rng, WIDTH)
-  prefix = int(cls) + reg
+  prefix = int(cls) + int(dist) + reg
   if cls:
     a['cls_token'] = _draw(rng, 1, 1, WIDTH)
+  if dist:
+    a['dist_token'] = _draw(rng, 1, 1, WIDTH)
   if reg:
     a['reg_token'] = _draw(rng, 1, reg, WIDTH)
   a['pos_embed'] = _draw(rng, 1, GRID * GRID + (0 if no_embed_class else prefix), WIDTH)
@@ -198,6 +211,8 @@ def timm_arrays(rng, *, cls=True, reg=0, no_embed_class=False, layer_scale=False
     a['fc_norm.weight'], a['fc_norm.bias'] = 1 + _draw(rng, WIDTH), _draw(rng, WIDTH)
   if classes:
     a['head.weight'], a['head.bias'] = _draw(rng, classes, WIDTH), _draw(rng, classes)
+  if classes and dist:
+    a['head_dist.weight'], a['head_dist.bias'] = _draw(rng, classes, WIDTH), _draw(rng, classes)
   return a
 
 
@@ -225,6 +240,7 @@ def write_timm_folder(folder, arrays, architecture, *, labels=None, pretrained_c
 TIMM_CASES = {
   'vit_base_patch16_224': (dict(), 'gelu_exact', 1e-6, False, 'token'),
   'deit_small_patch16_224': (dict(), 'gelu_exact', 1e-6, False, 'token'),
+  'deit_small_distilled_patch16_224': (dict(dist=True), 'gelu_exact', 1e-6, False, 'token'),
   'deit3_base_patch16_224': (dict(layer_scale=True, no_embed_class=True), 'gelu_exact', 1e-6, True, 'token'),
   'vit_small_patch14_dinov2': (dict(layer_scale=True), 'gelu_exact', 1e-6, False, 'token'),
   'vit_small_patch14_reg4_dinov2': (dict(layer_scale=True, reg=4, no_embed_class=True), 'gelu_exact', 1e-6, True, 'token'),
@@ -265,6 +281,14 @@ def test_timm_folder_computes_what_timm_computes(architecture, tmp_path):
   features = timm_forward(
     arrays, images, act=act, eps=eps, no_embed_class=no_embed_class, pool=pool, pre_logits=True
   )
+  if options.get('dist'):
+    # our features are the class token's (timm's pre_logits average it with the distillation token's)
+    tokens = timm_forward(arrays, images, act=act, eps=eps, no_embed_class=False, pool=pool, tokens=True)
+    features = tokens[:, 0]
+    for ours, head, token in (('class_logits', 'head', 0), ('distill_logits', 'head_dist', 1)):
+      np.testing.assert_allclose(
+        np.asarray(intermediates[ours]), _linear(tokens[:, token], arrays, head), rtol=2e-4, atol=2e-4
+      )
   np.testing.assert_allclose(np.asarray(intermediates['pre_logits']), features, rtol=2e-4, atol=2e-4)
 
 
@@ -306,6 +330,27 @@ def test_bare_timm_file_needs_its_architecture(tmp_path):
     weights.read_weights(file, 'vit_tiny_patch99')
 
 
+def test_bare_distilled_deit_file_at_its_real_size(tmp_path, monkeypatch):
+  """``deit_tiny_distilled_patch16_224`` as timm's file holds it (width 192, 3 heads, 16x16 patches, a
+  14x14 grid and two prefix rows: ``pos_embed`` ``[1, 198, 192]``), one block of its twelve."""
+  import sys  # pylint: disable=g-import-not-at-top
+
+  sizes = dict(WIDTH=192, HEADS=3, DEPTH=1, MLP=768, PATCH=16, IMAGE=224, GRID=14)
+  for name, value in sizes.items():
+    monkeypatch.setattr(sys.modules[__name__], name, value)
+  rng = np.random.default_rng(18)
+  arrays = timm_arrays(rng, dist=True, classes=10)
+  assert arrays['pos_embed'].shape == (1, 198, 192) and arrays['head_dist.weight'].shape == (10, 192)
+  file = tmp_path / 'deit_tiny_distilled.safetensors'
+  save_file(arrays, str(file))
+  source = weights.read_weights(file, 'deit_tiny_distilled_patch16_224')
+  assert source.image_size == (224, 224) and source.num_classes == 10
+  assert (source.model['distill_token'], source.model['width'], source.model['depth']) == (True, 192, 1)
+  images = rng.uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
+  expected = timm_forward(arrays, images, act='gelu_exact', eps=1e-6, no_embed_class=False, pool='token')
+  np.testing.assert_allclose(np.asarray(_model_from(source)(images)[0]), expected, rtol=1e-3, atol=1e-4)
+
+
 def test_bad_input_is_one_line_before_anything_is_built(tmp_path):
   folder = tmp_path / 'pickled'
   folder.mkdir()
@@ -331,8 +376,12 @@ def test_bad_input_is_one_line_before_anything_is_built(tmp_path):
   with pytest.raises(CheckpointError, match=r'does not match the arrays: width 32 .* 24 in the arrays'):
     weights.read_weights(folder)
   distilled = dict(arrays, dist_token=_draw(rng, 1, 1, WIDTH))
-  with pytest.raises(CheckpointError, match='distilled DeiT'):
+  with pytest.raises(
+    CheckpointError, match=r"'deit_small_patch16_224' has no distillation token, the file does"
+  ):
     weights.read_weights(write_timm_folder(tmp_path / 'd', distilled, 'deit_small_patch16_224'))
+  with pytest.raises(CheckpointError, match=r"'deit_small_distilled_patch16_224' has a distillation token"):
+    weights.read_weights(write_timm_folder(tmp_path / 'e', arrays, 'deit_small_distilled_patch16_224'))
 
 
 def test_timm_preprocessing_and_labels(tmp_path):
@@ -350,10 +399,11 @@ def test_timm_preprocessing_and_labels(tmp_path):
 # transformers --------------------------------------------------------------------------------------
 
 
-def transformers_arrays(rng, *, dinov2=False, prefix='vit.', classes=CLASSES, pooler=False):
+def transformers_arrays(rng, *, dinov2=False, prefix='vit.', classes=CLASSES, pooler=False, teacher=False):
   """The state dict of ``ViTForImageClassification`` (``prefix='vit.'``), ``DeiTForImageClassification``
-  (``'deit.'``: a ``distillation_token`` after the class token), or a base model saved alone
-  (``ViTModel``, ``Dinov2Model``: ``prefix=''``)."""
+  (``'deit.'``: a ``distillation_token`` after the class token; ``teacher``:
+  ``DeiTForImageClassificationWithTeacher``, two heads), or a base model saved alone (``ViTModel``,
+  ``Dinov2Model``: ``prefix=''``)."""
   deit = prefix == 'deit.'
   a = {
     f'{prefix}embeddings.cls_token': _draw(rng, 1, 1, WIDTH),
@@ -391,8 +441,10 @@ def transformers_arrays(rng, *, dinov2=False, prefix='vit.', classes=CLASSES, po
       _draw(rng, WIDTH, WIDTH),
       _draw(rng, WIDTH),
     )
-  if classes:
-    a['classifier.weight'], a['classifier.bias'] = _draw(rng, classes, WIDTH), _draw(rng, classes)
+  for head in (
+    ('cls_classifier', 'distillation_classifier') if teacher else ('classifier',) if classes else ()
+  ):
+    a[f'{head}.weight'], a[f'{head}.bias'] = _draw(rng, classes, WIDTH), _draw(rng, classes)
   return a
 
 
@@ -432,6 +484,7 @@ TRANSFORMERS_CASES = {
   'ViTForImageClassification': ('vit', dict(prefix='vit.'), 'gelu', 1e-12),
   'ViTModel with pooler': ('vit', dict(prefix='', classes=0, pooler=True), 'gelu', 1e-12),
   'DeiTForImageClassification': ('deit', dict(prefix='deit.'), 'gelu', 1e-12),
+  'DeiTForImageClassificationWithTeacher': ('deit', dict(prefix='deit.', teacher=True), 'gelu', 1e-12),
   'Dinov2Model': ('dinov2', dict(prefix='', dinov2=True, classes=0), 'gelu', 1e-6),
 }
 
@@ -457,6 +510,51 @@ def test_transformers_folder_computes_what_transformers_computes(case, tmp_path)
     assert source.num_classes == 0
 
 
+# transformers 5's names in memory (its conversion_mapping.py, hub -> ours, in order), which
+# ``state_dict()`` and ``save_pretrained(save_original_format=False)`` write
+TRANSFORMERS5_RENAMES = {
+  'vit': [(r'encoder\.layer\.', 'layers.'), ('attention.query', 'q_proj'), ('attention.key', 'k_proj'),
+          ('attention.value', 'v_proj'), ('attention.output.dense', 'attention.o_proj'),
+          ('intermediate.dense', 'mlp.fc1'), ('output.dense', 'mlp.fc2')],
+  'dinov2': [('attention.attention.query', 'attention.q_proj'), ('attention.attention.key', 'attention.k_proj'),
+             ('attention.attention.value', 'attention.v_proj'), ('attention.output.dense', 'attention.o_proj')],
+}  # fmt: skip
+TRANSFORMERS5_RENAMES['deit'] = TRANSFORMERS5_RENAMES['vit']  # DeiTModel -> ViTModel in that file
+
+
+def transformers5_names(arrays, model_type):
+  import re  # pylint: disable=g-import-not-at-top
+
+  renamed = {}
+  for key, value in arrays.items():
+    for pattern, replacement in TRANSFORMERS5_RENAMES[model_type]:
+      key = re.sub(pattern, replacement, key)
+    renamed[key] = value
+  return renamed
+
+
+@pytest.mark.parametrize('case', sorted(TRANSFORMERS_CASES))
+def test_transformers5_names_read_as_the_hub_names(case, tmp_path):
+  rng = np.random.default_rng(19)
+  model_type, options, act, eps = TRANSFORMERS_CASES[case]
+  arrays = transformers_arrays(rng, **options)
+  renamed = transformers5_names(arrays, model_type)
+  prefix = options['prefix']
+  expected_name = {
+    'dinov2': f'{prefix}encoder.layer.1.attention.v_proj.bias',
+    'vit': f'{prefix}layers.1.mlp.fc2.weight',
+    'deit': f'{prefix}layers.1.attention.o_proj.weight',
+  }[model_type]
+  assert expected_name in renamed and len(renamed) == len(arrays)
+  assert f'{prefix}encoder.layer.1.attention.attention.query.weight' not in renamed
+  config = transformers_config(model_type, act=act, eps=eps, classes=options.get('classes', CLASSES))
+  hub = weights.read_weights(write_transformers_folder(tmp_path / 'hub', arrays, config))
+  ours = weights.read_weights(write_transformers_folder(tmp_path / 'v5', renamed, config))
+  assert sorted(ours.canonical) == sorted(hub.canonical) and ours.model == hub.model
+  for key, value in hub.canonical.items():
+    np.testing.assert_array_equal(ours.canonical[key], value)
+
+
 def test_transformers_processor_config_and_errors(tmp_path):
   rng = np.random.default_rng(7)
   arrays = transformers_arrays(rng, prefix='', dinov2=True, classes=0)
@@ -476,15 +574,9 @@ def test_transformers_processor_config_and_errors(tmp_path):
   bad['hidden_size'] = 32
   with pytest.raises(CheckpointError, match='does not match the arrays: width 32'):
     weights.read_weights(write_transformers_folder(tmp_path / 'b', arrays, bad))
-  teacher = transformers_arrays(rng, prefix='deit.', classes=0)
-  teacher['cls_classifier.weight'], teacher['distillation_classifier.weight'] = (
-    _draw(rng, 5, WIDTH),
-    _draw(rng, 5, WIDTH),
-  )
-  with pytest.raises(CheckpointError, match='distilled DeiT .*WithTeacher'):
-    weights.read_weights(
-      write_transformers_folder(tmp_path / 't', teacher, transformers_config('deit', classes=0))
-    )
+  teacher = transformers_arrays(rng, prefix='vit.', teacher=True)  # two heads, no distillation token
+  with pytest.raises(CheckpointError, match='WithTeacher heads .* but no embeddings.distillation_token'):
+    weights.read_weights(write_transformers_folder(tmp_path / 't', teacher, transformers_config('vit')))
   other = dict(bad, model_type='swin')
   with pytest.raises(CheckpointError, match="model_type 'swin'; the ones read: vit, deit, dinov2"):
     weights.read_weights(write_transformers_folder(tmp_path / 's', arrays, other))
@@ -499,7 +591,7 @@ def _params(model):
   return [np.asarray(leaf) for leaf in jax.tree.leaves(nnx.to_pure_dict(nnx.state(model, nnx.Param)))]
 
 
-ROUND_TRIP = ['deit3_base_patch16_224', 'vit_small_patch14_reg4_dinov2', 'vit_base_patch16_siglip_224',
+ROUND_TRIP = ['deit3_base_patch16_224', 'deit_small_distilled_patch16_224', 'vit_small_patch14_reg4_dinov2', 'vit_base_patch16_siglip_224',
               'vit_base_patch16_clip_quickgelu_224', 'vit_base_patch16_224', 'vit_small_patch14_dinov2']  # fmt: skip
 
 
@@ -528,14 +620,17 @@ def test_ours_to_timm_to_ours_is_exact(architecture, tmp_path):
   assert all(written[key].shape == arrays[key].shape for key in arrays)
 
 
-def test_ours_to_transformers_to_ours_is_exact(tmp_path):
+@pytest.mark.parametrize('model_type', ['vit', 'deit'])
+def test_ours_to_transformers_to_ours_is_exact(model_type, tmp_path):
+  """``ViTForImageClassification``, and a distilled model as ``DeiTForImageClassificationWithTeacher``."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
 
   from vit import export_weights  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(9)
-  arrays = transformers_arrays(rng)
-  folder = write_transformers_folder(tmp_path / 'w', arrays, transformers_config('vit'))
+  deit = model_type == 'deit'
+  arrays = transformers_arrays(rng, prefix=f'{model_type}.', teacher=deit)
+  folder = write_transformers_folder(tmp_path / 'w', arrays, transformers_config(model_type))
   model = _model_from(weights.read_weights(folder))
   out = export_weights.write_transformers(
     model,
@@ -553,6 +648,9 @@ def test_ours_to_transformers_to_ours_is_exact(tmp_path):
   assert set(load_file(str(out / 'model.safetensors'))) == set(arrays)
   config = json.loads((out / 'config.json').read_text())
   assert config['hidden_act'] == 'gelu' and config['layer_norm_eps'] == 1e-12
+  assert (config['model_type'], config['architectures']) == (
+    ('deit', ['DeiTForImageClassificationWithTeacher']) if deit else ('vit', ['ViTForImageClassification'])
+  )
 
 
 def test_export_refuses_a_model_that_is_not_the_architecture(tmp_path):
@@ -602,6 +700,26 @@ def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):
   assert not np.any(np.asarray(built.head.kernel[...]))
 
 
+def test_init_from_a_distilled_deit_keeps_or_drops_its_distillation_token(tmp_path):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  arrays = timm_arrays(np.random.default_rng(17), dist=True)
+  init_from = pretrained.default_init_from_config()
+  init_from.path = str(write_timm_folder(tmp_path / 'w', arrays, 'deit_tiny_distilled_patch16_224'))
+  kept = ml_collections.ConfigDict(dict(dropout=0.0))
+  pretrained.complete_model_config(kept, init_from)
+  assert kept.distill_token
+  model = make_vit(kept, num_classes=CLASSES, image_shape=(IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
+  pretrained.load_into(model, init_from, pretrained.read_canonical(init_from))
+  np.testing.assert_array_equal(np.asarray(model.distill_head.kernel[...]), arrays['head_dist.weight'].T)
+  dropped = ml_collections.ConfigDict(dict(distill_token=False))
+  pretrained.complete_model_config(dropped, init_from)
+  model = make_vit(dropped, num_classes=CLASSES, image_shape=(IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
+  report = pretrained.load_into(model, init_from, pretrained.read_canonical(init_from))
+  assert not hasattr(model, 'distill_token')
+  assert 'skipped dist_token (1, 1, 24) (dropped: the model has none)' in report
+
+
 # Prediction without a workdir ---------------------------------------------------------------------
 
 
@@ -631,12 +749,37 @@ def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_pat
   [prediction] = predictor([image])
   assert prediction['classes'][0]['name'] == labels[int(np.argmax(logits[0]))]
   picture = predictor.explain(image, tmp_path / 'attention.png')
-  assert picture.stat().st_size > 0
+  assert picture.stat().st_size > 0 and predictor.task.title == 'w (timm weights)'
   from trainer.errors import WorkdirError  # pylint: disable=g-import-not-at-top
   from trainer.predictor import load_predictor as load_workdir  # pylint: disable=g-import-not-at-top
 
   with pytest.raises(WorkdirError, match='not a workdir .* predict.py --weights'):
     load_workdir(folder)
+
+
+def test_predictor_on_a_distilled_deit_averages_its_two_heads(tmp_path):
+  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(20)
+  arrays = timm_arrays(rng, dist=True)
+  predictor = load_predictor(write_timm_folder(tmp_path / 'w', arrays, 'deit_base_distilled_patch16_224'))
+  assert hasattr(predictor.model, 'distill_head')
+  image = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)  # resized to 18 x 18, cropped 16 x 16
+  from vit.weights_predictor import prepare_pixels  # pylint: disable=g-import-not-at-top
+
+  pixels = prepare_pixels(image, predictor.task.preparation.preprocessing)
+  normalised = (pixels[None].astype(np.float64) / 255 - 0.5) / 0.5
+  options = dict(act='gelu_exact', eps=1e-6, no_embed_class=False, pool='token')
+  np.testing.assert_allclose(
+    predictor.logits([image]), timm_forward(arrays, normalised, **options), rtol=1e-3, atol=1e-3
+  )
+  np.testing.assert_allclose(
+    predictor.features([image]),
+    timm_forward(arrays, normalised, tokens=True, **options)[:, 0],
+    rtol=1e-3,
+    atol=1e-3,
+  )
+  assert predictor.explain(image, tmp_path / 'a.png').exists()
 
 
 def test_predictor_on_headless_dinov2_gives_features_and_pictures(tmp_path):
@@ -765,3 +908,8 @@ def test_video_inflation_from_timm_weights_folds_layer_scale_exactly(tmp_path):
   )
   with pytest.raises(ConfigError, match='register_tokens, which the video model has no place for'):
     init_from_image_vit(video, image_vit_from_weights(registers))
+  distilled = write_timm_folder(
+    tmp_path / 'd', timm_arrays(rng, dist=True), 'deit_small_distilled_patch16_224'
+  )
+  with pytest.raises(ConfigError, match='distill_token, which the video model has no place for'):
+    init_from_image_vit(video, image_vit_from_weights(distilled))

@@ -20,7 +20,6 @@ intact one. The workdir may be a bucket (``gs://bucket/run``, see ``trainer/stor
 """
 
 import logging
-import pathlib
 import shutil
 import threading
 import time
@@ -61,7 +60,7 @@ def _join_background_writes(seconds: float = 60.0) -> None:
 class Checkpoints:
   def __init__(
     self,
-    workdir: str | pathlib.Path,
+    workdir: storage.Path,
     *,
     keep: int = 3,
     best_metric: str | None = None,
@@ -363,9 +362,9 @@ def _non_finite_leaves(floats: list[jax.Array]) -> jax.Array:
 def count_non_finite(tree: Any) -> int:
   """How many floating-point arrays of ``tree`` hold a NaN or an infinity.
 
-  Arrays held whole by this process's CPU devices are read in place by numpy: compiling the
-  check for a tree of them took longer than checking (2 s of ``predict.py``'s start-up on a
-  loaded 2-core CPU). Arrays on accelerators or spread over processes are checked where they are.
+  Arrays held whole by this process's CPU devices are read in place by numpy, since compiling the
+  check for a tree of them takes longer than checking (docs/results.md, "Predict start-up").
+  Arrays on accelerators or spread over processes are checked where they are.
   """
   floats = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
   if all(_on_this_host(x) for x in floats):

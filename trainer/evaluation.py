@@ -8,7 +8,6 @@ the task from the data sizes the workdir recorded (``Task.without_data``), readi
 
 import json
 import pathlib
-import sys
 import tempfile
 
 import jax
@@ -23,20 +22,14 @@ from trainer.state_init import StateInit
 from trainer.task import Task, load_task, task_class
 
 
-def workdir_task(workdir: pathlib.Path, config, read_data: bool = True) -> Task:
+def workdir_task(workdir: storage.Path, config, read_data: bool = True) -> Task:
   """The task of a workdir's saved ``config``: with ``read_data=False`` built from the data sizes
-  recorded in ``model.json`` (``Task.without_data``), reading no data; a workdir without that record
-  (written before runs saved it) builds it from its data, with a one-line note."""
+  recorded in ``model.json`` (``Task.without_data``), reading no data; a task that records none
+  (``Task.data_sizes`` is None) is built from its data."""
   if read_data:
     return load_task(config)
   sizes = workdir_lib.load_model_facts(workdir).get(workdir_lib.DATA_SIZES)
   if sizes is None:
-    print(
-      f'note: {workdir / workdir_lib.MODEL_FACTS_FILE} does not record the data sizes (the workdir '
-      'predates them): the data is read to learn them.',
-      file=sys.stderr,
-      flush=True,
-    )
     return load_task(config)
   try:
     return task_class(config.task).without_data(config, sizes)
@@ -48,7 +41,7 @@ def workdir_task(workdir: pathlib.Path, config, read_data: bool = True) -> Task:
 
 
 def restore_checkpoint(
-  workdir: pathlib.Path,
+  workdir: str | storage.Path,
   which: str | int = 'latest',
   mesh=None,
   average_last: int = 1,
@@ -99,7 +92,7 @@ def restore_checkpoint(
 
 
 def evaluate_workdir(
-  workdir: str | pathlib.Path,
+  workdir: str | storage.Path,
   checkpoint: str | int = 'latest',
   split: str | None = None,
   batch_size: int | None = None,

@@ -66,24 +66,23 @@ def _stored_objects(directory) -> dict[str, tuple[int, str]]:
   return objects
 
 
-def _write_remote_record(directory) -> None:
+def _write_remote_record(directory: storage.Path) -> None:
   files = {
     name: [None, None] if name in _REWRITTEN_AFTER_RECORD else list(entry)
     for name, entry in _stored_objects(directory).items()
     if name != RECORD_NAME and name != _COMMIT_MARKER
   }
   storage.write_text(
-    storage.as_path(directory) / RECORD_NAME,
+    directory / RECORD_NAME,
     json.dumps({'format': _FORMAT, 'files': files}, indent=1, sort_keys=True) + '\n',
   )
 
 
-def write_record(directory: str | pathlib.Path) -> None:
+def write_record(directory: storage.Path) -> None:
   """Writes the record of every file now under ``directory`` (atomically: a temporary file renamed)."""
   if storage.is_remote(directory):
     _write_remote_record(directory)
     return
-  directory = pathlib.Path(directory)
   files = {
     name: [None, None]
     if name in _REWRITTEN_AFTER_RECORD
@@ -99,20 +98,19 @@ def write_record(directory: str | pathlib.Path) -> None:
   os.replace(temporary, directory / RECORD_NAME)
 
 
-def check(directory: str | pathlib.Path, items: Sequence[str] | None = None) -> str | None:
+def check(directory: storage.Path, items: Sequence[str] | None = None) -> str | None:
   """``None`` if every recorded file is there with its size and checksum, else what is wrong (a phrase).
 
   With ``items``, only the files of those orbax items (subdirectories) and the step's own
   files are checked: evaluation reads no optimizer state, not even to check it.
   """
-  directory = storage.as_path(directory)
   try:
     record = json.loads((directory / RECORD_NAME).read_text())
     files = record['files']
     if record.get('format') != _FORMAT or not isinstance(files, dict) or not files:
       return f'its {RECORD_NAME} is not a record this code reads'
   except FileNotFoundError:
-    return f'it has no {RECORD_NAME} (written by an older version, or not by this code)'
+    return f'it has no {RECORD_NAME} (not written by this code)'
   except (OSError, ValueError, KeyError, TypeError):
     return f'its {RECORD_NAME} is unreadable'
   if items is not None:

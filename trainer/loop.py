@@ -406,7 +406,7 @@ def _no_space_error(error: storage.NoSpace, workdir) -> CheckpointError:
 
 
 def train_and_evaluate(
-  config: ml_collections.ConfigDict, workdir: str | pathlib.Path, task: Task | None = None
+  config: ml_collections.ConfigDict, workdir: str | storage.Path, task: Task | None = None
 ) -> TrainResult:
   """Trains ``config`` in ``workdir`` (resuming what is there); ``task``, if given, is ``load_task(config)``
   built already (a sweep builds each combination's once, to check it, and trains with it)."""

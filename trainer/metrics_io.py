@@ -59,8 +59,8 @@ class ScalarsOnly(metric_writers.MetricWriter):
 class JsonLinesWriter(ScalarsOnly):
   """A clu writer that appends scalars to ``metrics.jsonl`` (clu has none for JSON)."""
 
-  def __init__(self, path, split: str):
-    self.path = storage.as_path(path)
+  def __init__(self, path: storage.Path, split: str):
+    self.path = path
     self.split = split
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
@@ -83,10 +83,10 @@ class JsonLinesWriter(ScalarsOnly):
 class BucketEventsWriter(ScalarsOnly):
   """TensorBoard scalars and texts in one event file in a bucket, rewritten whole at each write."""
 
-  def __init__(self, logdir):
+  def __init__(self, logdir: storage.Path):
     from tensorboard.summary.writer import record_writer  # pylint: disable=g-import-not-at-top
 
-    self.path = storage.as_path(logdir) / f'events.out.tfevents.{time.time():.0f}.{socket.gethostname()}'
+    self.path = logdir / f'events.out.tfevents.{time.time():.0f}.{socket.gethostname()}'
     self._buffer = io.BytesIO()
     self._records = record_writer.RecordWriter(self._buffer)
     self._add(file_version='brain.Event:2')
@@ -178,25 +178,26 @@ def _tensorboard_writer(logdir, split: str, is_main_process: bool) -> metric_wri
 
 
 def make_writers(
-  workdir, is_main_process: bool, also: Mapping[str, metric_writers.MetricWriter] | None = None
+  workdir: storage.Path, is_main_process: bool, also: Mapping[str, metric_writers.MetricWriter] | None = None
 ) -> dict[str, metric_writers.MetricWriter]:
   """``{'train': writer, 'eval': writer}``; only the main process writes files, and writes to ``also``'s
   writer of each split too (W&B's, ``trainer.wandb_log``)."""
   writers = {}
   for split in ('train', 'eval'):
-    logdir = storage.as_path(workdir) / 'tensorboard' / split
+    logdir = workdir / 'tensorboard' / split
     base = _tensorboard_writer(logdir, split, is_main_process)
     if is_main_process:
       extra = [also[split]] if also and split in also else []
       writers[split] = metric_writers.MultiWriter(
-        [base, JsonLinesWriter(storage.as_path(workdir) / 'metrics.jsonl', split), *extra]
+        [base, JsonLinesWriter(workdir / 'metrics.jsonl', split), *extra]
       )
     else:
       writers[split] = base
   return writers
 
 
-def read_metrics(workdir) -> list[dict[str, Any]]:
+def read_metrics(workdir: str | storage.Path) -> list[dict[str, Any]]:
+  """Every record of the workdir's ``metrics.jsonl`` (``[]`` before the first is written)."""
   path = storage.as_path(workdir) / 'metrics.jsonl'
   if not path.exists():
     return []

@@ -36,7 +36,7 @@ class StepProfiler:
 
   def __init__(self, steps, workdir: pathlib.Path, print_summary: bool):
     self.windows = windows(steps)
-    self.directory = pathlib.Path(workdir) / 'profile'
+    self.directory = workdir / 'profile'
     self.print_summary = print_summary
     self._folder, self._last, self._traced = None, 0, 0
 

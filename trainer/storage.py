@@ -5,6 +5,10 @@ Local workdirs are ``pathlib.Path`` and keep the POSIX tools (an OS file lock, r
 itself uses; its files are objects, which appear whole when written and cannot be
 appended to, so writers that append rewrite the object instead (``write_text``).
 
+A path enters the code once, as a string where a user gives it (a command line's flag, a config
+value, a public entry function's argument): ``as_path`` makes it a path object (``Path``) there, and
+everything inside takes and passes that object.
+
 A full disk or a bucket over its quota is recognised by ``is_disk_full`` at any write:
 an ``OSError`` with ``ENOSPC`` or ``EDQUOT``, or an error (or its cause) whose text says
 so (TensorStore, TensorFlow and the cloud clients report it in their own exception types).
@@ -24,6 +28,9 @@ _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_TEXTS = ('No space left', 'Disk quota exceeded', 'quota exceeded', 'Quota exceeded')
 
 
+Path = pathlib.Path | epath.Path  # a local path, or a URL's
+
+
 class NoSpace(UserError, OSError):
   """A write found the disk or the bucket full; the message names what was being written."""
 
@@ -35,7 +42,7 @@ def is_remote(path) -> bool:
   return str(path).startswith(_URL_SCHEMES)
 
 
-def as_path(path) -> pathlib.Path | epath.Path:
+def as_path(path: str | Path) -> Path:
   """``path`` as a path object: ``epath.Path`` for a URL, ``pathlib.Path`` otherwise."""
   if isinstance(path, epath.Path) or is_remote(path):
     _use_fsspec_for_urls()
@@ -59,23 +66,21 @@ def _use_fsspec_for_urls() -> None:
     choice.cache_clear()
 
 
-def absolute(path) -> pathlib.Path | epath.Path:
-  path = as_path(path)
+def absolute(path: Path) -> Path:
   return path if is_remote(path) else path.absolute()
 
 
-def write_text(path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
   """Writes ``text`` (UTF-8) to ``path`` whole or not at all (``write_bytes``)."""
   write_bytes(path, text.encode('utf-8'))
 
 
-def write_bytes(path, data: bytes) -> None:
+def write_bytes(path: Path, data: bytes) -> None:
   """Writes ``data`` to ``path`` whole or not at all: a renamed temporary file, or one object.
 
   A local folder is made first where missing (an object store has no folders). A full disk or
   bucket is ``NoSpace`` naming ``path``.
   """
-  path = as_path(path)
   try:
     if is_remote(path):
       path.write_bytes(data)

@@ -72,9 +72,9 @@ class WandbWriter(ScalarsOnly):
     self._run.finish()
 
 
-def _run_id(workdir) -> str:
+def _run_id(workdir: storage.Path) -> str:
   """The W&B run id of this workdir: read from ``wandb.json``, or made and saved there."""
-  path = storage.as_path(workdir) / RUN_ID_FILE
+  path = workdir / RUN_ID_FILE
   if path.exists():
     try:
       return str(json.loads(path.read_text())['id'])
@@ -85,7 +85,7 @@ def _run_id(workdir) -> str:
   return run_id
 
 
-def make_writers(config, workdir) -> dict[str, WandbWriter]:
+def make_writers(config, workdir: storage.Path) -> dict[str, WandbWriter]:
   """``{'train': writer, 'eval': writer}`` of one W&B run given the resolved ``config``; ``{}`` when off."""
   if not wandb_project(config):
     return {}

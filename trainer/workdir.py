@@ -9,7 +9,6 @@ evaluation fields may change.
 """
 
 import json
-import pathlib
 import sys
 
 import ml_collections
@@ -35,23 +34,19 @@ NOT_IDENTITY_FIELDS = (
 )
 
 
-def save_config(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> None:
-  storage.write_text(
-    storage.as_path(workdir) / CONFIG_FILE, config.to_json_best_effort(indent=2, sort_keys=True) + '\n'
-  )
+def save_config(workdir: storage.Path, config: ml_collections.ConfigDict) -> None:
+  storage.write_text(workdir / CONFIG_FILE, config.to_json_best_effort(indent=2, sort_keys=True) + '\n')
 
 
-def save_model_facts(workdir: pathlib.Path, facts: dict) -> None:
-  storage.write_text(
-    storage.as_path(workdir) / MODEL_FACTS_FILE, json.dumps(facts, indent=2, sort_keys=True) + '\n'
-  )
+def save_model_facts(workdir: storage.Path, facts: dict) -> None:
+  storage.write_text(workdir / MODEL_FACTS_FILE, json.dumps(facts, indent=2, sort_keys=True) + '\n')
 
 
-def load_model_facts(workdir: pathlib.Path) -> dict:
-  """The workdir's ``model.json``; ``{}`` for a workdir written before runs saved it."""
-  path = storage.as_path(workdir) / MODEL_FACTS_FILE
+def load_model_facts(workdir: storage.Path) -> dict:
+  """The workdir's ``model.json`` (every training run writes it when it starts)."""
+  path = workdir / MODEL_FACTS_FILE
   if not path.exists():
-    return {}
+    raise MissingFileError(f'{path} not found: {workdir} is not a workdir written by train.py.')
   try:
     facts = json.loads(path.read_text())
   except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -65,12 +60,11 @@ def load_model_facts(workdir: pathlib.Path) -> dict:
   return facts
 
 
-def record_model_facts(workdir: pathlib.Path, task) -> None:
+def record_model_facts(workdir: storage.Path, task) -> None:
   """Saves ``model.json`` when a run starts: the task's reporting's ``model_facts`` (computed once, kept
-  when resuming) and, under ``DATA_SIZES``, ``task.sizes.to_json()`` (written again when it changed, or
-  the workdir predates it)."""
+  when resuming) and, under ``DATA_SIZES``, ``task.sizes.to_json()`` (written again when it changed)."""
   try:
-    saved = load_model_facts(workdir) if (storage.as_path(workdir) / MODEL_FACTS_FILE).exists() else None
+    saved = load_model_facts(workdir) if (workdir / MODEL_FACTS_FILE).exists() else None
   except WorkdirError:
     saved = None  # damaged: written anew
   facts = dict(reporting_of(task).model_facts(task) if saved is None else saved)
@@ -81,19 +75,19 @@ def record_model_facts(workdir: pathlib.Path, task) -> None:
     save_model_facts(workdir, facts)
 
 
-def save_class_names(workdir: pathlib.Path, class_names: list[str] | None) -> None:
+def save_class_names(workdir: storage.Path, class_names: list[str] | None) -> None:
   """Writes ``classes.json`` (the name of each class index) for a task that has classes."""
   if class_names is None:
     return
   storage.write_text(
-    storage.as_path(workdir) / CLASSES_FILE,
+    workdir / CLASSES_FILE,
     json.dumps(list(class_names), ensure_ascii=False, indent=1) + '\n',
   )
 
 
-def load_class_names(workdir: pathlib.Path) -> list[str] | None:
-  """The class names saved at training time, or ``None`` for a workdir written before they were saved."""
-  path = storage.as_path(workdir) / CLASSES_FILE
+def load_class_names(workdir: storage.Path) -> list[str] | None:
+  """The class names saved at training time, or ``None`` where none were saved (a task without classes)."""
+  path = workdir / CLASSES_FILE
   if not path.exists():
     return None
   try:
@@ -105,19 +99,19 @@ def load_class_names(workdir: pathlib.Path) -> list[str] | None:
   return names
 
 
-def write_or_say(path: pathlib.Path, data: bytes) -> bool:
+def write_or_say(path: storage.Path, data: bytes) -> bool:
   """Writes ``data`` to ``path``; where the user may not write (a shared, read-only results folder),
   says so in one line on stderr instead and returns False."""
   try:
-    storage.as_path(path).write_bytes(data)
+    path.write_bytes(data)
     return True
   except OSError as error:
     print(f'note: could not write {path}: {error.strerror or error}', file=sys.stderr, flush=True)
     return False
 
 
-def _read_saved(workdir: pathlib.Path) -> dict:
-  path = storage.as_path(workdir) / CONFIG_FILE
+def _read_saved(workdir: storage.Path) -> dict:
+  path = workdir / CONFIG_FILE
   try:
     saved = json.loads(path.read_text())
   except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -130,8 +124,8 @@ def _read_saved(workdir: pathlib.Path) -> dict:
   return saved
 
 
-def load_config(workdir: pathlib.Path) -> ml_collections.ConfigDict:
-  path = storage.as_path(workdir) / CONFIG_FILE
+def load_config(workdir: storage.Path) -> ml_collections.ConfigDict:
+  path = workdir / CONFIG_FILE
   if not path.exists():
     raise MissingFileError(f'{path} not found: {workdir} is not a workdir written by train.py.')
   return ml_collections.ConfigDict(_read_saved(workdir))
@@ -156,7 +150,7 @@ def identity(config: dict, not_identity: tuple[str, ...] = ()) -> dict:
 
 
 def check_same_identity(
-  workdir: pathlib.Path, config: ml_collections.ConfigDict, not_identity: tuple[str, ...] = ()
+  workdir: storage.Path, config: ml_collections.ConfigDict, not_identity: tuple[str, ...] = ()
 ) -> None:
   """Raises ``WorkdirError`` if the workdir cannot be written or holds another model (naming the field).
 
@@ -164,7 +158,7 @@ def check_same_identity(
   Creates nothing: a workdir that does not exist yet only has to be creatable.
   """
   validation.check_workdir(workdir)
-  if not (storage.as_path(workdir) / CONFIG_FILE).exists():
+  if not (workdir / CONFIG_FILE).exists():
     return
   saved = identity(_read_saved(workdir), not_identity)
   current = identity(json.loads(config.to_json_best_effort()), not_identity)
@@ -173,7 +167,7 @@ def check_same_identity(
       # A field added to the code after the workdir was written: only the user knows whether
       # its default is what that run did, so say how to resume rather than guess.
       raise WorkdirError(
-        f'{storage.as_path(workdir) / CONFIG_FILE} has no {field} (the field is newer than the workdir); it is '
+        f'{workdir / CONFIG_FILE} has no {field} (the field is newer than the workdir); it is '
         f'{current[field]!r} now. If that is what the run used, add it there to resume; '
         'otherwise use a new --workdir.'
       )

@@ -10,12 +10,12 @@ checkpoint saves are left out (``trainer/loop.py``, ``_Progress``). Any other sw
 generic table.
 """
 
-import pathlib
 from typing import Any
 
 import numpy as np
 
 from ablation import tables
+from trainer import storage
 
 AXES = ('model.attention', 'model.temporal_posemb')
 _PARTS = ('accuracy', 'digit_accuracy', 'direction_accuracy')
@@ -36,7 +36,7 @@ def table(summary: dict[str, Any]) -> str | None:
       continue
     row = [*values] + [tables.cell(tables.metric_values(runs, part), num_seeds, scale=100) for part in parts]
     if runs:
-      workdir = pathlib.Path(runs[0]['workdir'])
+      workdir = storage.as_path(runs[0]['workdir'])
       row += [f'{clip_gflops(workdir):.3f}', f'{train_throughput(workdir):.1f}']
     else:
       row += ['not run', 'not run']
@@ -45,14 +45,14 @@ def table(summary: dict[str, Any]) -> str | None:
   return caption + '\n\n' + tables.markdown_rows(header, rows)
 
 
-def clip_gflops(workdir: pathlib.Path) -> float:
+def clip_gflops(workdir: storage.Path) -> float:
   """GFLOPs of one clip's forward pass, as the run saved them in its workdir (NaN if it did not)."""
   from trainer.workdir import load_model_facts  # pylint: disable=g-import-not-at-top
 
   return float(load_model_facts(workdir).get('gflops_per_clip', float('nan')))
 
 
-def train_throughput(workdir: pathlib.Path) -> float:
+def train_throughput(workdir: storage.Path) -> float:
   """Clips per second in training: the median logged steps/s (training steps on training time only,
   without compilation, evaluations or saves), times the batch."""
   from trainer.metrics_io import read_metrics  # pylint: disable=g-import-not-at-top

@@ -11,8 +11,8 @@ unstacked on the way (``attention.layers.stack_blocks``).
 
 The image model may come from timm or Hugging Face weights (``image_vit_from_weights``). Its layer
 scale is folded into the output projections it scales (exact), a patch embedding without bias gives a
-zero bias (exact); register tokens, ``norm_pre`` and ``fc_norm`` have no place in the video model and
-are refused in one line. The video blocks compute the tanh GELU with LayerNorm epsilon 1e-6: an image
+zero bias (exact); register tokens, a distillation token, ``norm_pre`` and ``fc_norm`` have no place in
+the video model and are refused in one line. The video blocks compute the tanh GELU with LayerNorm epsilon 1e-6: an image
 model with another activation or epsilon still initialises them, and ``init_from_image_vit`` returns
 a note saying so (the one-frame clip then gives the image output only approximately).
 """
@@ -44,7 +44,7 @@ def image_vit_from_weights(path, arch: str = '', *, num_classes: int = 1):
 
 def _differences(video: VideoTransformer, image) -> list[str]:
   """What of ``image`` the video model computes otherwise (for the note); raises for what it cannot hold."""
-  extras = [name for name in ('register_tokens', 'fc_norm') if hasattr(image, name)]
+  extras = [name for name in ('register_tokens', 'distill_token', 'fc_norm') if hasattr(image, name)]
   if hasattr(image.encoder, 'norm_pre'):
     extras.append('norm_pre')
   if extras:

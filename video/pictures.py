@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from matplotlib.figure import Figure
 
-from ablation import drawing
+from attention import drawing
 
 
 def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:

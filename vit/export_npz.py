@@ -7,8 +7,6 @@ parameters, and into other code that reads that layout. ``--params ema`` writes 
 of the parameters (``trainer/ema.py``) instead.
 """
 
-import pathlib
-
 from absl import app, flags
 
 from trainer import cli
@@ -19,7 +17,7 @@ def export(workdir: str, out: str, checkpoint: str = 'latest', params: str = 'ra
   from vit.checkpoint_npz import write_official_npz  # pylint: disable=g-import-not-at-top
 
   which = int(checkpoint) if checkpoint.isdigit() else checkpoint
-  _, parts, chosen, step = restore_checkpoint(pathlib.Path(workdir), which, read_data=False, params=params)
+  _, parts, chosen, step = restore_checkpoint(workdir, which, read_data=False, params=params)
   write_official_npz(parts.merge(chosen), out)
   what = ' (the moving average of the parameters)' if params == 'ema' else ''
   return f'wrote step {step} of {workdir}{what} to {out}'

@@ -9,8 +9,10 @@ pretrained_cfg_overlay=dict(file='OUT/model.safetensors', source='file', num_cla
 preprocessing (a bilinear resize to the model's size, the workdir's mean and std). ``--arch`` is the
 timm architecture; by default the one the workdir was fine-tuned from (``init_from``), when that was a
 timm source. The model's options must be that architecture's (a one-line error lists the
-differences); transformers takes class-token ViTs without layer scale, registers, ``norm_pre``,
-``fc_norm`` or attention pooling (``ViTForImageClassification``).
+differences); a model with a distillation token (``distill_token``) is a distilled DeiT
+(``deit_*_distilled_patch16_*``). transformers takes class-token ViTs without layer scale, registers,
+``norm_pre``, ``fc_norm`` or attention pooling: ``ViTForImageClassification``, or with a distillation
+token ``DeiTForImageClassificationWithTeacher`` (read with that class's ``from_pretrained``).
 """
 
 import json
@@ -45,6 +47,7 @@ def model_options(model) -> dict:
     fc_norm=hasattr(model, 'fc_norm'),
     patch_bias=model.patch_embedding.bias is not None,
     pre_logits=hasattr(model, 'pre_logits'),
+    distill_token=hasattr(model, 'distill_token'),
   )
 
 
@@ -77,6 +80,7 @@ def write_timm(model, out, arch: str, *, image_size, mean, std, class_names=None
       'layer_scale',
       'norm_pre',
       'patch_bias',
+      'distill_token',
     )
     if ours[name] != declared[name]
   ]
@@ -116,7 +120,7 @@ def write_timm(model, out, arch: str, *, image_size, mean, std, class_names=None
       'mean': list(mean),
       'std': list(std),
       'num_classes': num_classes,
-      'classifier': 'head',
+      'classifier': ['head', 'head_dist'] if ours['distill_token'] else 'head',
     },
   }
   if class_names:
@@ -126,7 +130,8 @@ def write_timm(model, out, arch: str, *, image_size, mean, std, class_names=None
 
 
 def write_transformers(model, out, *, image_size, mean, std, class_names=None) -> pathlib.Path:
-  """``out/config.json``, ``model.safetensors`` and ``preprocessor_config.json`` of a ``ViTForImageClassification``."""
+  """``out/config.json``, ``model.safetensors`` and ``preprocessor_config.json`` of a ``ViTForImageClassification``
+  (with a distillation token: a ``DeiTForImageClassificationWithTeacher``)."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
 
   from vit import weights_transformers  # pylint: disable=g-import-not-at-top
@@ -141,13 +146,14 @@ def write_transformers(model, out, *, image_size, mean, std, class_names=None) -
     )
   out = pathlib.Path(out)
   out.mkdir(parents=True, exist_ok=True)
-  arrays = weights_transformers.from_canonical(_canonical(model), prefix='vit.')
+  deit = ours['distill_token']
+  arrays = weights_transformers.from_canonical(_canonical(model), prefix='deit.' if deit else 'vit.')
   save_file(arrays, str(out / 'model.safetensors'), metadata={'format': 'pt'})
   num_classes = int(model.head.kernel.shape[1])
   names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
   config = {
-    'architectures': ['ViTForImageClassification'],
-    'model_type': 'vit',
+    'architectures': ['DeiTForImageClassificationWithTeacher' if deit else 'ViTForImageClassification'],
+    'model_type': 'deit' if deit else 'vit',
     'hidden_size': ours['width'],
     'num_hidden_layers': ours['depth'],
     'num_attention_heads': ours['num_heads'],
@@ -167,7 +173,7 @@ def write_transformers(model, out, *, image_size, mean, std, class_names=None) -
   }
   (out / 'config.json').write_text(json.dumps(config, indent=2))
   processor = {
-    'image_processor_type': 'ViTImageProcessor',
+    'image_processor_type': 'DeiTImageProcessor' if deit else 'ViTImageProcessor',
     'do_resize': True,
     'size': {'height': int(image_size[0]), 'width': int(image_size[1])},
     'resample': 2,
@@ -177,28 +183,27 @@ def write_transformers(model, out, *, image_size, mean, std, class_names=None) -
     'image_mean': list(mean),
     'image_std': list(std),
   }
+  if deit:  # DeiTImageProcessor crops by default
+    processor['do_center_crop'] = False
   (out / 'preprocessor_config.json').write_text(json.dumps(processor, indent=2))
   return out
 
 
 def export(workdir: str, to: str, out: str, arch: str = '', checkpoint: str = 'latest') -> str:
+  from trainer import storage  # pylint: disable=g-import-not-at-top
   from trainer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
 
   which = int(checkpoint) if checkpoint.isdigit() else checkpoint
-  task, parts, params, step = restore_checkpoint(pathlib.Path(workdir), which, read_data=False)
+  path = storage.as_path(workdir)
+  task, parts, params, step = restore_checkpoint(path, which, read_data=False)
   model = parts.merge(params)
-  if hasattr(model, 'distill_token'):
-    raise CheckpointError(
-      f'export: {workdir} holds a model with a distillation token; timm and transformers folders are '
-      'written for plain ViTs only (export it with python -m vit.export_npz, which keeps dist_token and head_dist).'
-    )
   prep = task.preparation
   options = dict(
     image_size=tuple(task.sizes.image_shape[:2]),
     mean=prep.mean,
     std=prep.std,
-    class_names=workdir_lib.load_class_names(pathlib.Path(workdir)),
+    class_names=workdir_lib.load_class_names(path),
   )
   if to == 'transformers':
     write_transformers(model, out, **options)

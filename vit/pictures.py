@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from matplotlib.figure import Figure
 
-from ablation import drawing
+from attention import drawing
 
 LEARNED_TABLES = ('learn1d', 'learn2d')
 

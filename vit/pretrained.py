@@ -13,7 +13,9 @@ A workdir's model is read through the same official layout that ``vit.export_npz
 ``arch`` (its timm architecture name), read by ``vit.weights``. The model options such a file decides
 (``FILE_DECIDES``) fill the fields the config's ``model`` section leaves out or leaves unset
 (``configs.common.unset``) (``complete_model_config``); a field set to something else is an error
-listing every difference.
+listing every difference. ``distill_token`` is taken from the file when unset, but a config may set
+it either way: ``False`` fine-tunes a distilled DeiT without its distillation token and head (they are
+dropped), ``True`` adds a fresh pair to any file (DeiT's distillation from a teacher).
 """
 
 import pathlib
@@ -80,7 +82,7 @@ def complete_model_config(
       model.variant = 'custom'
       for name in ('width', 'depth', 'num_heads', 'mlp_dim', 'patch_size'):
         model[name] = stated[name]
-    for name in (*FILE_DECIDES, 'patch_size', 'pre_logits'):
+    for name in (*FILE_DECIDES, 'patch_size', 'pre_logits', 'distill_token'):
       if name not in stated and name in source.model:
         if name in model:
           del model[name]  # an unset field keeps its type; the file's value may be of another

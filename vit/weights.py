@@ -163,6 +163,7 @@ def options_from_canonical(canonical: dict[str, np.ndarray]) -> dict:
     norm_pre='Transformer/norm_pre/scale' in canonical,
     fc_norm='fc_norm/scale' in canonical,
     patch_bias='embedding/bias' in canonical,
+    distill_token='dist_token' in canonical,
     pre_logits=int(canonical['pre_logits/kernel'].shape[1]) if 'pre_logits/kernel' in canonical else 0,
   )
   options['layer_scale'] = 1e-5 if 'Transformer/encoderblock_0/LayerScale_0/scale' in canonical else 0.0
@@ -225,6 +226,13 @@ def _read_timm(path: pathlib.Path, arrays: dict, config: dict) -> Weights:
   if 'patch_embed.proj.weight' not in arrays:
     raise CheckpointError(f'init_from: {path} has no patch_embed.proj.weight: not a timm ViT.')
   _check_shapes(declared, arrays['patch_embed.proj.weight'], f'timm architecture {architecture.name!r}')
+  if declared['distill_token'] != ('dist_token' in arrays):
+    has = 'has a' if declared['distill_token'] else 'has no'
+    raise CheckpointError(
+      f'init_from: timm architecture {architecture.name!r} {has} distillation token, the file '
+      f'{"does not" if declared["distill_token"] else "does"} (dist_token; the distilled DeiTs are '
+      'deit_{tiny,small,base}_distilled_patch16_{224,384}).'
+    )
   patch = arrays['patch_embed.proj.weight'].shape[-1]
   grid = (int(size[1]) // patch, int(size[2]) // patch)
   canonical = weights_timm.to_canonical(

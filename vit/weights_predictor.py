@@ -25,6 +25,7 @@ from trainer.errors import DataError, InputError
 from trainer.predictor import Predictor
 from vit import checkpoint_npz, weights
 from vit.input_pipeline import ImagePreparation, ImageShapes
+from vit.model import make_vit
 from vit.prediction import ImagePrediction
 from vit.task import ImageClassification
 
@@ -78,12 +79,29 @@ def prepare_pixels(image, preprocessing: weights.Preprocessing, channels: int = 
   return np.asarray(pil, np.uint8).reshape(pil.size[1], pil.size[0], channels)
 
 
+class WeightsClassification(ImageClassification):
+  """The ViT task over a file's weights: no data; its predictions are ``WeightsPrediction``'s."""
+
+  # A distilled DeiT's distillation token: kept out of ``config.model``, where the ViT task asks for a
+  # teacher to train it (nothing is trained here), and given to the model built.
+  distill_token = False
+
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return make_vit(
+      dict(self.config.model, distill_token=self.distill_token),
+      num_classes=self.sizes.num_classes,
+      image_shape=self.sizes.image_shape,
+      rngs=rngs,
+    )
+
+
 class WeightsPrediction(ImagePrediction):
   """The ViT's predictions over a file's weights; predicting classes needs the file's head."""
 
-  def __init__(self, shapes: ImageShapes, class_names: list[str], has_head: bool):
+  def __init__(self, shapes: ImageShapes, class_names: list[str], *, has_head: bool, title: str):
     super().__init__(shapes, class_names)
     self.has_head = has_head
+    self.title = title  # the file's name and kind: a workdir's 'step N' means nothing here
 
   def predict(self, model, inputs, options):
     """Classes, as the ViT task gives them; none for weights without a head."""
@@ -104,6 +122,7 @@ class WeightsPrediction(ImagePrediction):
     return super().logits(model, inputs, options)
 
   def explain(self, model, item, prediction, path, title):
+    title = self.title or title
     if self.has_head:
       return super().explain(model, item, prediction, path, title)
     from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
@@ -118,16 +137,22 @@ def load_predictor(path, arch: str = '') -> Predictor:
   image_shape = (*prep.image_size, source.channels)
   config = ml_collections.ConfigDict(
     dict(
-      task='vit.task:ImageClassification',
-      model=dict(source.model),
+      task='vit.weights_predictor:WeightsClassification',
+      model=dict(source.model, distill_token=False),
       data=dict(image_size=tuple(prep.image_size)),
       eval_batch_size=32,
     )
   )
   preparation = WeightsPreparation(image_shape, prep.mean, prep.std, prep)
   shapes = ImageShapes(max(source.num_classes, 1), image_shape, preparation)
-  task = ImageClassification(config, shapes)
-  task.prediction = WeightsPrediction(shapes, shapes.class_names, has_head=source.num_classes > 0)
+  task = WeightsClassification(config, shapes)
+  task.distill_token = bool(source.model.get('distill_token'))
+  task.prediction = WeightsPrediction(
+    shapes,
+    shapes.class_names,
+    has_head=source.num_classes > 0,
+    title=f'{pathlib.Path(path).name} ({source.source} weights)',
+  )
   model = task.make_model(nnx.Rngs(0))
   report = checkpoint_npz.canonical_to_model(model, source.canonical, resample_method='bicubic')
   adapted = [item for item in report.adapted if not item.startswith('head:')]

@@ -4,9 +4,12 @@ timm keeps PyTorch's layouts: a ``Linear`` weight is ``[out, in]`` (our kernels 
 patch embedding a ``Conv2d`` weight ``[D, C, P, P]``, self-attention one ``qkv`` weight ``[3D, D]``
 (query, key, value stacked in that order, heads inside each), the attention-pooling head (SigLIP's
 ``attn_pool``) a ``q`` ``[D, D]`` and a ``kv`` ``[2D, D]``. The position table ``pos_embed``
-``[1, L, D]`` has rows for the prefix tokens (class token, then register tokens) unless the
-architecture has ``no_embed_class``; those rows are folded into the tokens, which is exact (the
-stem only adds them to those constant tokens), and written back as zero rows.
+``[1, L, D]`` has rows for the prefix tokens (class token, then DeiT's distillation token
+``dist_token`` or register tokens) unless the architecture has ``no_embed_class``; those rows are
+folded into the tokens, which is exact (the stem only adds them to those constant tokens), and
+written back as zero rows. A distilled DeiT's second head ``head_dist`` reads the distillation token;
+its logits are the mean of the two heads' (timm's ``VisionTransformerDistilled`` in evaluation), as
+our ViT's ``distill_token`` computes.
 
 What the arrays cannot say (heads, activation, LayerNorm epsilon, pooling) comes from the
 architecture's name: ``ARCHITECTURES`` holds the families, each a pattern over timm's names with
@@ -57,6 +60,11 @@ ARCHITECTURES = (
     {},
   ),
   Family('DeiT', r'deit_(?P<size>tiny|small|base)_patch(?P<patch>16)_(?P<res>224|384)', {}),
+  Family(
+    'DeiT, distilled',
+    r'deit_(?P<size>tiny|small|base)_distilled_patch(?P<patch>16)_(?P<res>224|384)',
+    dict(distill_token=True),
+  ),
   Family(
     'DeiT III',
     r'deit3_(?P<size>small|medium|base|large|huge)_patch(?P<patch>14|16)_(?P<res>224|384)',
@@ -132,6 +140,7 @@ def resolve_architecture(name: str) -> Architecture:
         width=width,
         num_heads=heads,
         patch_size=int(match['patch']),
+        distill_token=False,
       )
       options.update(family.options)
       if family.name.startswith('SigLIP') and _SIGLIP_TANH.match(base):
@@ -170,6 +179,7 @@ _FIXED_NAMES = {
   **_norm('norm', 'Transformer/encoder_norm'),
   **_norm('fc_norm', 'fc_norm'),
   **_linear('head', 'head'),
+  **_linear('head_dist', 'head_dist'),
   **_norm('attn_pool.norm', 'MAPHead_0/LayerNorm_0'),
   **_linear('attn_pool.mlp.fc1', 'MAPHead_0/MlpBlock_0/Dense_0'),
   **_linear('attn_pool.mlp.fc2', 'MAPHead_0/MlpBlock_0/Dense_1'),
@@ -177,7 +187,6 @@ _FIXED_NAMES = {
 }
 _MAP_ATTENTION = 'MAPHead_0/MultiHeadDotProductAttention_0'
 _REFUSED = {
-  'dist_token': 'a distilled DeiT (dist_token, head_dist) is not read: its two heads need a model of their own',
   'attn_pool.q_norm.weight': 'an attention-pool head with query/key norms is not supported',
   'blocks.0.attn.q_norm.weight': 'attention with query/key norms (qk_norm) is not supported',
   'blocks.0.mlp.fc1_g.weight': 'a SwiGLU MLP is not supported',
@@ -211,7 +220,7 @@ def to_canonical(
       canonical['embedding/kernel'] = value.transpose(2, 3, 1, 0)
     elif key == 'patch_embed.proj.bias':
       canonical['embedding/bias'] = value
-    elif key in ('cls_token', 'reg_token', 'pos_embed'):
+    elif key in ('cls_token', 'dist_token', 'reg_token', 'pos_embed'):
       continue
     elif re.fullmatch(r'blocks\.\d+\.attn\.(qkv|proj)\.(weight|bias)', key):
       canonical.update(_attention(key, value, width, num_heads, head_dim))
@@ -262,12 +271,12 @@ def _pool_attention(key: str, value: np.ndarray, heads: int, head_dim: int) -> d
 
 
 def _prefix_and_table(arrays: dict[str, np.ndarray], no_embed_class: bool, grid: tuple[int, int]) -> dict:
-  """``cls``, ``reg`` and the patch rows of ``pos_embed``, prefix rows folded into the tokens."""
+  """``cls``, ``dist_token``, ``reg`` and the patch rows of ``pos_embed``, prefix rows folded into the
+  tokens (in timm's order of the tokens and their rows: class, distillation, registers)."""
   result, prefix = {}, []
-  if 'cls_token' in arrays:
-    prefix.append(('cls', np.asarray(arrays['cls_token'])))
-  if 'reg_token' in arrays:
-    prefix.append(('reg', np.asarray(arrays['reg_token'])))
+  for theirs, ours in (('cls_token', 'cls'), ('dist_token', 'dist_token'), ('reg_token', 'reg')):
+    if theirs in arrays:
+      prefix.append((ours, np.asarray(arrays[theirs])))
   table = np.asarray(arrays['pos_embed'])[0] if 'pos_embed' in arrays else None
   offset = 0
   for name, tokens in prefix:
@@ -309,6 +318,8 @@ def from_canonical(canonical: dict[str, np.ndarray], *, no_embed_class: bool) ->
       arrays['cls_token'] = value
     elif key == 'reg':
       arrays['reg_token'] = value
+    elif key == 'dist_token':
+      arrays['dist_token'] = value
     elif key == POSEMB_KEY:
       continue
     elif '/MultiHeadDotProductAttention_' in key:
@@ -319,7 +330,8 @@ def from_canonical(canonical: dict[str, np.ndarray], *, no_embed_class: bool) ->
   if POSEMB_KEY in canonical:
     table = np.asarray(canonical[POSEMB_KEY], np.float32)
     if not no_embed_class:
-      prefix = sum(arrays[name].shape[1] for name in ('cls_token', 'reg_token') if name in arrays)
+      names = ('cls_token', 'dist_token', 'reg_token')
+      prefix = sum(arrays[name].shape[1] for name in names if name in arrays)
       table = np.concatenate([np.zeros((prefix, table.shape[1]), np.float32), table])
     arrays['pos_embed'] = table[None]
   return {key: np.ascontiguousarray(value) for key, value in arrays.items()}

@@ -11,9 +11,18 @@ head (``ViTForImageClassification``: ``classifier``), or with no prefix in a bas
 ``[1, 1 + N, D]`` has the class token's row first, folded into ``cls`` as for timm. DeiT's
 ``DeiTForImageClassification`` has a second prefix token, ``distillation_token`` (its row second),
 which attends like any token and which the classifier (on the class token) does not read: our ViT
-holds it as one register token. Only the distilled model with two heads
-(``DeiTForImageClassificationWithTeacher``: ``cls_classifier``, ``distillation_classifier``) is refused. Weights are
+holds it as one register token. The distilled model with two heads
+(``DeiTForImageClassificationWithTeacher``: ``cls_classifier`` on the class token,
+``distillation_classifier`` on the distillation token, logits their mean) is our ViT with
+``distill_token``: ``cls_classifier`` is ``head``, ``distillation_classifier`` ``head_dist``. Weights are
 PyTorch's ``[out, in]``; the patch embedding a ``Conv2d`` ``[D, C, P, P]``.
+
+transformers 5 names the same arrays otherwise in memory (its ``conversion_mapping.py``: ``ViTModel``,
+which ``DeiTModel`` shares, and ``Dinov2Model``): ``layers.N`` for ViT's and DeiT's ``encoder.layer.N``,
+``attention.{q,k,v,o}_proj`` for ``attention.attention.{query,key,value}`` and
+``attention.output.dense``, and ViT's and DeiT's ``mlp.fc1``, ``mlp.fc2`` for ``intermediate.dense``,
+``output.dense``. ``save_pretrained`` writes the hub's names by default; ``model.state_dict()`` and
+``save_pretrained(save_original_format=False)`` give these, which are read too (``hub_name``).
 
 The model options come from ``config.json``: ``hidden_size``, ``num_attention_heads``,
 ``intermediate_size`` (DINOv2: ``mlp_ratio``), ``hidden_act`` (``gelu`` is erf, ``gelu_pytorch_tanh``
@@ -113,15 +122,36 @@ def _layer_names(layer: int, dinov2: bool) -> dict:
   }
 
 
-def _names(depth: int, dinov2: bool) -> dict:
+def _names(depth: int, dinov2: bool, teacher: bool = False) -> dict:
+  heads = {**_linear('cls_classifier', 'head'), **_linear('distillation_classifier', 'head_dist')}
   names = {
     **_norm('layernorm', 'Transformer/encoder_norm'),
     **_linear('pooler.dense', 'pre_logits'),
-    **_linear('classifier', 'head'),
+    **(heads if teacher else _linear('classifier', 'head')),
   }
   for layer in range(depth):
     names.update(_layer_names(layer, dinov2))
   return names
+
+
+_HUB_NAMES = {
+  'attention.q_proj': 'attention.attention.query',
+  'attention.k_proj': 'attention.attention.key',
+  'attention.v_proj': 'attention.attention.value',
+  'attention.o_proj': 'attention.output.dense',
+}
+_HUB_MLP_NAMES = {'mlp.fc1': 'intermediate.dense', 'mlp.fc2': 'output.dense'}  # ViT, DeiT (DINOv2 keeps them)
+
+
+def hub_name(key: str, *, dinov2: bool) -> str:
+  """A name as transformers 5 holds it (prefix removed) -> the hub's; a hub name is returned as it is."""
+  key = re.sub(r'^layers\.(\d+)\.', r'encoder.layer.\1.', key)
+  match = re.fullmatch(r'(encoder\.layer\.\d+)\.(attention\.[qkvo]_proj|mlp\.fc[12])\.(weight|bias)', key)
+  if not match:
+    return key
+  layer, part, kind = match.groups()
+  names = _HUB_NAMES if dinov2 else {**_HUB_NAMES, **_HUB_MLP_NAMES}
+  return f'{layer}.{names.get(part, part)}.{kind}'
 
 
 def num_layers(arrays: dict[str, np.ndarray]) -> int:
@@ -131,15 +161,16 @@ def num_layers(arrays: dict[str, np.ndarray]) -> int:
 
 def to_canonical(arrays: dict[str, np.ndarray], *, num_heads: int, dinov2: bool) -> dict[str, np.ndarray]:
   """transformers' arrays -> canonical arrays; one-line ``CheckpointError`` for one with no place."""
-  arrays = {_strip_prefix(key): np.asarray(value) for key, value in arrays.items()}
-  if 'cls_classifier.weight' in arrays or 'distillation_classifier.weight' in arrays:
+  arrays = {hub_name(_strip_prefix(key), dinov2=dinov2): np.asarray(value) for key, value in arrays.items()}
+  teacher = 'cls_classifier.weight' in arrays or 'distillation_classifier.weight' in arrays
+  if teacher and 'embeddings.distillation_token' not in arrays:
     raise CheckpointError(
-      'init_from: a distilled DeiT (DeiTForImageClassificationWithTeacher: distillation_token, '
-      'cls_classifier) is not read; use DeiTForImageClassification weights.'
+      'init_from: the file has DeiTForImageClassificationWithTeacher heads (cls_classifier, '
+      'distillation_classifier) but no embeddings.distillation_token.'
     )
   width = arrays['embeddings.patch_embeddings.projection.weight'].shape[0]
   head_dim = width // num_heads
-  names = _names(num_layers(arrays), dinov2)
+  names = _names(num_layers(arrays), dinov2, teacher)
   canonical, left = {}, []
   for key, value in arrays.items():
     attention = re.fullmatch(
@@ -173,8 +204,8 @@ def to_canonical(arrays: dict[str, np.ndarray], *, num_heads: int, dinov2: bool)
   table = arrays['embeddings.position_embeddings'][0]
   canonical['cls'] = arrays['embeddings.cls_token'] + table[:1][None]
   prefix = 1
-  if 'embeddings.distillation_token' in arrays:  # DeiT's second prefix token: a register for our ViT
-    canonical['reg'] = arrays['embeddings.distillation_token'] + table[1:2][None]
+  if 'embeddings.distillation_token' in arrays:  # with two heads our distillation token, else a register
+    canonical['dist_token' if teacher else 'reg'] = arrays['embeddings.distillation_token'] + table[1:2][None]
     prefix = 2
   canonical[POSEMB_KEY] = table[prefix:]
   return canonical
@@ -182,9 +213,11 @@ def to_canonical(arrays: dict[str, np.ndarray], *, num_heads: int, dinov2: bool)
 
 def from_canonical(canonical: dict[str, np.ndarray], *, prefix: str) -> dict[str, np.ndarray]:
   """Canonical arrays -> ViT names (``prefix`` ``'vit.'`` for ``ViTForImageClassification``, ``''`` for
-  ``ViTModel``), float32; the class token's position row zero."""
+  ``ViTModel``; with a ``dist_token``, ``'deit.'`` for ``DeiTForImageClassificationWithTeacher``), float32;
+  the prefix tokens' position rows zero."""
   depth = len({m.group(1) for key in canonical if (m := re.match(r'Transformer/encoderblock_(\d+)/', key))})
-  by_canonical = {ours: (theirs, how) for theirs, (ours, how) in _names(depth, dinov2=False).items()}
+  teacher = 'dist_token' in canonical
+  by_canonical = {ours: (theirs, how) for theirs, (ours, how) in _names(depth, False, teacher).items()}
   arrays = {}
   for key, value in canonical.items():
     value = np.asarray(value, np.float32)
@@ -193,7 +226,7 @@ def from_canonical(canonical: dict[str, np.ndarray], *, prefix: str) -> dict[str
     )
     if key in by_canonical:
       theirs, how = by_canonical[key]
-      name = theirs if theirs.startswith('classifier') else prefix + theirs
+      name = theirs if 'classifier' in theirs else prefix + theirs
       arrays[name] = value.T if how == 'linear' else value
     elif attention:
       layer, which, kind = attention.groups()
@@ -212,10 +245,11 @@ def from_canonical(canonical: dict[str, np.ndarray], *, prefix: str) -> dict[str
       arrays[f'{prefix}embeddings.patch_embeddings.projection.bias'] = value
     elif key == 'cls':
       arrays[f'{prefix}embeddings.cls_token'] = value
+    elif key == 'dist_token':
+      arrays[f'{prefix}embeddings.distillation_token'] = value
     elif key == POSEMB_KEY:
-      arrays[f'{prefix}embeddings.position_embeddings'] = np.concatenate([np.zeros_like(value[:1]), value])[
-        None
-      ]
+      rows = np.zeros((1 + teacher, value.shape[1]), value.dtype)
+      arrays[f'{prefix}embeddings.position_embeddings'] = np.concatenate([rows, value])[None]
     else:
       raise CheckpointError(
         f'export: {key!r} has no place in a transformers ViT (only class-token ViTs with a learned '

@@ -15,6 +15,9 @@ features of every process are gathered, so each process solves the same closed-f
 (``fewshot_results``, a pure function of the features) and gets the same accuracies. The
 feature extractor is compiled once: it takes the parameters as arguments, so later
 evaluations (new parameters of the same model) reuse it.
+
+The command that evaluates a workdir, ``python -m vit.fewshot``, is ``vit/fewshot/__main__.py``;
+nothing here imports it.
 """
 
 import functools
@@ -124,9 +127,3 @@ def fewshot_results(
     mean, std = fewshot_accuracy(train, test, k, seeds=seeds, held_out_per_class=held_out_per_class)
     results[f'fewshot_{k}shot'], results[f'fewshot_{k}shot_std'] = mean, std
   return results
-
-
-if __name__ == '__main__':  # python -m vit.fewshot --workdir W: the command is vit/fewshot_command.py
-  from vit import fewshot_command  # pylint: disable=g-import-not-at-top
-
-  fewshot_command.run()

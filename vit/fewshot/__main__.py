@@ -6,7 +6,8 @@
 ``--source`` is a data source ('digits', 'idx', 'folder', 'tfds') read from ``--path``, or
 'same' for the workdir's own data. Prints one JSON object (``fewshot_<k>shot`` and its
 ``_std`` over ``--seeds`` draws, ``step``, ``fewshot``, ``seeds``). The features and the
-solve are ``vit.fewshot``'s; this module only reads the workdir and the data.
+solve are ``vit.fewshot``'s (its ``__init__.py``); this module only reads the workdir and the data,
+and no library module imports it.
 """
 
 import json
@@ -109,3 +110,7 @@ def run() -> None:
     print(json.dumps(result, sort_keys=True))
 
   app.run(main, flags_parser=cli.parse_flags)
+
+
+if __name__ == '__main__':
+  run()
