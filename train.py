@@ -33,11 +33,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   cli.quiet_library_logs()
-  # The checks that need no JAX and no data come first, so a mistake is reported at once.
+  # The checks that need no data come first, so a mistake is reported before any is read.
   cli.run_reporting_user_errors(validation.check_trainer_fields, _CONFIG.value)
   workdir = storage.as_path(_WORKDIR.value)
   cli.run_reporting_user_errors(validation.check_workdir, workdir)
-  with cli.loading_libraries():  # JAX and TensorFlow load in seconds: not for --help
+  with cli.loading_libraries():  # the trainer and TensorFlow load in seconds: not for --help
     import jax  # pylint: disable=g-import-not-at-top
 
     from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top

@@ -4,6 +4,7 @@ encodings, resampling, Transformer blocks and stacks, used by both the ViT and t
 from attention.blocks import (
   ACTIVATIONS,
   NORM_PLACEMENTS,
+  BlockOptions,
   DecoderBlock,
   DropPath,
   EncoderBlock,

@@ -7,12 +7,18 @@ ViT: the tanh approximation that Flax's ``gelu`` computes, as do the ViT and big
 code bases), ``'gelu_exact'`` (the erf form, as PyTorch code computes it), ``'quick_gelu'``
 (``x * sigmoid(1.702 x)``, OpenAI's CLIP) or ``'relu'`` (Vaswani et al.). An encoder block may scale
 each residual branch by a learned vector (``layer_scale``, the initial value; CaiT, DeiT III, DINOv2),
-as ``x + ls * sublayer(x)``. The stacks of blocks are in ``attention.stacks``.
+as ``x + ls * sublayer(x)``. What every block of a stack shares is one ``BlockOptions``, built once
+by the model and handed down whole; only what differs per layer (the drop-path rate, the stack's
+rotary encoding, the width a decoder attends to) is an argument of its own. The stacks of blocks are
+in ``attention.stacks``.
 
 Every call takes ``deterministic`` (no dropout when ``True``) and ``rngs`` (an
 ``nnx.Rngs`` with a ``dropout`` stream, needed only when not deterministic), so a
 train step can derive its randomness from the step number alone.
 """
+
+import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -20,42 +26,76 @@ from flax import nnx
 
 from attention.multi_head import MultiHeadAttention
 from attention.positional import Rotary
+from attention.scores import SCORES
 
 ACTIVATIONS = ('gelu', 'gelu_exact', 'quick_gelu', 'relu')
 NORM_PLACEMENTS = ('pre', 'post')
 LAYERNORM_EPSILON = 1e-6  # the ViT's and big_vision's
 
 
-def check_activation(activation: str) -> str:
-  if activation not in ACTIVATIONS:
-    raise ValueError(f'Unknown activation {activation!r}; allowed values: {", ".join(ACTIVATIONS)}.')
-  return activation
+@dataclasses.dataclass(frozen=True)
+class BlockOptions:
+  """What every block of a stack is built with; a model builds one and hands it down whole.
+
+  ``score`` (``attention.scores``), ``dropout`` (on each residual branch and inside the MLP),
+  ``attention_dropout`` (on the attention weights), ``activation`` (the MLP's), ``norm_placement``,
+  ``layernorm_epsilon`` (of every LayerNorm), ``layer_scale`` (0: none), ``use_bias`` (of the
+  attention projections), ``dtype`` (computed in; ``None``: the inputs') and ``param_dtype``.
+  """
+
+  score: str = 'scaled_dot'
+  dropout: float = 0.0
+  attention_dropout: float = 0.0
+  activation: str = 'gelu'
+  norm_placement: str = 'pre'
+  layernorm_epsilon: float = LAYERNORM_EPSILON
+  layer_scale: float = 0.0
+  use_bias: bool = True
+  dtype: Any = None
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    for name, allowed in (
+      ('score', SCORES),
+      ('activation', ACTIVATIONS),
+      ('norm_placement', NORM_PLACEMENTS),
+    ):
+      if getattr(self, name) not in allowed:
+        raise ValueError(f'Unknown {name} {getattr(self, name)!r}; allowed values: {", ".join(allowed)}.')
+    for name in ('dropout', 'attention_dropout'):
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ValueError(f'{name} must be in [0, 1), got {getattr(self, name)}.')
+    if not self.layernorm_epsilon > 0:
+      raise ValueError(f'layernorm_epsilon must be positive, got {self.layernorm_epsilon}.')
+    for name in ('dtype', 'param_dtype'):
+      value = getattr(self, name)
+      if value is not None and not jnp.issubdtype(value, jnp.floating):
+        raise ValueError(f'{name} must be a floating-point dtype, got {value!r}.')
 
 
-def check_norm_placement(norm_placement: str) -> str:
-  if norm_placement not in NORM_PLACEMENTS:
-    raise ValueError(
-      f'Unknown norm_placement {norm_placement!r}; allowed values: {", ".join(NORM_PLACEMENTS)}.'
-    )
-  return norm_placement
+def attention_layer(num_heads: int, features: int, options: BlockOptions, **layer) -> MultiHeadAttention:
+  """A ``MultiHeadAttention`` as ``options`` say (score, dropout on the weights, biases, dtypes);
+  ``layer`` holds what only this layer has (``rotary``, ``cross_attention``, ``kv_features``, ...)."""
+  return MultiHeadAttention(
+    num_heads,
+    features,
+    score=options.score,
+    dropout_rate=options.attention_dropout,
+    use_bias=options.use_bias,
+    dtype=options.dtype,
+    param_dtype=options.param_dtype,
+    **layer,
+  )
 
 
 class Mlp(nnx.Module):
   """Linear -> activation -> dropout -> Linear -> dropout; kernels named ``('embed', 'mlp')``
-  and ``('mlp', 'embed')`` for the partitioning rules."""
+  and ``('mlp', 'embed')`` for the partitioning rules. ``options`` give the activation, the
+  dropout rate and the dtypes."""
 
-  def __init__(
-    self,
-    features: int,
-    hidden_features: int,
-    *,
-    dropout_rate: float = 0.0,
-    activation: str = 'gelu',
-    dtype=None,
-    param_dtype=jnp.float32,
-    rngs: nnx.Rngs,
-  ):
-    self.activation = check_activation(activation)
+  def __init__(self, features: int, hidden_features: int, options: BlockOptions = BlockOptions(), *, rngs):
+    self.activation = options.activation
+    dtype, param_dtype = options.dtype, options.param_dtype
 
     def dense(features_in, features_out, names):
       return nnx.Linear(
@@ -70,7 +110,7 @@ class Mlp(nnx.Module):
 
     self.fc1 = dense(features, hidden_features, ('embed', 'mlp'))
     self.fc2 = dense(hidden_features, features, ('mlp', 'embed'))
-    self.dropout = nnx.Dropout(dropout_rate)
+    self.dropout = nnx.Dropout(options.dropout)
 
   def __call__(self, x, *, deterministic: bool = True, rngs: nnx.Rngs | None = None):
     x = self.fc1(x)
@@ -105,10 +145,15 @@ class DropPath(nnx.Module):
     return jnp.where(kept, x / keep, 0.0).astype(x.dtype)
 
 
-def layer_norm(
-  features, dtype=None, param_dtype=jnp.float32, *, epsilon: float = LAYERNORM_EPSILON, rngs: nnx.Rngs
-) -> nnx.LayerNorm:
-  return nnx.LayerNorm(features, epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+def layer_norm(features: int, options: BlockOptions = BlockOptions(), *, rngs: nnx.Rngs) -> nnx.LayerNorm:
+  """A LayerNorm with the epsilon and dtypes of ``options``."""
+  return nnx.LayerNorm(
+    features,
+    epsilon=options.layernorm_epsilon,
+    dtype=options.dtype,
+    param_dtype=options.param_dtype,
+    rngs=rngs,
+  )
 
 
 class _ResidualBlock(nnx.Module):
@@ -125,55 +170,29 @@ class _ResidualBlock(nnx.Module):
 
 class EncoderBlock(_ResidualBlock):
   """Self-attention and MLP, each a residual sublayer with dropout and stochastic depth; ``layer_scale``
-  (0: none) gives each branch a learned per-feature scale ``ls1``, ``ls2`` starting at that value."""
+  (0: none) gives each branch a learned per-feature scale ``ls1``, ``ls2`` starting at that value.
+  ``drop_path_rate`` and ``rotary`` are this layer's own; everything else is in ``options``."""
 
   def __init__(
     self,
     features: int,
     num_heads: int,
     mlp_features: int,
+    options: BlockOptions = BlockOptions(),
     *,
-    score: str = 'scaled_dot',
-    dropout_rate: float = 0.0,
-    attention_dropout_rate: float = 0.0,
     drop_path_rate: float = 0.0,
-    activation: str = 'gelu',
-    norm_placement: str = 'pre',
-    layernorm_epsilon: float = LAYERNORM_EPSILON,
-    layer_scale: float = 0.0,
     rotary: Rotary | None = None,
-    dtype=None,
-    param_dtype=jnp.float32,
     rngs: nnx.Rngs,
-    **attention_options,
   ):
-    self.norm_placement = check_norm_placement(norm_placement)
-    self.norm1 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
-    if layer_scale:
-      self.ls1 = nnx.Param(jnp.full((features,), layer_scale, param_dtype))
-      self.ls2 = nnx.Param(jnp.full((features,), layer_scale, param_dtype))
-    self.attention = MultiHeadAttention(
-      num_heads,
-      features,
-      score=score,
-      dropout_rate=attention_dropout_rate,
-      rotary=rotary,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
-      **attention_options,
-    )
-    self.norm2 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
-    self.mlp = Mlp(
-      features,
-      mlp_features,
-      dropout_rate=dropout_rate,
-      activation=activation,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
-    )
-    self.dropout = nnx.Dropout(dropout_rate)
+    self.norm_placement = options.norm_placement
+    self.norm1 = layer_norm(features, options, rngs=rngs)
+    if options.layer_scale:
+      self.ls1 = nnx.Param(jnp.full((features,), options.layer_scale, options.param_dtype))
+      self.ls2 = nnx.Param(jnp.full((features,), options.layer_scale, options.param_dtype))
+    self.attention = attention_layer(num_heads, features, options, rotary=rotary, rngs=rngs)
+    self.norm2 = layer_norm(features, options, rngs=rngs)
+    self.mlp = Mlp(features, mlp_features, options, rngs=rngs)
+    self.dropout = nnx.Dropout(options.dropout)
     self.drop_path = DropPath(drop_path_rate)
 
   def __call__(
@@ -205,54 +224,31 @@ class EncoderBlock(_ResidualBlock):
 
 
 class DecoderBlock(_ResidualBlock):
-  """Causal self-attention, cross-attention to the encoder output and MLP, each a residual sublayer."""
+  """Causal self-attention, cross-attention to the encoder output and MLP, each a residual sublayer.
+  ``encoder_features`` is the width of what it attends to (default: its own)."""
 
   def __init__(
     self,
     features: int,
     num_heads: int,
     mlp_features: int,
+    options: BlockOptions = BlockOptions(),
     *,
-    score: str = 'scaled_dot',
-    dropout_rate: float = 0.0,
-    attention_dropout_rate: float = 0.0,
     drop_path_rate: float = 0.0,
-    activation: str = 'gelu',
-    norm_placement: str = 'pre',
-    layernorm_epsilon: float = LAYERNORM_EPSILON,
     rotary: Rotary | None = None,
     encoder_features: int | None = None,
-    dtype=None,
-    param_dtype=jnp.float32,
     rngs: nnx.Rngs,
-    **attention_options,
   ):
-    common = dict(
-      score=score,
-      dropout_rate=attention_dropout_rate,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
-      **attention_options,
+    self.norm_placement = options.norm_placement
+    self.norm1 = layer_norm(features, options, rngs=rngs)
+    self.self_attention = attention_layer(num_heads, features, options, rotary=rotary, rngs=rngs)
+    self.norm2 = layer_norm(features, options, rngs=rngs)
+    self.cross_attention = attention_layer(
+      num_heads, features, options, kv_features=encoder_features, cross_attention=True, rngs=rngs
     )
-    self.norm_placement = check_norm_placement(norm_placement)
-    self.norm1 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
-    self.self_attention = MultiHeadAttention(num_heads, features, rotary=rotary, **common)
-    self.norm2 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
-    self.cross_attention = MultiHeadAttention(
-      num_heads, features, kv_features=encoder_features, cross_attention=True, **common
-    )
-    self.norm3 = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
-    self.mlp = Mlp(
-      features,
-      mlp_features,
-      dropout_rate=dropout_rate,
-      activation=activation,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
-    )
-    self.dropout = nnx.Dropout(dropout_rate)
+    self.norm3 = layer_norm(features, options, rngs=rngs)
+    self.mlp = Mlp(features, mlp_features, options, rngs=rngs)
+    self.dropout = nnx.Dropout(options.dropout)
     self.drop_path = DropPath(drop_path_rate)
 
   def __call__(

@@ -7,9 +7,11 @@ of ``attention.positional``; the stack builds one ``PositionalEncoding``, adds i
 and relative biases layer by layer and hands its ``rotary`` (RoPE) down to the attention
 layers. With ``norm_placement='post'`` every block already ends in a LayerNorm, so the
 stack adds no final one. Stochastic depth grows linearly from 0 at the first block to
-``drop_path_rate`` at the last. The encoder may normalise the tokens once more after the stem
-(``input_norm``: CLIP's ``ln_pre``) and leave out its final LayerNorm (``final_norm=False``: a
-model that normalises after pooling instead). ``scan_layers`` and ``remat`` choose how the blocks are kept
+``drop_path_rate`` at the last. Every block is built with one ``attention.blocks.BlockOptions``
+(``block``: score, dropouts, activation, norm placement, epsilon, dtypes); only the drop-path rate,
+the rotary encoding and the decoder's ``encoder_features`` are each layer's own. The encoder may
+normalise the tokens once more after the stem (``input_norm``: CLIP's ``ln_pre``) and leave out its
+final LayerNorm (``final_norm=False``: a model that normalises after pooling instead). ``scan_layers`` and ``remat`` choose how the blocks are kept
 and run (``attention.layers``): a list run layer by layer, or one stacked block scanned over
 depth, each block optionally rematerialised; the numbers are the same.
 """
@@ -18,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention.blocks import LAYERNORM_EPSILON, DecoderBlock, EncoderBlock, check_norm_placement, layer_norm
+from attention.blocks import BlockOptions, DecoderBlock, EncoderBlock, layer_norm
 from attention.layers import check_remat, keep_blocks, layer_inputs, layer_of, layer_options, run_layers
 from attention.masks import Mask, combine_masks
 from attention.positional import PositionalEncoding
@@ -27,40 +29,18 @@ from attention.positional import PositionalEncoding
 class _Stack(nnx.Module):
   """What both stacks share: the positional encoding, the stem and the final LayerNorm."""
 
-  def _build_common(
-    self,
-    *,
-    features,
-    depth,
-    num_heads,
-    posemb,
-    posemb_injection,
-    max_length,
-    grid,
-    num_prefix_tokens,
-    dropout_rate,
-    norm_placement,
-    sincos2d_layout='rows_cols',
-    dtype,
-    param_dtype,
-    rngs,
-  ):
-    check_norm_placement(norm_placement)
+  def _build_common(self, features, depth, num_heads, block: BlockOptions, rngs, **positional):
+    """``positional``: the ``PositionalEncoding``'s kind, injection and where the tokens lie."""
     self.positional = PositionalEncoding(
-      posemb,
-      posemb_injection,
       dim=features,
       num_heads=num_heads,
       num_layers=depth,
-      max_length=max_length,
-      grid=grid,
-      num_prefix_tokens=num_prefix_tokens,
-      sincos2d_layout=sincos2d_layout,
-      param_dtype=param_dtype,
+      param_dtype=block.param_dtype,
       rngs=rngs,
+      **positional,
     )
-    self.dropout = nnx.Dropout(dropout_rate)
-    self.final_norm = norm_placement == 'pre'
+    self.dropout = nnx.Dropout(block.dropout)
+    self.final_norm = block.norm_placement == 'pre'
     self.depth = depth
 
   def _keep_blocks(self, make_block, drop_path_rate, scan_layers, remat):
@@ -97,7 +77,8 @@ class _Stack(nnx.Module):
 
 
 class Encoder(_Stack):
-  """A stack of encoder blocks. Give ``grid`` for patch grids, ``max_length`` for sequences."""
+  """A stack of encoder blocks, each built with ``block``. Give ``grid`` for patch grids,
+  ``max_length`` for sequences."""
 
   def __init__(
     self,
@@ -106,63 +87,42 @@ class Encoder(_Stack):
     depth: int,
     num_heads: int,
     mlp_features: int,
+    block: BlockOptions = BlockOptions(),
     posemb: str = 'sincos1d',
     posemb_injection: str = 'stem',
     max_length: int | None = None,
     grid: tuple[int, int] | None = None,
     num_prefix_tokens: int = 0,
-    score: str = 'scaled_dot',
-    dropout_rate: float = 0.0,
-    attention_dropout_rate: float = 0.0,
+    sincos2d_layout: str = 'rows_cols',
     drop_path_rate: float = 0.0,
-    activation: str = 'gelu',
-    norm_placement: str = 'pre',
-    layernorm_epsilon: float = LAYERNORM_EPSILON,
-    layer_scale: float = 0.0,
     input_norm: bool = False,
     final_norm: bool = True,
-    sincos2d_layout: str = 'rows_cols',
     scan_layers: bool = False,
     remat: str = 'none',
-    dtype=None,
-    param_dtype=jnp.float32,
     rngs: nnx.Rngs,
-    **attention_options,
   ):
     self._build_common(
-      features=features,
-      depth=depth,
-      num_heads=num_heads,
-      posemb=posemb,
-      posemb_injection=posemb_injection,
+      features,
+      depth,
+      num_heads,
+      block,
+      rngs,
+      kind=posemb,
+      injection=posemb_injection,
       max_length=max_length,
       grid=grid,
       num_prefix_tokens=num_prefix_tokens,
-      dropout_rate=dropout_rate,
-      norm_placement=norm_placement,
       sincos2d_layout=sincos2d_layout,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
     )
     self._keep_blocks(
       lambda rate: EncoderBlock(
         features,
         num_heads,
         mlp_features,
-        score=score,
-        dropout_rate=dropout_rate,
-        attention_dropout_rate=attention_dropout_rate,
+        block,
         drop_path_rate=rate,
-        activation=activation,
-        norm_placement=norm_placement,
-        layernorm_epsilon=layernorm_epsilon,
-        layer_scale=layer_scale,
         rotary=self.positional.rotary,
-        dtype=dtype,
-        param_dtype=param_dtype,
         rngs=rngs,
-        **attention_options,
       ),
       drop_path_rate,
       scan_layers,
@@ -170,9 +130,9 @@ class Encoder(_Stack):
     )
     self.final_norm = self.final_norm and final_norm
     if self.final_norm:
-      self.norm = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
+      self.norm = layer_norm(features, block, rngs=rngs)
     if input_norm:
-      self.norm_pre = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
+      self.norm_pre = layer_norm(features, block, rngs=rngs)
 
   def __call__(
     self,
@@ -213,7 +173,8 @@ class Encoder(_Stack):
 
 
 class Decoder(_Stack):
-  """A stack of causal decoder blocks attending to an encoder output; 1-D sequences only."""
+  """A stack of causal decoder blocks, each built with ``block``, attending to an encoder output of
+  ``encoder_features`` (default: ``features``); 1-D sequences only."""
 
   def __init__(
     self,
@@ -223,63 +184,35 @@ class Decoder(_Stack):
     num_heads: int,
     mlp_features: int,
     max_length: int,
+    block: BlockOptions = BlockOptions(),
     posemb: str = 'sincos1d',
     posemb_injection: str = 'stem',
-    score: str = 'scaled_dot',
-    dropout_rate: float = 0.0,
-    attention_dropout_rate: float = 0.0,
-    drop_path_rate: float = 0.0,
-    activation: str = 'gelu',
-    norm_placement: str = 'pre',
-    layernorm_epsilon: float = LAYERNORM_EPSILON,
     encoder_features: int | None = None,
+    drop_path_rate: float = 0.0,
     scan_layers: bool = False,
     remat: str = 'none',
-    dtype=None,
-    param_dtype=jnp.float32,
     rngs: nnx.Rngs,
-    **attention_options,
   ):
     self._build_common(
-      features=features,
-      depth=depth,
-      num_heads=num_heads,
-      posemb=posemb,
-      posemb_injection=posemb_injection,
-      max_length=max_length,
-      grid=None,
-      num_prefix_tokens=0,
-      dropout_rate=dropout_rate,
-      norm_placement=norm_placement,
-      dtype=dtype,
-      param_dtype=param_dtype,
-      rngs=rngs,
+      features, depth, num_heads, block, rngs, kind=posemb, injection=posemb_injection, max_length=max_length
     )
     self._keep_blocks(
       lambda rate: DecoderBlock(
         features,
         num_heads,
         mlp_features,
-        score=score,
-        dropout_rate=dropout_rate,
-        attention_dropout_rate=attention_dropout_rate,
+        block,
         drop_path_rate=rate,
-        activation=activation,
-        norm_placement=norm_placement,
-        layernorm_epsilon=layernorm_epsilon,
         rotary=self.positional.rotary,
         encoder_features=encoder_features,
-        dtype=dtype,
-        param_dtype=param_dtype,
         rngs=rngs,
-        **attention_options,
       ),
       drop_path_rate,
       scan_layers,
       remat,
     )
     if self.final_norm:
-      self.norm = layer_norm(features, dtype, param_dtype, epsilon=layernorm_epsilon, rngs=rngs)
+      self.norm = layer_norm(features, block, rngs=rngs)
 
   def __call__(
     self,

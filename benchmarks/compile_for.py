@@ -212,6 +212,8 @@ def _gib(size: float | None) -> str:
 
 
 def _load_libtpu(folder: str | None) -> None:
+  if folder and os.path.abspath(folder) in sys.path:
+    return  # put there before the flags were parsed
   if not folder:
     cli.fail(
       '--libtpu_dir (or LIBTPU_DIR) must name the folder libtpu was installed into (pip install --target).'
@@ -242,11 +244,13 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   from trainer.task import task_class  # pylint: disable=g-import-not-at-top
 
   validation.check_trainer_fields(config)
+  family = task_class(config.task)
+  validation.resolve_config(config, family)
   try:
     devices = topologies.get_topology_desc(platform='tpu', topology_name=topology).devices
   except Exception as error:  # pylint: disable=broad-except  (libtpu's own message names the problem)
     raise ConfigError(f'--topology {topology!r}: {str(error).splitlines()[0]}') from None
-  task = task_class(config.task).without_data(config, sizes)
+  task = family.without_data(config, sizes)
   total_steps = config.get('total_steps') or 1_000_000  # only the schedule's length: no shape depends on it
   run_step = build_step(
     config, task, max(total_steps, config.optimizer.get('warmup_steps', 0) + 1), devices=devices
@@ -429,5 +433,19 @@ def main(argv):
     sys.exit(1)
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+  """``cli.parse_flags``, with libtpu put on ``sys.path`` first: a config file imports its family, and
+  so JAX, as it loads."""
+  if any(argument == '--config' or argument.startswith('--config=') for argument in argv):
+    folder = _LIBTPU_DIR.default
+    for index, argument in enumerate(argv):
+      if argument.startswith('--libtpu_dir='):
+        folder = argument.split('=', 1)[1]
+      elif argument == '--libtpu_dir' and index + 1 < len(argv):
+        folder = argv[index + 1]
+    _load_libtpu(folder)
+  return cli.parse_flags(argv)
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, flags_parser=_parse_flags)

@@ -31,7 +31,7 @@ from flax import nnx
 from benchmarks.step_cost import CompiledSteps, compiled_flops, profile_and_summarise, utilisation
 from configs.common import trainer_config
 from seq2seq.architectures import make_translator
-from seq2seq.model import default_model_config
+from seq2seq.model import model_section
 from seq2seq.task import Translation
 from seq2seq.tokenizer import PAD_ID
 from trainer.partitioning import global_batch, replicated
@@ -72,7 +72,7 @@ def main(argv):
   del argv
   config = trainer_config()
   config.label_smoothing = 0.1
-  config.model = default_model_config()
+  config.model = model_section({})
   config.model.update(
     variant=_VARIANT.value, share_embeddings=True, max_length=max(256, _LENGTH.value), dtype=_DTYPE.value
   )

@@ -44,7 +44,7 @@ from trainer.partitioning import global_batch, replicated
 from trainer.run_step import build_step
 from trainer.state import train_metrics
 from vit.input_pipeline import ImageShapes, default_data_config, load_image_data
-from vit.model import default_model_config
+from vit.model import model_section
 from vit.task import ImageClassification
 
 _BATCH = flags.DEFINE_integer('batch_size', 128, 'Global batch size.')
@@ -97,7 +97,7 @@ class _SyntheticImageTask(ImageClassification):
 def main(argv):
   del argv
   config = trainer_config()
-  config.model = default_model_config()
+  config.model = model_section({})
   config.model.update(
     variant=_VARIANT.value,
     width=_WIDTH.value,

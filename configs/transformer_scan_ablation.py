@@ -4,21 +4,17 @@
       --axis model.posemb=none,learn1d,sincos1d,relative,rope --axis data.split=simple,length
 
 This is transformer_scan with 1,200 steps instead of 2,400 (it trains what ``--config
-configs/transformer_scan.py --config.total_steps=1200`` trains; evaluation and checkpoints
-come every 1,200 and 600 steps instead of 2,400 and 800), evaluated with greedy decoding on
-each split's test set. The length split trains on action sequences of at most 22 actions and
-tests on longer ones (24 to 48).
-
-Runtime: about 55 minutes on a 2-core CPU for the 10 runs. The table and its comparison with
-the papers: docs/ablations.md, "The Transformer on SCAN"; machine and commit: docs/results.md.
+configs/transformer_scan.py --config.total_steps=1200`` trains), evaluated with greedy decoding on
+each split's test set. The length split trains on action sequences of at most 22 actions and tests
+on longer ones (24 to 48). The table and its comparison with the papers: docs/ablations.md, "The
+Transformer on SCAN"; machine and commit: docs/results.md, "Ablations".
 """
 
 from configs import transformer_scan
+from configs.common import experiment
 
 
 def get_config():
-  config = transformer_scan.get_config()
-  config.total_steps = 1200
-  config.eval_every_steps = 1200
-  config.checkpoint_every_steps = 600
-  return config
+  return experiment(
+    transformer_scan.get_config(), total_steps=1200, eval_every_steps=1200, checkpoint_every_steps=600
+  )

@@ -7,28 +7,20 @@ teacher; ``distill.alpha=0.0`` is the student alone, whose loss and gradient are
   python ablate.py --config configs/vit_digits_distill.py --workdir runs/distill \
       --axis distill.alpha=0.0,0.5 --seeds 3
 
-The student is ``vit_digits`` at half the width and depth (32 wide, 2 layers, 2 heads: 18,154
-parameters to the teacher's 136,010), with the teacher's recipe otherwise. The teacher (``runs/vit_digits``,
-its latest checkpoint) sees the same augmented batches inside the same compiled step. The
-distillation settings (soft, T=2, alpha=0.5) are a first choice, not tuned. DeiT's distillation
-token: ``--config.model.distill_token=True`` (or ``--axis model.distill_token=False,True``; the
-token with alpha 0 is not run, as it would learn nothing). Results, machine and commit:
-docs/results.md.
+The student is ``vit_digits`` at half the width and depth (32 wide, 2 layers, 2 heads), with the
+teacher's recipe otherwise; the teacher (``runs/vit_digits``, its latest checkpoint) sees the same
+augmented batches inside the same compiled step. The distillation settings (soft, T=2, alpha=0.5)
+are a first choice, not tuned. DeiT's distillation token: ``--config.model.distill_token=True``.
+Result: docs/results.md, "Round four: first measurements, not yet records".
 """
 
-import ml_collections
-
 from configs import vit_digits
+from configs.common import experiment
 
 
 def get_config():
-  config = vit_digits.get_config()
-  config.model.update(width=32, depth=2, num_heads=2, mlp_dim=64)
-
-  config.distill = ml_collections.ConfigDict()
-  config.distill.teacher = 'runs/vit_digits'  # a workdir of train.py, or an .npz the ViT reads
-  config.distill.checkpoint = 'latest'  # of a workdir teacher: 'latest', 'best' or a step
-  config.distill.kind = 'soft'  # soft: T^2 KL at the temperature; hard: the teacher's argmax
-  config.distill.temperature = 2.0
-  config.distill.alpha = 0.5  # loss = (1 - alpha) * label loss + alpha * distillation loss
-  return config
+  return experiment(
+    vit_digits.get_config(),
+    model=dict(width=32, depth=2, num_heads=2, mlp_dim=64),
+    distill=dict(teacher='runs/vit_digits', temperature=2.0),
+  )

@@ -1,51 +1,60 @@
 """The translator's architectures behind ``config.model.architecture``: ``transformer`` (the
-default, ``seq2seq.model``) or ``rnn`` (``seq2seq.rnn_model``).
+default, ``seq2seq.model.TransformerOptions``) or ``rnn`` (``seq2seq.rnn_model.RnnOptions``).
 
-A config without the field is a Transformer's (configs written before the RNN existed).
-``make_translator`` is the one way the family builds its model from a ``config.model`` section:
-the architecture's builder fills in what the section lacks from that architecture's
-``default_model_config``.
+A section without the field is a Transformer's, and a Transformer's complete section has the field
+only where it was given. ``make_translator`` is the one way the family builds its model from a
+``config.model`` section: the architecture's options dataclass holds what the section leaves out.
 """
 
 import ml_collections
 from flax import nnx
 
-from attention.options import with_defaults
 from seq2seq import model, rnn_model
+from trainer.errors import ConfigError
 
 ARCHITECTURES = ('transformer', 'rnn')
 
 
-def architecture_of(model_config: ml_collections.ConfigDict) -> str:
-  architecture = model_config.get('architecture', 'transformer')
+def architecture_of(section) -> str:
+  """``'transformer'`` or ``'rnn'`` for a ``model`` section or options; ``ConfigError`` for another."""
+  if isinstance(section, rnn_model.RnnOptions):
+    return 'rnn'
+  if isinstance(section, model.TransformerOptions):
+    return 'transformer'
+  architecture = (section or {}).get('architecture', 'transformer')
   if architecture not in ARCHITECTURES:
-    raise ValueError(
-      f'Unknown model.architecture {architecture!r}; allowed values: {", ".join(ARCHITECTURES)}.'
+    raise ConfigError(
+      f'config.model.architecture is {architecture!r}; allowed values: {", ".join(ARCHITECTURES)}.'
     )
   return architecture
 
 
-def default_model_config(architecture: str = 'transformer') -> ml_collections.ConfigDict:
-  """Every field of the ``model`` section for ``architecture``."""
-  if architecture == 'rnn':
-    return rnn_model.default_model_config()
-  return model.default_model_config()
-
-
-def model_section(model_config) -> ml_collections.ConfigDict:
-  """``model_config`` with what it lacks taken from its architecture's ``default_model_config``
-  (``architecture`` included); ``ValueError`` for an unknown architecture or field."""
-  architecture = architecture_of(model_config)
-  return with_defaults(
-    model_config, dict(default_model_config(architecture).items(), architecture=architecture)
+def model_options(section) -> 'model.TransformerOptions | rnn_model.RnnOptions':
+  """The options of a ``model`` section (``ConfigDict``, ``dict`` or options) for its architecture."""
+  if architecture_of(section) == 'rnn':
+    return rnn_model.model_options(section)
+  if isinstance(section, model.TransformerOptions):
+    return section
+  return model.model_options(
+    {name: value for name, value in (section or {}).items() if name != 'architecture'}
   )
 
 
+def model_section(section) -> ml_collections.ConfigDict:
+  """A ``model`` section with every field of its architecture: the defaults with ``section``'s values
+  over them (a Transformer's ``architecture`` where ``section`` gives it)."""
+  if architecture_of(section) == 'rnn':
+    return rnn_model.model_section(section)
+  complete = model.model_section(model_options(section))
+  if isinstance(section, (dict, ml_collections.ConfigDict)) and 'architecture' in section:
+    complete.architecture = 'transformer'
+  return complete
+
+
 def make_translator(
-  model_config, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
-) -> nnx.Module:
-  """The model a ``config.model`` section (a ``ConfigDict`` or ``dict``) describes; ``ValueError`` for an
-  unknown architecture or a field that architecture does not have."""
-  options = model_section(model_config).to_dict()
-  make = rnn_model.make_rnn_translator if options.pop('architecture') == 'rnn' else model.make_transformer
+  section, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
+) -> model.Transformer | rnn_model.RNNTranslator:
+  """The model a ``config.model`` section (a ``ConfigDict`` or ``dict``) or options describe."""
+  options = model_options(section)
+  make = rnn_model.RNNTranslator if isinstance(options, rnn_model.RnnOptions) else model.Transformer
   return make(options, source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, rngs=rngs)

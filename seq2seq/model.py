@@ -26,7 +26,9 @@ asked. ``encode``, ``init_decode_cache`` and ``decode_step`` serve incremental d
 (``seq2seq.decoding``).
 """
 
+import dataclasses
 import math
+from typing import Literal
 
 import flax
 import jax
@@ -34,9 +36,23 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from attention import Decoder, Encoder, Mask, resolve_dtype, segment_mask, sequence_lengths
-from attention.options import with_defaults
+from attention import (
+  ACTIVATIONS,
+  DTYPES,
+  NORM_PLACEMENTS,
+  BlockOptions,
+  Decoder,
+  Encoder,
+  Mask,
+  resolve_dtype,
+  segment_mask,
+  sequence_lengths,
+)
+from attention.layers import REMAT_POLICIES
+from attention.positional import INJECTIONS, POSEMB_KINDS
+from attention.scores import SCORES
 from seq2seq.tokenizer import PAD_ID
+from trainer.config_sections import from_section, to_section
 
 # name -> (features, encoder_layers, decoder_layers, num_heads, mlp_features)
 VARIANTS = {
@@ -61,6 +77,67 @@ def decode_variant(variant: str) -> dict[str, int]:
     num_heads=num_heads,
     mlp_features=mlp_features,
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerOptions:
+  """The fields of a Transformer translator's ``model`` section, with their defaults (the module
+  docstring says what each does). A named ``variant`` decides the width, layer counts, heads and MLP
+  (``with_variant``); ``'custom'`` takes them from these fields."""
+
+  variant: Literal[(*VARIANTS, 'custom')] = 'small'
+  features: int = 256
+  encoder_layers: int = 3
+  decoder_layers: int = 3
+  num_heads: int = 4
+  mlp_features: int = 1024
+  share_embeddings: bool = False
+  tie_output: bool = True
+  posemb: Literal[POSEMB_KINDS] = 'sincos1d'
+  posemb_injection: Literal[INJECTIONS] = 'stem'
+  max_length: int = 256
+  score: Literal[SCORES] = 'scaled_dot'
+  dropout: float = 0.1
+  attention_dropout: float = 0.0
+  dtype: Literal[tuple(DTYPES)] = 'float32'
+  activation: Literal[ACTIVATIONS] = 'gelu'
+  norm_placement: Literal[NORM_PLACEMENTS] = 'pre'
+  use_bias: bool = True
+  scan_layers: bool = False
+  remat: Literal[tuple(REMAT_POLICIES)] = 'none'
+
+  def __post_init__(self):
+    if self.variant != 'custom':
+      decode_variant(self.variant)
+
+  def with_variant(self) -> 'TransformerOptions':
+    """These options with a named variant's sizes in their fields."""
+    return self if self.variant == 'custom' else dataclasses.replace(self, **decode_variant(self.variant))
+
+  def block(self) -> BlockOptions:
+    """What every encoder and decoder block is built with."""
+    return BlockOptions(
+      score=self.score,
+      dropout=self.dropout,
+      attention_dropout=self.attention_dropout,
+      activation=self.activation,
+      norm_placement=self.norm_placement,
+      use_bias=self.use_bias,
+      dtype=resolve_dtype(self.dtype),
+    )
+
+
+def model_options(section) -> TransformerOptions:
+  """The ``TransformerOptions`` of a ``model`` section (``ConfigDict``, ``dict`` or options): its fields
+  over the defaults; ``ConfigError`` naming an unknown or ill-typed field."""
+  if isinstance(section, TransformerOptions):
+    return section
+  return from_section(TransformerOptions, section, 'model')
+
+
+def model_section(section) -> ml_collections.ConfigDict:
+  """A ``model`` section with every field: the defaults with ``section``'s values over them."""
+  return to_section(model_options(section))
 
 
 def _padding(valid: jax.Array) -> Mask:
@@ -92,74 +169,49 @@ class Packing:
 
 
 class Transformer(nnx.Module):
-  """Every option is given: their defaults are those of ``default_model_config``, which
-  ``make_transformer`` fills in."""
+  """The Transformer ``options`` describe, between vocabularies of the given sizes."""
 
   def __init__(
-    self,
-    *,
-    source_vocab_size: int,
-    target_vocab_size: int,
-    features: int,
-    encoder_layers: int,
-    decoder_layers: int,
-    num_heads: int,
-    mlp_features: int,
-    share_embeddings: bool,
-    tie_output: bool,
-    posemb: str,
-    posemb_injection: str,
-    max_length: int,
-    score: str,
-    dropout: float,
-    attention_dropout: float,
-    activation: str,
-    norm_placement: str,
-    use_bias: bool,
-    scan_layers: bool,
-    remat: str,
-    dtype: str,
-    rngs: nnx.Rngs,
+    self, options: TransformerOptions, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
   ):
-    if share_embeddings and source_vocab_size != target_vocab_size:
+    if options.share_embeddings and source_vocab_size != target_vocab_size:
       raise ValueError(
         f'share_embeddings needs one vocabulary, but the source has {source_vocab_size} '
         f'tokens and the target {target_vocab_size}.'
       )
-    compute_dtype = resolve_dtype(dtype)
+    options = options.with_variant()
+    block = options.block()
+    features = options.features
     self.features = features
-    self.max_length = max_length
-    self.compute_dtype = compute_dtype
+    self.max_length = options.max_length
+    self.compute_dtype = block.dtype
     embedding_init = nnx.initializers.normal(stddev=features**-0.5)
 
     def embedding(vocab_size):
-      return nnx.Embed(vocab_size, features, dtype=compute_dtype, embedding_init=embedding_init, rngs=rngs)
+      return nnx.Embed(vocab_size, features, dtype=block.dtype, embedding_init=embedding_init, rngs=rngs)
 
     self.source_embedding = embedding(source_vocab_size)
     # One module under two names: NNX keeps a single table, updated by both uses.
-    self.target_embedding = self.source_embedding if share_embeddings else embedding(target_vocab_size)
-    common = dict(
-      num_heads=num_heads,
-      mlp_features=mlp_features,
-      posemb=posemb,
-      posemb_injection=posemb_injection,
-      max_length=max_length,
-      score=score,
-      dropout_rate=dropout,
-      attention_dropout_rate=attention_dropout,
-      activation=activation,
-      norm_placement=norm_placement,
-      use_bias=use_bias,
-      scan_layers=scan_layers,
-      remat=remat,
-      dtype=compute_dtype,
+    self.target_embedding = (
+      self.source_embedding if options.share_embeddings else embedding(target_vocab_size)
+    )
+    stack = dict(
+      features=features,
+      num_heads=options.num_heads,
+      mlp_features=options.mlp_features,
+      block=block,
+      posemb=options.posemb,
+      posemb_injection=options.posemb_injection,
+      max_length=options.max_length,
+      scan_layers=options.scan_layers,
+      remat=options.remat,
       rngs=rngs,
     )
-    self.encoder = Encoder(features=features, depth=encoder_layers, **common)
-    self.decoder = Decoder(features=features, depth=decoder_layers, **common)
-    self.tie_output = tie_output
-    if not tie_output:
-      self.output_projection = nnx.Linear(features, target_vocab_size, dtype=compute_dtype, rngs=rngs)
+    self.encoder = Encoder(depth=options.encoder_layers, **stack)
+    self.decoder = Decoder(depth=options.decoder_layers, **stack)
+    self.tie_output = options.tie_output
+    if not options.tie_output:
+      self.output_projection = nnx.Linear(features, target_vocab_size, dtype=block.dtype, rngs=rngs)
 
   def _embed(self, embedding: nnx.Embed, ids: jax.Array) -> jax.Array:
     return embedding(ids) * jnp.asarray(math.sqrt(self.features), self.compute_dtype)
@@ -297,49 +349,14 @@ class Transformer(nnx.Module):
     return self._logits(x), cache
 
 
-def default_model_config() -> ml_collections.ConfigDict:
-  """Every field of the Transformer's ``model`` section with its default: the one place they live.
-
-  A config written before a field existed (``activation``, ``norm_placement``, ``use_bias``,
-  ``scan_layers``, ``remat``) gets its value here, as every section that lacks a field does.
-  """
-  return ml_collections.ConfigDict(
-    dict(
-      variant='small',
-      features=256,
-      encoder_layers=3,
-      decoder_layers=3,
-      num_heads=4,
-      mlp_features=1024,
-      share_embeddings=False,
-      tie_output=True,
-      posemb='sincos1d',
-      posemb_injection='stem',
-      max_length=256,
-      score='scaled_dot',
-      dropout=0.1,
-      attention_dropout=0.0,
-      dtype='float32',
-      activation='gelu',
-      norm_placement='pre',
-      use_bias=True,
-      scan_layers=False,
-      remat='none',
-    )
-  )
-
-
 def make_transformer(
-  model_config, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
+  section, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
 ) -> Transformer:
-  """The Transformer a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field it lacks
-  takes its ``default_model_config`` value, one it has that is not there is a ``ValueError``). A named
-  ``variant`` gives the shape; ``'custom'`` takes ``features``, the layer counts, heads and MLP width
-  from the section."""
-  options = with_defaults(model_config, default_model_config()).to_dict()
-  variant = options.pop('variant')
-  if variant != 'custom':
-    options.update(decode_variant(variant))
+  """The Transformer a ``config.model`` section describes (a ``ConfigDict`` or ``dict`` whose missing
+  fields take their ``TransformerOptions`` defaults, or ``TransformerOptions``)."""
   return Transformer(
-    source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, rngs=rngs, **options
+    model_options(section),
+    source_vocab_size=source_vocab_size,
+    target_vocab_size=target_vocab_size,
+    rngs=rngs,
   )

@@ -26,15 +26,18 @@ intermediates)`` (``cross_attention_weights``: one layer ``[batch, 1, target, so
 state and the last attentional vector playing the role of the self-attention cache.
 """
 
+import dataclasses
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
 from attention.masks import masked_softmax
-from attention.options import with_defaults
 from attention.scores import SCORES, AttentionScore
 from seq2seq.tokenizer import PAD_ID
+from trainer.config_sections import from_section, to_section
 
 ENCODER_CELLS = ('gru', 'lstm')
 ATTENTION_SCORES = (*SCORES, 'none')
@@ -49,44 +52,59 @@ def check_options(encoder_cell: str, attention_score: str) -> None:
     )
 
 
-class RNNTranslator(nnx.Module):
-  """Every option is given: their defaults are those of ``default_model_config``, which
-  ``make_rnn_translator`` fills in."""
+@dataclasses.dataclass(frozen=True)
+class RnnOptions:
+  """The fields of an RNN translator's ``model`` section, with their defaults (the sizes of Bahdanau's
+  model in the PyTorch tutorial); the module docstring says what each does."""
 
-  def __init__(
-    self,
-    *,
-    source_vocab_size: int,
-    target_vocab_size: int,
-    embedding_features: int,
-    encoder_hidden: int,
-    decoder_hidden: int,
-    encoder_cell: str,
-    attention_score: str,
-    dropout: float,
-    share_embeddings: bool,
-    max_length: int,
-    rngs: nnx.Rngs,
-  ):
-    check_options(encoder_cell, attention_score)
-    if min(embedding_features, encoder_hidden, decoder_hidden) < 1:
+  architecture: Literal['rnn'] = 'rnn'
+  embedding_features: int = 256
+  encoder_hidden: int = 512
+  decoder_hidden: int = 512
+  encoder_cell: Literal[ENCODER_CELLS] = 'gru'
+  attention_score: Literal[ATTENTION_SCORES] = 'additive'
+  dropout: float = 0.5
+  share_embeddings: bool = False
+  max_length: int = 256
+
+  def __post_init__(self):
+    check_options(self.encoder_cell, self.attention_score)
+    if min(self.embedding_features, self.encoder_hidden, self.decoder_hidden) < 1:
       raise ValueError(
         'embedding_features, encoder_hidden and decoder_hidden must be at least 1, got '
-        f'{embedding_features}, {encoder_hidden} and {decoder_hidden}.'
+        f'{self.embedding_features}, {self.encoder_hidden} and {self.decoder_hidden}.'
       )
-    if share_embeddings and source_vocab_size != target_vocab_size:
+
+
+def model_options(section) -> RnnOptions:
+  """The ``RnnOptions`` of a ``model`` section (``ConfigDict``, ``dict`` or options): its fields over
+  the defaults; ``ConfigError`` naming an unknown or ill-typed field."""
+  return section if isinstance(section, RnnOptions) else from_section(RnnOptions, section, 'model')
+
+
+def model_section(section) -> ml_collections.ConfigDict:
+  """A ``model`` section with every field: the defaults with ``section``'s values over them."""
+  return to_section(model_options(section))
+
+
+class RNNTranslator(nnx.Module):
+  """The RNN translator ``options`` describe, between vocabularies of the given sizes."""
+
+  def __init__(self, options: RnnOptions, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs):
+    if options.share_embeddings and source_vocab_size != target_vocab_size:
       raise ValueError(
         f'share_embeddings needs one vocabulary, but the source has {source_vocab_size} '
         f'tokens and the target {target_vocab_size}.'
       )
-    self.encoder_cell = encoder_cell
-    self.attention_score = attention_score
+    embedding_features, encoder_hidden = options.embedding_features, options.encoder_hidden
+    decoder_hidden, encoder_cell = options.decoder_hidden, options.encoder_cell
+    self.encoder_cell, self.attention_score = encoder_cell, options.attention_score
     self.encoder_hidden = encoder_hidden
-    self.max_length = max_length
+    self.max_length = options.max_length
     self.source_embedding = nnx.Embed(source_vocab_size, embedding_features, rngs=rngs)
     self.target_embedding = (
       self.source_embedding
-      if share_embeddings
+      if options.share_embeddings
       else nnx.Embed(target_vocab_size, embedding_features, rngs=rngs)
     )
 
@@ -99,12 +117,12 @@ class RNNTranslator(nnx.Module):
     memory_features = 2 * encoder_hidden
     self.bridge = nnx.Linear(encoder_hidden, decoder_hidden, rngs=rngs)
     self.decoder_cell = nnx.GRUCell(embedding_features + decoder_hidden, decoder_hidden, rngs=rngs)
-    if attention_score != 'none':
+    if options.attention_score != 'none':
       self.key_projection = nnx.Linear(memory_features, decoder_hidden, use_bias=False, rngs=rngs)
-      self.score = AttentionScore(attention_score, num_heads=1, head_dim=decoder_hidden, rngs=rngs)
+      self.score = AttentionScore(options.attention_score, num_heads=1, head_dim=decoder_hidden, rngs=rngs)
     self.combine = nnx.Linear(memory_features + decoder_hidden, decoder_hidden, rngs=rngs)
     self.output_projection = nnx.Linear(decoder_hidden, target_vocab_size, rngs=rngs)
-    self.dropout = nnx.Dropout(dropout)
+    self.dropout = nnx.Dropout(options.dropout)
 
   def _check_length(self, length: int, what: str) -> None:
     if length > self.max_length:
@@ -235,30 +253,14 @@ class RNNTranslator(nnx.Module):
     return self._logits(attentional, deterministic=True, rngs=None), [dict(layer, self=state)]
 
 
-def default_model_config() -> ml_collections.ConfigDict:
-  """The ``model`` section of an RNN translator (the sizes of Bahdanau's model in the PyTorch tutorial)."""
-  return ml_collections.ConfigDict(
-    dict(
-      architecture='rnn',
-      embedding_features=256,
-      encoder_hidden=512,
-      decoder_hidden=512,
-      encoder_cell='gru',
-      attention_score='additive',
-      dropout=0.5,
-      share_embeddings=False,
-      max_length=256,
-    )
-  )
-
-
 def make_rnn_translator(
-  model_config, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
+  section, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
 ) -> RNNTranslator:
-  """The RNN translator a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field it
-  lacks takes its ``default_model_config`` value, one it has that is not there is a ``ValueError``)."""
-  options = with_defaults(model_config, default_model_config()).to_dict()
-  del options['architecture']  # 'rnn', which chose this function
+  """The RNN translator a ``config.model`` section describes (a ``ConfigDict`` or ``dict`` whose missing
+  fields take their ``RnnOptions`` defaults, or ``RnnOptions``)."""
   return RNNTranslator(
-    source_vocab_size=source_vocab_size, target_vocab_size=target_vocab_size, rngs=rngs, **options
+    model_options(section),
+    source_vocab_size=source_vocab_size,
+    target_vocab_size=target_vocab_size,
+    rngs=rngs,
   )

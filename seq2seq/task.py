@@ -47,7 +47,8 @@ from flax import nnx
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from seq2seq import ablation_table, input_pipeline
-from seq2seq.architectures import make_translator, model_section
+from seq2seq import config_sections as sections
+from seq2seq.architectures import architecture_of, make_translator, model_section
 from seq2seq.decoding import translate
 from seq2seq.model import PACKING_KEYS, PAD_ID, Packing
 from seq2seq.packing import PackedTrainingBatches
@@ -176,6 +177,7 @@ class TranslationReporting(Reporting):
 
 
 class Translation(Task):
+  config_sections = sections.SECTIONS
   train_metrics = TranslationMetrics
   eval_metrics = TranslationEvalMetrics
   # the SentencePiece files may move; what they hold is checked against the workdir's copy
@@ -195,11 +197,8 @@ class Translation(Task):
       if data.get(field) is not None:
         check_split_name(data[field], f'config.data.{field}')
     check_tokenizer_config(data.tokenizer)
-    try:
-      model = model_section(config.model)
-    except ValueError as error:
-      raise ConfigError(f'model: {error}') from None
-    architecture = model.architecture
+    model = model_section(config.model)
+    architecture = architecture_of(config.model)
     if model.share_embeddings and not data.tokenizer.shared:
       raise ConfigError('model.share_embeddings needs one vocabulary: set data.tokenizer.shared=True.')
     if min(data.max_source_length, data.max_target_length) < 2 or data.pad_to_multiple < 1:

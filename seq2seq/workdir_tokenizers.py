@@ -30,8 +30,10 @@ from collections.abc import Callable, Sequence
 import ml_collections
 import numpy as np
 
+from seq2seq import config_sections
 from seq2seq.tokenizer import CONFIG_FILE, SentencePieceTokenizer, Tokenizer, WordTokenizer, load_tokenizer
 from trainer import storage
+from trainer.config_sections import to_section
 from trainer.errors import ConfigError, DataError, MissingFileError
 
 TOKENIZER_KINDS = ('word', 'sentencepiece')
@@ -39,18 +41,8 @@ TOKENIZER_DIR = 'tokenizer'
 
 
 def default_tokenizer_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(
-    dict(
-      kind='sentencepiece',
-      shared=True,
-      model_type='unigram',
-      vocab_size=8000,
-      character_coverage=1.0,
-      max_training_sentences=1_000_000,
-      model_file=ml_collections.FieldReference(None, field_type=str),
-      target_model_file=ml_collections.FieldReference(None, field_type=str),
-    )
-  )
+  """Every ``data.tokenizer`` field with its default (``seq2seq.config_sections.Tokenizer``)."""
+  return to_section(config_sections.Tokenizer())
 
 
 def check_tokenizer_config(config: ml_collections.ConfigDict) -> None:

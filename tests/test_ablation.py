@@ -175,10 +175,10 @@ def test_bad_axes_fail_before_any_run(tmp_path, no_training):
     ('model.width=16,wide', "'wide' is not of the field's type, int"),
     (
       'model.posemb=none,learn3d',
-      "Unknown positional encoding 'learn3d'; allowed values: none, learn1d, learn2d",
+      "config.model.posemb is 'learn3d'; allowed values: none, learn1d, learn2d",
     ),
     ('model.posemb_injection=stem,everywhere', 'allowed values: stem, every_layer, every_layer_shared'),
-    ('model.pool=cls,avg', "Unknown pool 'avg'"),
+    ('model.pool=cls,avg', "config.model.pool is 'avg'; allowed values: cls, gap, map."),
     ('model.posemb', "expected 'path=value1,value2,...'"),
     ('seed=1,2', 'use --seeds'),
   ]

@@ -292,18 +292,19 @@ def _fields(config, prefix=''):
   'name',
   sorted(path.stem for path in (REPO / 'configs').glob('*.py') if path.stem not in ('__init__', 'common')),
 )
-def test_every_config_writes_out_every_field_and_is_valid(name):
+def test_every_config_is_complete_and_valid(name):
+  """A config states what differs; its ``get_config()`` has every field of the trainer and of its
+  family's sections (the optional ones where it writes them), and nothing else."""
   import importlib
 
   from configs.common import trainer_config
 
   config = importlib.import_module(f'configs.{name}').get_config()
-  optional = set()
   if config.task == 'vit.task:ImageClassification':
     from vit import distillation, input_pipeline, model, pretrained
     from vit import task as vit_task
 
-    sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
+    sections = dict(data=input_pipeline.default_data_config(), model=model.model_section({}))
     # optional sections: written out whole where a config has them
     if 'init_from' in config:
       sections['init_from'] = pretrained.default_init_from_config()
@@ -311,21 +312,78 @@ def test_every_config_writes_out_every_field_and_is_valid(name):
       sections['fewshot'] = vit_task.default_fewshot_config()
     if 'distill' in config:
       sections['distill'] = distillation.default_distill_config()
-    optional = {
-      'optimizer.frozen',
-      'optimizer.layer_decay',
-      'optimizer.layer_decay_stem',
-      'optimizer.layer_regex',
-    }
   elif config.task == 'video.task:VideoClassification':
     from video import input_pipeline, model
 
-    sections = dict(data=input_pipeline.default_data_config(), model=model.default_model_config())
+    sections = dict(data=input_pipeline.default_data_config(), model=model.model_section({}))
   else:
     from seq2seq import architectures, task
 
-    model_section = architectures.default_model_config(config.model.get('architecture', 'transformer'))
+    model_section = architectures.model_section(
+      {'architecture': config.model.architecture} if 'architecture' in config.model else {}
+    )
     sections = dict(data=task.default_data_config(), model=model_section, decode=task.default_decode_config())
-  expected = _fields(trainer_config()) | {'label_smoothing'} | _fields(sections)
-  assert _fields(config) - optional == expected
+  assert _fields(config) == _fields(trainer_config()) | _fields(sections)
   validation.check_trainer_fields(config)
+
+
+def test_a_config_that_lacks_fields_gets_their_defaults():
+  """Once every field had to be written; now the trainer's and the family's defaults fill the rest."""
+  import ml_collections
+
+  from trainer.task import task_class
+
+  config = ml_collections.ConfigDict(
+    dict(
+      task='vit.task:ImageClassification',
+      num_epochs=1.0,
+      model=dict(width=32),
+      data=dict(augment=dict(flip=True)),
+    )
+  )
+  validation.resolve_config(config, task_class(config.task))
+  assert config.batch_size == 128 and config.optimizer.name == 'adamw' and config.mesh.data == -1
+  assert config.label_smoothing == 0.0 and config.ema.decay == 0.0 and config.wandb.project == ''
+  assert config.model.width == 32 and config.model.depth == 6  # given, and vit.model's default
+  assert config.data.augment.flip and config.data.augment.crop_ratio == (3 / 4, 4 / 3)
+  assert 'init_from' not in config and 'fewshot' not in config  # optional sections stay absent
+  with pytest.raises(ConfigError, match=r'unknown config field data\.nosuch; the fields of data are'):
+    validation.resolve_config(
+      ml_collections.ConfigDict(dict(task=config.task, num_epochs=1.0, data=dict(nosuch=1))),
+      task_class(config.task),
+    )
+  with pytest.raises(ConfigError, match=r'config\.data\.augment\.flip is 1; it must be True or False'):
+    validation.resolve_config(
+      ml_collections.ConfigDict(dict(task=config.task, num_epochs=1.0, data=dict(augment=dict(flip=1)))),
+      task_class(config.task),
+    )
+
+
+@pytest.mark.parametrize(
+  'field, value, message',
+  [
+    ('label_smoothing', 1.0, 'config.label_smoothing is 1.0; it must be a number in [0, 1)'),
+    ('num_epochs', float('inf'), 'config.num_epochs is inf; it must be a finite number >= 0'),
+    ('optimizer.learning_rate', 0.0, 'config.optimizer.learning_rate is 0.0; it must be a finite number > 0'),
+    ('optimizer.layer_decay', 1.5, 'config.optimizer.layer_decay is 1.5; it must be a number in (0, 1]'),
+    ('optimizer.name', 'adam', "config.optimizer.name is 'adam'; allowed values: adamw, sgd"),
+    ('mesh.data', 0, 'config.mesh.data is 0; it must be -1 (all devices left) or >= 1'),
+    ('batch_size', 'big', "config.batch_size is 'big'; it must be an integer"),
+    ('eval_splits', ('test', 'test'), "config.eval_splits is ('test', 'test'); each split may be named once"),
+    ('profile_steps', (3, 2), 'config.profile_steps is (3, 2); it must be a tuple of step numbers >= 1'),
+    ('wandb.name', ' run', "config.wandb.name is ' run'; it must be a name without surrounding spaces"),
+  ],
+)
+def test_the_schema_checks_each_trainer_field_in_one_place(field, value, message):
+  import ml_collections
+
+  config = ml_collections.ConfigDict(dict(task='vit.task:ImageClassification', num_epochs=1.0))
+  *sections, name = field.split('.')
+  section = config
+  for part in sections:
+    section[part] = section.get(part) or ml_collections.ConfigDict()
+    section = section[part]
+  section[name] = value
+  with pytest.raises(ConfigError) as error:
+    validation.check_trainer_fields(config)
+  assert str(error.value).startswith(message) and '\n' not in str(error.value)

@@ -1,11 +1,13 @@
 """Transformer blocks and stacks against NumPy: norm placement, activations, the stem's dropout."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from attention import Decoder, DecoderBlock, Encoder, EncoderBlock, causal_mask, sincos_1d_table
+from attention import BlockOptions, Decoder, DecoderBlock, Encoder, EncoderBlock, causal_mask, sincos_1d_table
 from attention.blocks import DropPath
 
 FEATURES, HEADS, LENGTH = 8, 2, 5
@@ -69,9 +71,8 @@ def _numpy_encoder_block(block, x, norm_placement, activation):
 @pytest.mark.parametrize('norm_placement', ['pre', 'post'])
 @pytest.mark.parametrize('activation', ['gelu', 'relu'])
 def test_encoder_block_matches_numpy(norm_placement, activation):
-  block = EncoderBlock(
-    FEATURES, HEADS, 16, norm_placement=norm_placement, activation=activation, rngs=nnx.Rngs(0)
-  )
+  options = BlockOptions(norm_placement=norm_placement, activation=activation)
+  block = EncoderBlock(FEATURES, HEADS, 16, options, rngs=nnx.Rngs(0))
   _randomise(block)
   x = _tokens()
   out, _ = block(x)
@@ -81,16 +82,21 @@ def test_encoder_block_matches_numpy(norm_placement, activation):
 
 def test_relu_and_gelu_differ_only_in_the_activation():
   x = _tokens()
-  relu = EncoderBlock(FEATURES, HEADS, 16, activation='relu', rngs=nnx.Rngs(0))
-  gelu = EncoderBlock(FEATURES, HEADS, 16, activation='gelu', rngs=nnx.Rngs(0))
+  relu = EncoderBlock(FEATURES, HEADS, 16, BlockOptions(activation='relu'), rngs=nnx.Rngs(0))
+  gelu = EncoderBlock(FEATURES, HEADS, 16, BlockOptions(activation='gelu'), rngs=nnx.Rngs(0))
   assert not np.allclose(relu(x)[0], gelu(x)[0])
   hidden = relu.mlp.fc1(x)
   np.testing.assert_allclose(relu.mlp(x), relu.mlp.fc2(jnp.maximum(hidden, 0.0)), atol=1e-6)
 
 
 def _stack(kind, **options):
+  """A small stack; the options that are ``BlockOptions`` fields go into its ``block``."""
+  block = {name: options.pop(name) for name in list(options) if name in _BLOCK_FIELDS}
   common = dict(features=FEATURES, depth=2, num_heads=HEADS, mlp_features=16, max_length=8, rngs=nnx.Rngs(0))
-  return (Encoder if kind == 'encoder' else Decoder)(**{**common, **options})
+  return (Encoder if kind == 'encoder' else Decoder)(**{**common, **options}, block=BlockOptions(**block))
+
+
+_BLOCK_FIELDS = {field.name for field in dataclasses.fields(BlockOptions)}
 
 
 @pytest.mark.parametrize('kind', ['encoder', 'decoder'])
@@ -131,7 +137,9 @@ def test_cached_post_norm_decoder_equals_the_full_pass(norm_placement, posemb):
 
 
 def test_decoder_block_post_norm_is_the_residual_sum_normalised():
-  block = DecoderBlock(FEATURES, HEADS, 16, norm_placement='post', activation='relu', rngs=nnx.Rngs(0))
+  block = DecoderBlock(
+    FEATURES, HEADS, 16, BlockOptions(norm_placement='post', activation='relu'), rngs=nnx.Rngs(0)
+  )
   _randomise(block)
   x, encoded = _tokens(), _tokens(seed=1)
   out, _ = block(x, encoded, self_mask=causal_mask(LENGTH))
@@ -143,14 +151,38 @@ def test_decoder_block_post_norm_is_the_residual_sum_normalised():
 @pytest.mark.parametrize(
   'option, value, message',
   [
-    ('activation', 'swish', "Unknown activation 'swish'; allowed values: gelu, gelu_exact, quick_gelu, relu"),
-    ('norm_placement', 'sandwich', "Unknown norm_placement 'sandwich'; allowed values: pre, post"),
+    (
+      'activation',
+      'swish',
+      "^Unknown activation 'swish'; allowed values: gelu, gelu_exact, quick_gelu, relu.$",
+    ),
+    ('norm_placement', 'sandwich', "^Unknown norm_placement 'sandwich'; allowed values: pre, post.$"),
+    ('score', 'bilinear', "^Unknown score 'bilinear'; allowed values: dot, scaled_dot, cosine, additive.$"),
+    ('dropout', 1.0, r'^dropout must be in \[0, 1\), got 1.0.$'),
+    ('attention_dropout', -0.1, r'^attention_dropout must be in \[0, 1\), got -0.1.$'),
+    ('layernorm_epsilon', 0.0, '^layernorm_epsilon must be positive, got 0.0.$'),
+    ('param_dtype', jnp.int32, '^param_dtype must be a floating-point dtype'),
   ],
 )
-@pytest.mark.parametrize('kind', ['encoder', 'decoder'])
-def test_unknown_options_name_the_allowed_values(kind, option, value, message):
+def test_bad_block_options_are_one_line_naming_the_field(option, value, message):
   with pytest.raises(ValueError, match=message):
-    _stack(kind, **{option: value})
+    BlockOptions(**{option: value})
+
+
+@pytest.mark.parametrize('kind', ['encoder', 'decoder'])
+def test_every_block_of_a_stack_is_built_with_the_stack_options(kind):
+  options = dict(
+    norm_placement='post', activation='relu', layernorm_epsilon=1e-3, dropout=0.2, use_bias=False
+  )
+  stack = _stack(kind, **options)
+  for block in stack.blocks:
+    assert block.norm_placement == 'post' and block.mlp.activation == 'relu'
+    assert block.mlp.dropout.rate == block.dropout.rate == 0.2
+    norms = [module for _, module in nnx.iter_graph(block) if isinstance(module, nnx.LayerNorm)]
+    assert len(norms) == (2 if kind == 'encoder' else 3) and all(norm.epsilon == 1e-3 for norm in norms)
+    attentions = [block.attention] if kind == 'encoder' else [block.self_attention, block.cross_attention]
+    assert all(not hasattr(attention.out, 'bias') or attention.out.bias is None for attention in attentions)
+  assert stack.dropout.rate == 0.2
 
 
 _seen = {}
@@ -166,7 +198,7 @@ class _Recorder(nnx.Module):
 
 @pytest.mark.parametrize('kind', ['encoder', 'decoder'])
 def test_stem_dropout_drops_the_positional_encoding_too(kind):
-  stack = _stack(kind, depth=1, posemb='sincos1d', dropout_rate=0.5)
+  stack = _stack(kind, depth=1, posemb='sincos1d', dropout=0.5)
   stack.blocks[0] = _Recorder()
   zeros = jnp.zeros((4, LENGTH, FEATURES))
   args = (zeros,) if kind == 'encoder' else (zeros, _tokens(seed=1))

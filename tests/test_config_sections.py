@@ -6,7 +6,7 @@ import typing
 import ml_collections
 import pytest
 
-from trainer.config_sections import from_section, to_section
+from trainer.config_sections import from_section, optional, section_reader, to_section
 from trainer.errors import ConfigError
 
 
@@ -71,3 +71,19 @@ def test_a_bad_field_is_one_line_naming_it(section, message):
   with pytest.raises(ConfigError) as caught:
     from_section(_Options, section, 'model')
   assert message in str(caught.value) and '\n' not in str(caught.value)
+
+
+def test_a_none_default_is_a_typed_reference_the_command_line_can_set():
+  section = to_section(_Options())
+  assert section.path is None
+  section.path = '/data'  # a str field: an int would be refused
+  with pytest.raises(TypeError):
+    section.path = 3
+
+
+def test_an_optional_section_stays_absent_until_given():
+  read = optional(section_reader(_Options, 'extra'))
+  assert read(None) is None
+  assert read(dict(width=3)).width == 3 and read(dict(width=3)).pool == 'cls'
+  with pytest.raises(ConfigError, match=r'config\.extra\.width is .a.; it must be an integer'):
+    read(dict(width='a'))

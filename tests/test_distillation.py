@@ -182,7 +182,7 @@ def test_no_teacher_is_the_default_and_keeps_the_plain_loss(tmp_path):
     (dict(alpha=1.5), 'config.distill.alpha is 1.5; it must be a number in [0, 1].'),
     (dict(alpha=True), 'config.distill.alpha is True'),
     (dict(checkpoint='first'), "config.distill.checkpoint is 'first'"),
-    (dict(teachr='x'), "config.distill: unknown field 'teachr'"),
+    (dict(teachr='x'), 'unknown config field distill.teachr; the fields of distill are: teacher, checkpoint'),
     (dict(teacher=3), 'config.distill.teacher is 3'),
   ],
 )

@@ -87,7 +87,7 @@ def test_bad_decay_is_one_line(value, message):
 def test_unknown_ema_field_is_one_line():
   config = tiny_vit_config()
   config.ema.warmup = 10
-  with pytest.raises(ConfigError, match=r'unknown config field ema.warmup; known: decay'):
+  with pytest.raises(ConfigError, match=r'unknown config field ema.warmup; the fields of ema are: decay'):
     validation.check_trainer_fields(config)
 
 

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -9,6 +10,7 @@ from flax import nnx
 
 from benchmarks.step_cost import compiled_flops
 from tests.vit_test_configs import tiny_vit_config
+from trainer import validation
 from trainer.errors import ConfigError
 from trainer.optim import (
   default_optimizer_config,
@@ -93,8 +95,14 @@ def test_freezing_the_top_block_leaves_every_other_multiplier_as_it_was():
 def test_bad_group_options_fail_with_the_field_named():
   with pytest.raises(ConfigError, match='optimizer.frozen'):
     parameter_groups(_config(frozen='('), _params())
-  with pytest.raises(ConfigError, match='layer_decay'):
-    parameter_groups(_config(layer_decay=1.5), _params())
+  with pytest.raises(
+    ConfigError, match=r'config\.optimizer\.layer_decay is 1\.5; it must be a number in \(0, 1\]'
+  ):
+    validation.check_trainer_fields(
+      ml_collections.ConfigDict(
+        dict(task='vit.task:ImageClassification', total_steps=1, optimizer=_config(layer_decay=1.5))
+      )
+    )
   with pytest.raises(ConfigError, match='optimizer.layer_regex'):
     make_optimizer(_config(layer_regex='[', layer_decay=0.5), 10)
   with pytest.raises(ConfigError, match='freezes every parameter'):

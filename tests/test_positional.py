@@ -11,6 +11,7 @@ from flax import nnx
 from attention import (
   INJECTIONS,
   POSEMB_KINDS,
+  BlockOptions,
   DecoderBlock,
   Encoder,
   PositionalEncoding,
@@ -290,7 +291,7 @@ def test_encoder_returns_attention_maps_and_stochastic_depth_trains():
     posemb='learn1d',
     max_length=6,
     drop_path_rate=0.5,
-    dropout_rate=0.0,  # so that only stochastic depth makes training differ
+    block=BlockOptions(dropout=0.0),  # so that only stochastic depth makes training differ
     rngs=nnx.Rngs(0),
   )
   x = _tokens(6)

@@ -9,7 +9,7 @@ from flax import nnx
 
 from attention.scores import AttentionScore
 from configs import rnn_scan
-from seq2seq.architectures import default_model_config
+from seq2seq.architectures import model_section
 from seq2seq.decoding import beam_search, greedy_search, uncached_greedy_search
 from seq2seq.rnn_model import ATTENTION_SCORES, make_rnn_translator
 from tests.config_overrides import override
@@ -209,13 +209,15 @@ def test_bad_options_fail_with_the_allowed_values():
     tiny_rnn('general')
   with pytest.raises(ValueError, match='allowed values: gru, lstm'):
     tiny_rnn(encoder_cell='rnn')
-  with pytest.raises(ConfigError, match="model.architecture 'lstm'; allowed values: transformer, rnn"):
+  with pytest.raises(
+    ConfigError, match="config.model.architecture is 'lstm'; allowed values: transformer, rnn"
+  ):
     load_task(tiny_rnn_config(**{'model.architecture': 'lstm'}))
-  with pytest.raises(ConfigError, match="model: Unknown attention_score 'luong'"):
+  with pytest.raises(ConfigError, match="config.model.attention_score is 'luong'; allowed values: "):
     load_task(tiny_rnn_config(**{'model.attention_score': 'luong'}))
   with pytest.raises(ConfigError, match='needs one vocabulary'):
     load_task(tiny_rnn_config(**{'model.share_embeddings': True}))
-  assert set(default_model_config('rnn')) == set(tiny_rnn_config().model)
+  assert set(model_section({'architecture': 'rnn'})) == set(tiny_rnn_config().model)
 
 
 @pytest.mark.slow  # runs the trainer

@@ -177,7 +177,7 @@ def test_vit_npz_reads_and_writes_the_same_arrays_scanned_or_not(tmp_path):
 
 def test_an_unknown_remat_is_a_one_line_error_naming_the_field():
   with pytest.raises(
-    ValueError, match=r"^model\.remat: unknown value 'some'; allowed values: none, full, dots_saveable, "
+    ValueError, match=r"^config\.model\.remat is 'some'; allowed values: none, full, dots_saveable, "
   ):
     _vit(remat='some')
 

@@ -9,6 +9,7 @@ from flax import nnx
 from seq2seq.decoding import beam_search, greedy_search, length_penalty, uncached_greedy_search
 from seq2seq.model import decode_variant, make_transformer
 from seq2seq.tokenizer import BOS_ID, EOS_ID
+from trainer.errors import ConfigError
 
 VOCAB = 24
 
@@ -220,10 +221,10 @@ def test_the_papers_recipe_has_no_attention_biases_and_no_final_norms():
 
 
 def test_model_configs_without_the_newer_fields_get_our_defaults():
-  from seq2seq.model import default_model_config
+  from seq2seq.model import model_section
 
   newer = dict(activation='gelu', norm_placement='pre', use_bias=True, scan_layers=False, remat='none')
-  config = default_model_config()
+  config = model_section({})
   assert {name: config[name] for name in newer} == newer
   config.update(
     variant='custom', features=8, encoder_layers=1, decoder_layers=1, num_heads=2, mlp_features=16
@@ -240,6 +241,7 @@ def test_model_configs_without_the_newer_fields_get_our_defaults():
   assert model.decoder.blocks[0].self_attention.qkv.bias is None
   config.activation = 'tanh'
   with pytest.raises(
-    ValueError, match="Unknown activation 'tanh'; allowed values: gelu, gelu_exact, quick_gelu, relu"
+    ConfigError,
+    match="^config.model.activation is 'tanh'; allowed values: gelu, gelu_exact, quick_gelu, relu.",
   ):
     build(config)

@@ -190,7 +190,10 @@ def test_bad_parallel_text_fails_before_any_work(tmp_path, damage):
     ({'data.split': 'around_right'}, 'Unknown SCAN split'),
     ({'data.path': '{tmp}/no_scan'}, r'simple_split/tasks_(train|test)_simple.txt'),
     ({'model.posemb': 'sincos2d'}, 'needs a 2-D patch grid'),
-    ({'model.variant': 'huge'}, 'Unknown Transformer variant'),
+    (
+      {'model.variant': 'huge'},
+      "config.model.variant is 'huge'; allowed values: tiny, small, base, big, custom.",
+    ),
     ({'model.share_embeddings': True}, 'tokenizer.shared=True'),
     ({'model.max_length': 4}, 'model.max_length'),
     ({'data.tokenizer.kind': 'bytes'}, 'Unknown tokenizer kind'),

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attention import BlockOptions
 from trainer.errors import ConfigError
 from video.inflate import init_from_image_vit
 from video.layouts import LAYOUTS
@@ -276,14 +277,13 @@ def test_learn3d_excludes_a_temporal_posemb():
 def test_factorised_dot_product_refuses_a_norm_placement_it_cannot_honour():
   from video.layouts import FactorisedDotProductBlock  # pylint: disable=g-import-not-at-top
 
-  options = dict(
-    dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=0.0, score='scaled_dot', dtype=None
+  FactorisedDotProductBlock(
+    16, 4, 32, BlockOptions(norm_placement='pre'), drop_path_rate=0.0, rngs=nnx.Rngs(0)
   )
-  FactorisedDotProductBlock(16, 4, 32, norm_placement='pre', rngs=nnx.Rngs(0), **options)
   with pytest.raises(ValueError, match="norm_placement must be 'pre', got 'post'"):
-    FactorisedDotProductBlock(16, 4, 32, norm_placement='post', rngs=nnx.Rngs(0), **options)
-  with pytest.raises(ValueError, match="Unknown norm_placement 'sandwich'"):
-    FactorisedDotProductBlock(16, 4, 32, norm_placement='sandwich', rngs=nnx.Rngs(0), **options)
+    FactorisedDotProductBlock(
+      16, 4, 32, BlockOptions(norm_placement='post'), drop_path_rate=0.0, rngs=nnx.Rngs(0)
+    )
 
 
 def test_both_encoders_of_the_factorised_encoder_ramp_their_drop_path():

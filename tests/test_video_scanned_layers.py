@@ -151,7 +151,7 @@ def test_inflation_from_an_image_vit_works_scanned_or_not(image_scanned, video_s
 
 
 def test_an_unknown_remat_is_a_config_error_naming_the_field():
-  with pytest.raises(ConfigError, match=r"^model\.remat: unknown value 'some'; allowed values: none, full, "):
+  with pytest.raises(ConfigError, match=r"^config\.model\.remat is 'some'; allowed values: none, full, "):
     tiny_video(remat='some')
 
 
@@ -182,10 +182,10 @@ def test_a_scanned_rematerialised_video_model_trains_and_its_checkpoint_evaluate
 def test_a_config_written_before_the_fields_builds_unrolled_stacks():
   import ml_collections
 
-  from video.model import default_model_config, make_video_model
+  from video.model import make_video_model, model_section
 
   saved = ml_collections.ConfigDict(
-    {name: value for name, value in default_model_config().items() if name not in ('scan_layers', 'remat')}
+    {name: value for name, value in model_section({}).items() if name not in ('scan_layers', 'remat')}
   )
   model = nnx.eval_shape(
     lambda: make_video_model(saved, num_classes=5, clip_shape=(4, 8, 8, 1), rngs=nnx.Rngs(0))

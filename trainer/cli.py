@@ -45,7 +45,7 @@ def quiet_library_logs() -> None:
 
 
 @contextlib.contextmanager
-def loading_libraries(nothing_written: str = 'nothing was written'):
+def loading_libraries(nothing_written: str = 'nothing was written', *, verbose: bool | None = None):
   """The block that imports JAX, TensorFlow and the rest, with their start-up chatter held back.
 
   TensorFlow's oneDNN notice and absl's "All log messages before absl::InitializeLog()" line come
@@ -54,7 +54,10 @@ def loading_libraries(nothing_written: str = 'nothing was written'):
   if the block fails (``--verbose`` leaves the descriptor alone). A Ctrl-C during the block ends
   the process at once with one line that says ``nothing_written``: raised as ``KeyboardInterrupt``
   inside a half-imported C extension it printed 30 lines of traceback, or crashed the interpreter.
+  ``verbose`` stands for ``--verbose`` before the flags are parsed.
   """
+  if verbose is None:
+    verbose = _VERBOSE.value
   sys.stderr.flush()
   terminal = os.dup(2)
 
@@ -65,7 +68,7 @@ def loading_libraries(nothing_written: str = 'nothing was written'):
   previous_handler = signal.signal(signal.SIGINT, interrupted)
   try:
     with tempfile.TemporaryFile() as caught:
-      if not _VERBOSE.value:
+      if not verbose:
         os.dup2(caught.fileno(), 2)
       try:
         yield
@@ -104,27 +107,40 @@ def parse_flags(argv: list[str]) -> list[str]:
 
   ``config_flags`` loads the ``--config`` file while parsing: a missing file, a syntax error, a
   file without ``get_config`` and an override of a field that does not exist would otherwise end
-  in a traceback or in absl's own message with status 1.
+  in a traceback or in absl's own message with status 1. A config file completes itself from its
+  task's defaults (``configs.common.experiment``), which imports the task's family and JAX: the
+  parsing runs as ``loading_libraries``.
   """
-  try:
-    remaining = flags.FLAGS(argv)
-  except flags.Error as error:
-    fail(error)
-  except SyntaxError as error:
-    fail(f'config file {error.filename}, line {error.lineno}: syntax error: {error.msg}')
-  except AttributeError as error:
-    cause = error.args[0] if error.args else None
-    if isinstance(cause, KeyError) and cause.args:
-      key = cause.args[0].strip("'")
-      fail(f'--{_override_named(argv, key)}: the config has no field {key!r}')
-    if 'get_config' in str(error):
-      fail(f'config file {_config_argument(argv)} has no get_config() function')
-    raise
+  verbose = any(argument in ('--verbose', '--verbose=true', '--verbose=True') for argument in argv)
+  with loading_libraries(verbose=verbose):
+    remaining, problem = _parse(argv)
+  if problem:
+    fail(problem)
   if 'config' in flags.FLAGS and flags.FLAGS['config'].present:
     filename = config_flags.get_config_filename(flags.FLAGS['config'])
     if not pathlib.Path(filename).is_file():
       fail(f'config file {filename} not found')
   return remaining
+
+
+def _parse(argv: list[str]) -> tuple[list[str] | None, str | None]:
+  """The arguments left after the flags, or the problem with them in one line."""
+  try:
+    return flags.FLAGS(argv), None
+  except flags.Error as error:
+    return None, str(error)
+  except SyntaxError as error:
+    return None, f'config file {error.filename}, line {error.lineno}: syntax error: {error.msg}'
+  except UserError as error:  # a config file's own values, checked as it completes itself
+    return None, str(error)
+  except AttributeError as error:
+    cause = error.args[0] if error.args else None
+    if isinstance(cause, KeyError) and cause.args:
+      key = cause.args[0].strip("'")
+      return None, f'--{_override_named(argv, key)}: the config has no field {key!r}'
+    if 'get_config' in str(error):
+      return None, f'config file {_config_argument(argv)} has no get_config() function'
+    raise
 
 
 def _config_argument(argv: list[str]) -> str:

@@ -5,7 +5,10 @@ dataclass defaults with the section's values over them. Each value is checked ag
 annotation (``bool``, ``int``, ``float``, ``str``, ``tuple``, ``X | None``, ``typing.Literal``
 choices, a nested dataclass), and an unknown field, a value of the wrong type or a choice not
 allowed is a ``ConfigError`` of one line that names the field by its dotted path. ``to_section``
-gives the complete section back, for the resolved config a workdir records.
+gives the complete section back, for the resolved config a workdir records; a field that is ``None``
+there is a typed ``FieldReference``, so the command line can still set it (``--config.data.path=DIR``).
+``optional(read)`` marks a section that stays absent unless a config writes it
+(``trainer.task.Task.config_sections``).
 """
 
 import dataclasses
@@ -35,27 +38,64 @@ def from_section(options_type, section, path: str):
   if unknown:
     raise ConfigError(
       f'unknown config field{"s" if len(unknown) > 1 else ""} '
-      f'{", ".join(f"{path}.{name}" for name in unknown)}; the fields of {path} are: {", ".join(names)}.'
+      f'{", ".join(_join(path, name) for name in unknown)}; the fields of {path or "a config"} are: '
+      f'{", ".join(names)}.'
     )
   hints = typing.get_type_hints(options_type)
-  values = {name: _checked(hints[name], section[name], f'{path}.{name}') for name in section.keys()}
+  values = {name: _checked(hints[name], section[name], _join(path, name)) for name in section.keys()}
   try:
     return options_type(**values)
   except (TypeError, ValueError) as error:
     if isinstance(error, ConfigError):
       raise
-    raise ConfigError(f'config.{path}: {error}') from None
+    raise ConfigError(f'config{"." if path else ""}{path}: {error}') from None
 
 
 def to_section(options) -> ml_collections.ConfigDict:
-  """Every field of the dataclass ``options`` as a ``ConfigDict`` (nested dataclasses as sections)."""
+  """Every field of the dataclass ``options`` as a ``ConfigDict`` (nested dataclasses as sections; a
+  ``None`` of an ``X | None`` field as a ``FieldReference`` of ``X``'s type, as ``configs.common.unset``)."""
+  hints = typing.get_type_hints(type(options))
   return ml_collections.ConfigDict(
     {
-      field.name: to_section(value) if dataclasses.is_dataclass(value) else value
+      field.name: to_section(value)
+      if dataclasses.is_dataclass(value)
+      else _unset_or(value, hints[field.name])
       for field in dataclasses.fields(options)
       for value in [getattr(options, field.name)]
     }
   )
+
+
+def section_reader(options_type, path: str):
+  """``section -> complete ConfigDict`` for ``options_type``: a ``Task.config_sections`` entry."""
+
+  def read(section):
+    return to_section(from_section(options_type, section, path))
+
+  return read
+
+
+def optional(read):
+  """A ``Task.config_sections`` entry for a section that stays absent (``None``) unless a config has it."""
+
+  def read_if_given(section):
+    return None if section is None else read(section)
+
+  return read_if_given
+
+
+def _join(path: str, name: str) -> str:
+  return f'{path}.{name}' if path else name
+
+
+def _unset_or(value, annotation):
+  inner = _optional_of(annotation)
+  if value is not None or inner is None:
+    return value
+  field_type = typing.get_origin(inner) or inner
+  if field_type in (typing.Union, types.UnionType, typing.Literal):
+    return None
+  return ml_collections.FieldReference(None, field_type=field_type)
 
 
 def _describe(annotation) -> str:

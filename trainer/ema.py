@@ -19,7 +19,6 @@ Evaluation during training reports the average's metrics beside the raw ones, ea
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 #: the choice of parameters to evaluate, predict with or export
 PARAMS_CHOICES = ('raw', 'ema')
@@ -27,16 +26,9 @@ PARAMS_CHOICES = ('raw', 'ema')
 METRIC_PREFIX = 'ema_'
 
 
-def default_ema_config() -> ml_collections.ConfigDict:
-  """``decay``: the average's decay per step once warmed up, a number in [0, 1); 0 = no average.
-  ``trainer.validation`` checks the section."""
-  return ml_collections.ConfigDict(dict(decay=0.0))
-
-
-def ema_decay(config: ml_collections.ConfigDict) -> float:
-  """The configured decay; 0.0 (off) for a config without an ``ema`` section."""
-  section = config.get('ema')
-  return float(section.get('decay', 0.0)) if section is not None else 0.0
+def ema_decay(config) -> float:
+  """The configured decay (``trainer/config_schema.py``: ``Ema``); 0.0 is off."""
+  return float(config.ema.decay)
 
 
 def warmed_up_decay(decay: float, updates_before: jax.Array) -> jax.Array:

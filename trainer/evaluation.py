@@ -12,7 +12,7 @@ import tempfile
 
 import jax
 
-from trainer import observe_config, storage
+from trainer import observe_config, storage, validation
 from trainer import workdir as workdir_lib
 from trainer.checkpoints import EMA_ITEM, Checkpoints
 from trainer.ema import PARAMS_CHOICES
@@ -31,8 +31,10 @@ def workdir_task(workdir: storage.Path, config, read_data: bool = True) -> Task:
   sizes = workdir_lib.load_model_facts(workdir).get(workdir_lib.DATA_SIZES)
   if sizes is None:
     return load_task(config)
+  family = task_class(config.task)
+  validation.resolve_config(config, family)
   try:
-    return task_class(config.task).without_data(config, sizes)
+    return family.without_data(config, sizes)
   except (KeyError, TypeError) as error:
     raise WorkdirError(
       f'{workdir / workdir_lib.MODEL_FACTS_FILE} is damaged: its {workdir_lib.DATA_SIZES} lack or mangle '

@@ -1,4 +1,5 @@
-"""The config fields that watch a run, their defaults and their checks (no JAX here).
+"""What the config fields that watch a run mean (no JAX here); ``trainer/config_schema.py`` has their
+defaults and ``trainer/validation.py`` checks them.
 
 - ``eval_splits``: splits evaluated side by side at each evaluation, each metric named
   ``<split>_<metric>``; the first split's ``best_metric`` chooses the best checkpoint. ``()``: the
@@ -10,28 +11,9 @@
   ``jax.profiler`` into ``<workdir>/profile/``; each run of consecutive numbers is one trace.
 - ``wandb``: ``project`` (``''``: off), ``entity`` and ``name`` (``''``: W&B's default entity, the
   workdir's name) of a Weights & Biases run that gets the same scalars and the resolved config.
-
-Configs written before these fields existed lack them: a missing field is off.
 """
 
-import math
-import numbers
-
-import ml_collections
-
 from trainer.errors import ConfigError
-
-WANDB_FIELDS = ('project', 'entity', 'name')
-
-
-def default_fields() -> dict:
-  """The fields with their defaults (all off), for ``configs.common.trainer_config``."""
-  return dict(
-    eval_splits=(),
-    peak_tflops=0.0,
-    profile_steps=(),
-    wandb=ml_collections.ConfigDict({field: '' for field in WANDB_FIELDS}),
-  )
 
 
 def eval_splits(config) -> tuple[str, ...]:
@@ -55,39 +37,6 @@ def wandb_project(config) -> str:
 
 def _fail(field: str, value, allowed: str) -> None:
   raise ConfigError(f'config.{field} is {value!r}; {allowed}.')
-
-
-def check_fields(config: ml_collections.ConfigDict) -> None:
-  """Types and values of the fields above, where the config has them; raises ``ConfigError``."""
-  splits = config.get('eval_splits', ())
-  if not isinstance(splits, (tuple, list)):
-    _fail('eval_splits', splits, "it must be a tuple of split names, such as ('val', 'test')")
-  if len(set(splits)) != len(splits):
-    _fail('eval_splits', splits, 'each split may be named once')
-
-  peak = config.get('peak_tflops', 0.0)
-  if isinstance(peak, bool) or not isinstance(peak, numbers.Real) or not math.isfinite(peak) or peak < 0:
-    _fail('peak_tflops', peak, "it must be a finite number >= 0 (one device's dense peak; 0: the known one)")
-
-  steps = config.get('profile_steps', ())
-  allowed = 'it must be a tuple of step numbers >= 1 in increasing order, such as (101, 102, 103)'
-  if not isinstance(steps, (tuple, list)):
-    _fail('profile_steps', steps, allowed)
-  for index, step in enumerate(steps):
-    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 1:
-      _fail('profile_steps', steps, allowed)
-    if index and step <= steps[index - 1]:
-      _fail('profile_steps', steps, allowed)
-
-  section = config.get('wandb', None)
-  if section is None:
-    return
-  if not isinstance(section, (ml_collections.ConfigDict, dict)):
-    _fail('wandb', section, f'it must be a section with the fields {", ".join(WANDB_FIELDS)}')
-  for field in WANDB_FIELDS:
-    value = section.get(field, '')
-    if not isinstance(value, str) or value != value.strip():
-      _fail(f'wandb.{field}', value, 'it must be a name without surrounding spaces, or empty')
 
 
 def check_eval_splits(config, available) -> None:

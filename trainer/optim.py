@@ -4,7 +4,8 @@ Fields: ``name`` ('adamw' | 'sgd'), ``learning_rate``, ``schedule`` ('constant' 
 'cosine' | 'linear' | 'rsqrt'), ``warmup_steps``, ``end_learning_rate``,
 ``weight_decay`` (decoupled, on the parameters ``weight_decay_regex`` selects), ``b1``, ``b2``,
 ``eps`` (AdamW), ``momentum``, ``nesterov`` (SGD), ``grad_clip_norm`` (the global norm of the
-trained parameters' gradients; 0 = off).
+trained parameters' gradients; 0 = off). Every field's default and allowed values are in
+``trainer/config_schema.py`` (``Optimizer``), which ``trainer.validation`` checks.
 
 Optional fields that select parameters by their path (``'encoder.blocks.3.mlp.fc1.kernel'``,
 matched with ``re.search``), so linear probes and partial fine-tuning are configs:
@@ -19,9 +20,10 @@ Under ``model.scan_layers`` a regex must not name layer numbers (``trainer.param
 ``layer_decay``: layer-wise learning-rate decay (1.0 = off): the parameters of layer ``i``
 (the number ``layer_regex`` captures, default ``'blocks\\.(\\d+)\\.'``) of ``L`` learn at
 ``layer_decay ** (L - i)`` times the rate, those matching ``layer_decay_stem`` (the embeddings)
-at ``layer_decay ** (L + 1)``, all others (head, final norm) at the full rate. Each group gets
-its own multiplier, computed from the whole parameter tree (frozen layers count towards ``L``, so
-freezing the top block moves no other layer's rate). Gradient clipping sees the trained
+at ``layer_decay ** (L + 1)``, all others (head, final norm) at the full rate: one transformation
+after the optimizer multiplies each parameter's update by its group's factor (``_scale_by_group``),
+the factors computed from the whole parameter tree (frozen layers count towards ``L``, so freezing
+the top block moves no other layer's rate). Gradient clipping sees the trained
 parameters' gradients only: a frozen backbone's gradient norm does not scale a probe's head
 update (and the train step does not compute frozen gradients, ``trainer/state.py``).
 """
@@ -32,8 +34,9 @@ import jax
 import ml_collections
 import optax
 
+from trainer.config_schema import Optimizer
+from trainer.config_sections import to_section
 from trainer.errors import ConfigError
-from trainer.validation import OPTIMIZERS, SCHEDULES
 
 
 def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
@@ -55,13 +58,15 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) 
     def decay(step):
       return peak * jax.lax.rsqrt((step + max(warmup, 1)) / max(warmup, 1))
   else:
-    raise ConfigError(f'Unknown schedule {config.schedule!r}; allowed values: {", ".join(SCHEDULES)}.')
+    raise ConfigError(
+      f'Unknown schedule {config.schedule!r}; allowed values: constant, cosine, linear, rsqrt.'
+    )
   if warmup == 0:
     return decay
   return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), decay], [warmup])
 
 
-DEFAULT_WEIGHT_DECAY_REGEX = 'kernel$'
+DEFAULT_WEIGHT_DECAY_REGEX = Optimizer.weight_decay_regex
 
 
 def _decay_mask(config: ml_collections.ConfigDict):
@@ -90,7 +95,7 @@ def _base_optimizer(
       optax.sgd(schedule, momentum=config.momentum or None, nesterov=config.nesterov),
     )
   else:
-    raise ConfigError(f'Unknown optimizer {config.name!r}; allowed values: {", ".join(OPTIMIZERS)}.')
+    raise ConfigError(f'Unknown optimizer {config.name!r}; allowed values: adamw, sgd.')
   return optimizer
 
 
@@ -111,14 +116,11 @@ def parameter_path(key_path) -> str:
 
 
 def _group_options(config: ml_collections.ConfigDict):
-  """The parameter-group fields, checked: (frozen, layer_regex, stem, layer_decay)."""
-  frozen = compile_regex(config, 'frozen', '')
-  layer_regex = compile_regex(config, 'layer_regex', r'blocks\.(\d+)\.')
-  stem = compile_regex(config, 'layer_decay_stem', '')
-  decay = config.get('layer_decay', 1.0)
-  if not 0.0 < decay <= 1.0:
-    raise ConfigError(f'config.optimizer.layer_decay is {decay!r}; it must be in (0, 1] (1 = off).')
-  return frozen, layer_regex, stem, decay
+  """The parameter-group fields, regular expressions compiled: (frozen, layer_regex, stem, layer_decay)."""
+  frozen = compile_regex(config, 'frozen', Optimizer.frozen)
+  layer_regex = compile_regex(config, 'layer_regex', Optimizer.layer_regex)
+  stem = compile_regex(config, 'layer_decay_stem', Optimizer.layer_decay_stem)
+  return frozen, layer_regex, stem, config.get('layer_decay', Optimizer.layer_decay)
 
 
 def layer_numbers(config: ml_collections.ConfigDict, paths: list[str]) -> dict[str, int]:
@@ -236,20 +238,5 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> optax
 
 
 def default_optimizer_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(
-    dict(
-      name='adamw',
-      learning_rate=1e-3,
-      schedule='cosine',
-      warmup_steps=0,
-      end_learning_rate=0.0,
-      weight_decay=0.0,
-      b1=0.9,
-      b2=0.999,
-      eps=1e-8,
-      momentum=0.9,
-      nesterov=False,
-      grad_clip_norm=1.0,
-      weight_decay_regex=DEFAULT_WEIGHT_DECAY_REGEX,
-    )
-  )
+  """Every ``optimizer`` field with its default (``trainer.config_schema.Optimizer``)."""
+  return to_section(Optimizer())

@@ -59,6 +59,9 @@ class Task(abc.ABC):
   ``config`` in ``__init__`` so bad input fails before compilation.
   """
 
+  #: the family's config sections: name -> ``section -> complete ConfigDict`` (``validation.resolve_config``)
+  config_sections = {}
+
   #: clu metric collections; the trainer feeds them the outputs of ``loss_and_outputs``
   #: (training) and ``eval_outputs`` (evaluation, with the batch's padding ``mask``).
   train_metrics: type[clu_metrics.Collection]
@@ -219,9 +222,12 @@ def task_class(spec: str) -> type[Task]:
 
 
 def load_task(config: ml_collections.ConfigDict) -> Task:
-  """Checks the trainer's fields, imports ``config.task`` (``'package.module:ClassName'``), builds it
-  from ``config`` (which checks the rest), then checks ``eval_split`` and ``best_metric`` against it."""
+  """Checks the trainer's fields, imports ``config.task`` (``'package.module:ClassName'``), completes
+  ``config`` in place (``validation.resolve_config``), builds the task from it (which checks the rest),
+  then checks ``eval_split`` and ``best_metric`` against it."""
   validation.check_trainer_fields(config)
-  task = task_class(config.task)(config)
+  family = task_class(config.task)
+  validation.resolve_config(config, family)
+  task = family(config)
   validation.check_task_names(config, task)
   return task

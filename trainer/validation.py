@@ -1,102 +1,57 @@
-"""Checks a whole config before anything is written, read at length or compiled.
+"""Checks a whole config before anything is written, read at length or compiled, and completes it.
 
 Each problem is a ``ConfigError`` (or ``WorkdirError``) of one line that names the field,
 its value and what is allowed. The checks run cheapest first:
 
-1. ``check_trainer_fields``: the trainer's own fields (types, ranges, fields that must
-   go together). It needs nothing but the config, so the command line runs it before it
-   imports JAX.
-2. ``check_task_names``: ``eval_split`` and ``best_metric`` against the names the task
+1. ``check_trainer_fields``: the trainer's own fields against their schema
+   (``trainer/config_schema.py``: types, ranges) and the rules between fields. It needs nothing
+   but the config, so the command line runs it before anything long.
+2. ``resolve_config``: the config completed from the defaults of the trainer's fields and of
+   the task's sections (``Task.config_sections``), each section checked by its reader.
+3. ``check_task_names``: ``eval_split`` and ``best_metric`` against the names the task
    can produce (the task has found its data by then).
-3. ``check_workdir``: the workdir can be created and written, without creating it.
+4. ``check_workdir``: the workdir can be created and written, without creating it.
 
-``trainer.task.load_task`` runs 1 and 2; ``trainer.workdir.check_same_identity`` runs 3.
+``trainer.task.load_task`` runs 1 to 3; ``trainer.workdir.check_same_identity`` runs 4.
 """
 
+import dataclasses
 import math
-import numbers
 import os
 import pathlib
 
 import ml_collections
 
-from trainer import observe_config, storage
+from trainer import config_schema, observe_config, storage
+from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError, WorkdirError
-
-OPTIMIZERS = ('adamw', 'sgd')
-SCHEDULES = ('constant', 'cosine', 'linear', 'rsqrt')
-BEST_MODES = ('max', 'min')
-
-# field -> smallest allowed value, for integer fields.
-_INTEGERS = {
-  'seed': 0,
-  'batch_size': 1,
-  'eval_batch_size': 1,
-  'grad_accum_steps': 1,
-  'total_steps': 0,
-  'log_every_steps': 1,
-  'eval_every_steps': 1,
-  'checkpoint_every_steps': 1,
-  'keep_checkpoints': 1,
-  'optimizer.warmup_steps': 0,
-}
-# field -> (lowest, highest, whether the highest is allowed), for real-valued fields.
-_REALS = {
-  'num_epochs': (0.0, math.inf, False),
-  'label_smoothing': (0.0, 1.0, False),
-  'optimizer.end_learning_rate': (0.0, math.inf, False),
-  'optimizer.weight_decay': (0.0, math.inf, False),
-  'optimizer.b1': (0.0, 1.0, False),
-  'optimizer.b2': (0.0, 1.0, False),
-  'optimizer.eps': (0.0, math.inf, False),
-  'optimizer.momentum': (0.0, 1.0, False),
-  'optimizer.grad_clip_norm': (0.0, math.inf, False),
-  'ema.decay': (0.0, 1.0, False),
-}
-#: the fields of the optional ``ema`` section (``trainer/ema.py``)
-EMA_FIELDS = ('decay',)
-
-
-def _get(config: ml_collections.ConfigDict, field: str):
-  """The value at a dotted path; ``KeyError`` when a section or the field is missing."""
-  value = config
-  for part in field.split('.'):
-    if not isinstance(value, (ml_collections.ConfigDict, dict)) or part not in value:
-      raise KeyError(field)
-    value = value[part]
-  return value
 
 
 def _fail(field: str, value, allowed: str) -> None:
   raise ConfigError(f'config.{field} is {value!r}; {allowed}.')
 
 
-def _check_integer(config, field: str, lowest: int) -> None:
-  value = _get(config, field)
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    _fail(field, value, f'it must be an integer >= {lowest}')
-  if value < lowest:
+def _check_range(field: str, value, lowest, lowest_allowed: bool, highest, highest_allowed: bool) -> None:
+  below = value < lowest or (value == lowest and not lowest_allowed)
+  above = value > highest or (value == highest and not highest_allowed)
+  if math.isfinite(value) and not below and not above:
+    return
+  if isinstance(value, int) and lowest_allowed and highest == math.inf:
     _fail(field, value, f'it must be >= {lowest}')
+  if highest == math.inf:
+    _fail(field, value, f'it must be a finite number {">=" if lowest_allowed else ">"} {lowest:g}')
+  interval = f'{"[" if lowest_allowed else "("}{lowest:g}, {highest:g}{"]" if highest_allowed else ")"}'
+  _fail(field, value, f'it must be a number in {interval}')
 
 
-def _check_real(config, field: str, lowest: float, highest: float, highest_allowed: bool) -> None:
-  value = _get(config, field)
-  upper = ']' if highest_allowed else ')'
-  allowed = (
-    f'it must be a number in [{lowest:g}, {highest:g}{upper}'
-    if highest < math.inf
-    else f'it must be a finite number >= {lowest:g}'
-  )
-  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-    _fail(field, value, allowed)
-  if value < lowest or value > highest or (value == highest and not highest_allowed):
-    _fail(field, value, allowed)
-
-
-def _check_choice(config, field: str, choices: tuple[str, ...]) -> None:
-  value = _get(config, field)
-  if value not in choices:
-    _fail(field, value, f'allowed values: {", ".join(choices)}')
+def _check_ranges(options, path: str = '') -> None:
+  """Every field of ``options`` (a ``config_schema`` dataclass) within the range its metadata gives."""
+  for field in dataclasses.fields(options):
+    value, name = getattr(options, field.name), f'{path}{field.name}'
+    if dataclasses.is_dataclass(value):
+      _check_ranges(value, f'{name}.')
+    elif 'range' in field.metadata:
+      _check_range(name, value, *field.metadata['range'])
 
 
 def check_split_name(split, field: str = 'eval_split', *, alternatives: bool = False) -> None:
@@ -126,81 +81,79 @@ def resolve_split(choice: str, available) -> str:
   return next((name for name in names if name in available), names[0])
 
 
-def check_trainer_fields(config: ml_collections.ConfigDict) -> None:
-  """Types, ranges and cross-field rules of the fields every config has; raises ``ConfigError``."""
-  missing = [
-    field
-    for field in (
-      'task',
-      *_INTEGERS,
-      'num_epochs',
-      'best_metric',
-      'best_mode',
-      'eval_split',
-      'optimizer.name',
-      'optimizer.schedule',
-      'optimizer.learning_rate',
-    )
-    if not _has(config, field)
-  ]
-  if missing:
-    raise ConfigError(f'config has no {", ".join(missing)}; configs/vit_digits.py shows every field.')
-  task = config.task
-  if not isinstance(task, str) or task.count(':') != 1:
-    _fail('task', task, "it must look like 'package.module:ClassName'")
-  for field, lowest in _INTEGERS.items():
-    _check_integer(config, field, lowest)
-  for field, bounds in _REALS.items():
-    if _has(config, field):
-      _check_real(config, field, *bounds)
-  _check_choice(config, 'optimizer.name', OPTIMIZERS)
-  _check_choice(config, 'optimizer.schedule', SCHEDULES)
-  _check_choice(config, 'best_mode', BEST_MODES)
-  rate = config.optimizer.learning_rate
-  if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not math.isfinite(rate) or rate <= 0:
-    _fail('optimizer.learning_rate', rate, 'it must be a finite number > 0')
-  if not isinstance(config.best_metric, str) or not config.best_metric:
-    _fail('best_metric', config.best_metric, 'it must name an evaluation metric')
-  check_split_name(config.eval_split, 'config.eval_split', alternatives=True)
-  if _has(config, 'data.train_split') and config.data.train_split is not None:  # part of file names
-    check_split_name(config.data.train_split, 'config.data.train_split')
-  if not config.total_steps and not config.num_epochs:
+def check_trainer_fields(config: ml_collections.ConfigDict) -> config_schema.Trainer:
+  """The trainer's fields of ``config`` (those it lacks take their defaults) checked against the schema
+  and the rules between them; raises ``ConfigError``."""
+  given = {name: config[name] for name in config_schema.TRAINER_FIELDS if name in config}
+  fields = from_section(config_schema.Trainer, given, '')
+  if fields.task.count(':') != 1:
+    _fail('task', fields.task, "it must look like 'package.module:ClassName'")
+  _check_ranges(fields)
+  if not fields.best_metric:
+    _fail('best_metric', fields.best_metric, 'it must name an evaluation metric')
+  check_split_name(fields.eval_split, 'config.eval_split', alternatives=True)
+  train_split = config.get('data', {}).get('train_split')
+  if train_split is not None:  # part of file names
+    check_split_name(train_split, 'config.data.train_split')
+  if not fields.total_steps and not fields.num_epochs:
     raise ConfigError('config.total_steps and config.num_epochs are both 0; set one of them > 0.')
-  if _has(config, 'mesh'):  # absent from configs saved before it existed: data=-1, fsdp=1
-    _check_integer(config, 'mesh.fsdp', 1)
-    if _has(config, 'mesh.model'):  # likewise: model=1
-      _check_integer(config, 'mesh.model', 1)
-    _check_integer(config, 'mesh.data', -1)
-    if config.mesh.data == 0:
-      _fail('mesh.data', 0, 'it must be -1 (all devices left) or >= 1')
-  _check_ema_section(config)
-  if config.batch_size % config.grad_accum_steps:
+  if fields.mesh.data < -1 or fields.mesh.data == 0:
+    _fail('mesh.data', fields.mesh.data, 'it must be -1 (all devices left) or >= 1')
+  if fields.batch_size % fields.grad_accum_steps:
     raise ConfigError(
-      f'config.batch_size ({config.batch_size}) must be divisible by config.grad_accum_steps '
-      f'({config.grad_accum_steps}).'
+      f'config.batch_size ({fields.batch_size}) must be divisible by config.grad_accum_steps '
+      f'({fields.grad_accum_steps}).'
     )
-  observe_config.check_fields(config)
-  for split in config.get('eval_splits', ()):
+  if len(set(fields.eval_splits)) != len(fields.eval_splits):
+    _fail('eval_splits', fields.eval_splits, 'each split may be named once')
+  for split in fields.eval_splits:
     check_split_name(split, 'config.eval_splits')
+  steps = fields.profile_steps
+  if any(step < 1 for step in steps) or any(later <= earlier for earlier, later in zip(steps, steps[1:])):
+    _fail(
+      'profile_steps',
+      steps,
+      'it must be a tuple of step numbers >= 1 in increasing order, such as (101, 102, 103)',
+    )
+  for name, value in dataclasses.asdict(fields.wandb).items():
+    if value != value.strip():
+      _fail(f'wandb.{name}', value, 'it must be a name without surrounding spaces, or empty')
+  return fields
 
 
-def _check_ema_section(config) -> None:
-  """The optional ``ema`` section holds only known fields (``decay`` is checked with the reals)."""
-  if not _has(config, 'ema'):
-    return
-  if not isinstance(config.ema, (ml_collections.ConfigDict, dict)):
-    _fail('ema', config.ema, 'it must be a section with the field decay')
-  for name in config.ema:
-    if name not in EMA_FIELDS:
-      raise ConfigError(f'unknown config field ema.{name}; known: {", ".join(EMA_FIELDS)}.')
+def complete_config(config: ml_collections.ConfigDict, task_class) -> ml_collections.ConfigDict:
+  """``config`` with every field it lacks added, in place: the trainer's defaults, and the defaults of
+  each section ``task_class.config_sections`` names (each section's reader checks its fields). The
+  values ``config`` has are kept as they are. Returns ``config``."""
+  with config.unlocked():
+    given = {name: config[name] for name in config_schema.TRAINER_FIELDS if name in config}
+    _fill(config, to_section(from_section(config_schema.Trainer, given, '')))
+    for name, read in task_class.config_sections.items():
+      section = read(config.get(name))
+      if section is None:
+        continue
+      if name in config:
+        _fill(config[name], section)
+      else:
+        config[name] = section
+  return config
 
 
-def _has(config, field: str) -> bool:
-  try:
-    _get(config, field)
-  except KeyError:
-    return False
-  return True
+def resolve_config(config: ml_collections.ConfigDict, task_class) -> ml_collections.ConfigDict:
+  """The complete config a run records (``complete_config``, in place), its trainer fields checked."""
+  check_trainer_fields(config)
+  return complete_config(config, task_class)
+
+
+def _fill(section: ml_collections.ConfigDict, complete: ml_collections.ConfigDict) -> None:
+  """Adds to ``section`` the fields of ``complete`` it lacks (a typed ``None`` stays a reference)."""
+  for name, value in complete.items(preserve_field_references=True):
+    if name not in section:
+      section[name] = value
+    elif isinstance(value, ml_collections.ConfigDict) and isinstance(
+      section[name], ml_collections.ConfigDict
+    ):
+      _fill(section[name], value)
 
 
 def check_task_names(config: ml_collections.ConfigDict, task) -> None:
@@ -215,7 +168,7 @@ def check_task_names(config: ml_collections.ConfigDict, task) -> None:
   config.eval_split = resolved  # ``test|val`` becomes the split used, as the workdir's config.json says
   observe_config.check_eval_splits(config, splits)
   metrics = task.eval_metric_names()
-  if _has(config, 'ema.decay') and config.ema.decay:  # the moving average's metrics (trainer/ema.py)
+  if config.ema.decay:  # the moving average's metrics (trainer/ema.py)
     metrics = (*metrics, *(f'ema_{name}' for name in metrics))
   if config.best_metric not in metrics:
     _fail('best_metric', config.best_metric, f'an evaluation reports {", ".join(metrics)}')

@@ -36,9 +36,10 @@ import ml_collections
 import numpy as np
 
 from pipelines.steps import example_ids, step_batches
+from trainer.config_sections import to_section
 from trainer.errors import ConfigError
 from trainer.partitioning import process_rows
-from video import clip_sources
+from video import clip_sources, config_sections
 
 _LOADERS = {
   'moving_digits': clip_sources.load_moving_digits,
@@ -49,24 +50,8 @@ _AUGMENT_STREAM = 1  # the augmentation draws' random stream (pipelines.steps or
 
 
 def default_data_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(
-    dict(
-      source='moving_digits',
-      digits='digits',
-      num_frames=8,
-      frame_size=32,
-      digit_scale=2,
-      speed=2,
-      jitter=4,
-      clips_per_digit=4,
-      test_clips_per_digit=2,
-      clip_seed=0,
-      path=None,
-      name=None,
-      data_dir=None,
-      augment=dict(crop_padding=0, flip=False),
-    )
-  )
+  """All data config fields with their defaults (``video.config_sections.VideoData``)."""
+  return to_section(config_sections.VideoData())
 
 
 def load_video_data(data_config: ml_collections.ConfigDict) -> VideoData:

@@ -22,6 +22,8 @@ offset in every temporal attention (in ``spacetime``, between the frames of any 
 With a class token, ``divided`` and ``factorised_dot_product`` keep one copy per frame as
 column 0 of the space axis (TimeSformer's placement); the copies are averaged at the end.
 
+Each layout is built from the model's ``video.model.VideoOptions`` (sizes, pooling, stochastic
+depth, scanning) and one ``attention.blocks.BlockOptions`` that every block shares.
 ``scan_layers`` keeps each stack of blocks (``STACKS``: the blocks, the temporal encoder's
 blocks, the divided layout's temporal sublayers) stacked on a leading depth axis and scans over
 it, and ``remat`` rematerialises every layer, as in the ViT (``attention.layers``); the
@@ -34,8 +36,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention import EncoderBlock, MultiHeadAttention, layer_norm
-from attention.blocks import DropPath, Mlp, check_norm_placement
+from attention.blocks import BlockOptions, DropPath, EncoderBlock, Mlp, attention_layer, layer_norm
 from attention.layers import check_remat, keep_blocks, layer_inputs, layer_options, run_layers
 from attention.positional import RelativePositionBias
 
@@ -107,13 +108,21 @@ def _pool(x: jax.Array, pool: str, axis: int) -> jax.Array:
 
 
 class _Layout(nnx.Module):
-  """Options every layout shares; ``blocks_options`` are ``EncoderBlock``'s keyword arguments."""
+  """What every layout shares: its sizes, pooling, stochastic depth, scanning and remat come from the
+  model's ``VideoOptions``; every block is built with one ``BlockOptions``."""
 
-  def _setup(self, *, depth, num_heads, drop_path, num_frames, time_relative, pool, scan_layers, remat):
-    self.depth, self.num_heads, self.num_frames, self.pool = depth, num_heads, num_frames, pool
-    self.drop_path_rates = drop_path_ramp(drop_path, depth)
-    self.time_relative = time_relative
-    self.scan_layers, self.remat = scan_layers, check_remat(remat)
+  def _setup(self, options, num_frames: int):
+    self.depth, self.num_heads, self.pool = options.depth, options.num_heads, options.pool
+    self.num_frames = num_frames
+    self.drop_path_rates = drop_path_ramp(options.drop_path, options.depth)
+    self.time_relative = options.temporal_posemb == 'relative'
+    self.scan_layers, self.remat = options.scan_layers, check_remat(options.remat)
+
+  def _encoder_block(self, options, block: BlockOptions, rngs):
+    """``make_block(rate)`` of an ``EncoderBlock`` of the model's width, heads and MLP."""
+    return lambda rate: EncoderBlock(
+      options.width, options.num_heads, options.mlp_dim, block, drop_path_rate=rate, rngs=rngs
+    )
 
   def _keep(self, make_block, rates):
     """The blocks ``make_block(rate)``, one per rate: a list, or stacked for scanning."""
@@ -142,41 +151,12 @@ class _Layout(nnx.Module):
 
 
 class SpaceTime(_Layout):
-  def __init__(
-    self,
-    *,
-    features,
-    depth,
-    num_heads,
-    mlp_features,
-    num_frames,
-    time_relative,
-    pool,
-    drop_path,
-    scan_layers=False,
-    remat='none',
-    rngs,
-    **block_options,
-  ):
-    self._setup(
-      depth=depth,
-      num_heads=num_heads,
-      drop_path=drop_path,
-      num_frames=num_frames,
-      time_relative=time_relative,
-      pool=pool,
-      scan_layers=scan_layers,
-      remat=remat,
-    )
-    self.blocks = self._keep(
-      lambda rate: EncoderBlock(
-        features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
-      ),
-      self.drop_path_rates,
-    )
-    self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
-    if time_relative:
-      self.time_biases = _time_biases(num_heads, num_frames, depth, rngs)
+  def __init__(self, options, block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
+    self._setup(options, num_frames)
+    self.blocks = self._keep(self._encoder_block(options, block, rngs), self.drop_path_rates)
+    self.norm = layer_norm(options.width, block, rngs=rngs)
+    if self.time_relative:
+      self.time_biases = _time_biases(options.num_heads, num_frames, options.depth, rngs)
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
     batch, time, space, features = tokens.shape
@@ -203,46 +183,19 @@ class SpaceTime(_Layout):
 
 
 class FactorisedEncoder(_Layout):
-  def __init__(
-    self,
-    *,
-    features,
-    depth,
-    temporal_depth,
-    num_heads,
-    mlp_features,
-    num_frames,
-    time_relative,
-    pool,
-    drop_path,
-    scan_layers=False,
-    remat='none',
-    rngs,
-    **block_options,
-  ):
-    self._setup(
-      depth=depth,
-      num_heads=num_heads,
-      drop_path=drop_path,
-      num_frames=num_frames,
-      time_relative=time_relative,
-      pool=pool,
-      scan_layers=scan_layers,
-      remat=remat,
-    )
-    make_block = lambda rate: EncoderBlock(  # noqa: E731
-      features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
-    )
+  def __init__(self, options, block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
+    self._setup(options, num_frames)
+    make_block = self._encoder_block(options, block, rngs)
     self.blocks = self._keep(make_block, self.drop_path_rates)
-    self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
-    if pool == 'cls':
-      self.temporal_class_token = nnx.Param(jnp.zeros((1, 1, features)))
-    self.temporal_depth = temporal_depth
-    self.temporal_drop_path_rates = drop_path_ramp(drop_path, temporal_depth)
+    self.norm = layer_norm(options.width, block, rngs=rngs)
+    if options.pool == 'cls':
+      self.temporal_class_token = nnx.Param(jnp.zeros((1, 1, options.width)))
+    self.temporal_depth = options.temporal_depth
+    self.temporal_drop_path_rates = drop_path_ramp(options.drop_path, options.temporal_depth)
     self.temporal_blocks = self._keep(make_block, self.temporal_drop_path_rates)
-    self.temporal_norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
-    if time_relative:
-      self.time_biases = _time_biases(num_heads, num_frames, temporal_depth, rngs)
+    self.temporal_norm = layer_norm(options.width, block, rngs=rngs)
+    if self.time_relative:
+      self.time_biases = _time_biases(options.num_heads, num_frames, options.temporal_depth, rngs)
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights, time_table=None):
     batch, time, space, features = tokens.shape
@@ -280,15 +233,11 @@ class FactorisedEncoder(_Layout):
 class TemporalSublayer(nnx.Module):
   """Pre-norm temporal self-attention whose output projection starts at zero (identity at start)."""
 
-  def __init__(
-    self, features, num_heads, *, dropout_rate, attention_dropout_rate, drop_path_rate, dtype, score, rngs
-  ):
-    self.norm = layer_norm(features, dtype, rngs=rngs)
-    self.attention = MultiHeadAttention(
-      num_heads, features, score=score, dropout_rate=attention_dropout_rate, dtype=dtype, rngs=rngs
-    )
+  def __init__(self, features, num_heads, options: BlockOptions, *, drop_path_rate, rngs):
+    self.norm = layer_norm(features, options, rngs=rngs)
+    self.attention = attention_layer(num_heads, features, options, rngs=rngs)
     self.attention.out.kernel[...] = jnp.zeros_like(self.attention.out.kernel[...])
-    self.dropout = nnx.Dropout(dropout_rate)
+    self.dropout = nnx.Dropout(options.dropout)
     self.drop_path = DropPath(drop_path_rate)
 
   def __call__(self, x, *, bias, deterministic, rngs, return_weights, drop_path_rate=None):
@@ -299,54 +248,16 @@ class TemporalSublayer(nnx.Module):
 
 
 class Divided(_Layout):
-  def __init__(
-    self,
-    *,
-    features,
-    depth,
-    num_heads,
-    mlp_features,
-    num_frames,
-    time_relative,
-    pool,
-    drop_path,
-    scan_layers=False,
-    remat='none',
-    rngs,
-    **block_options,
-  ):
-    self._setup(
-      depth=depth,
-      num_heads=num_heads,
-      drop_path=drop_path,
-      num_frames=num_frames,
-      time_relative=time_relative,
-      pool=pool,
-      scan_layers=scan_layers,
-      remat=remat,
-    )
+  def __init__(self, options, block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
+    self._setup(options, num_frames)
     self.temporal = self._keep(
-      lambda rate: TemporalSublayer(
-        features,
-        num_heads,
-        dropout_rate=block_options['dropout_rate'],
-        attention_dropout_rate=block_options['attention_dropout_rate'],
-        drop_path_rate=rate,
-        dtype=block_options.get('dtype'),
-        score=block_options['score'],
-        rngs=rngs,
-      ),
+      lambda rate: TemporalSublayer(options.width, options.num_heads, block, drop_path_rate=rate, rngs=rngs),
       self.drop_path_rates,
     )
-    self.blocks = self._keep(
-      lambda rate: EncoderBlock(
-        features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
-      ),
-      self.drop_path_rates,
-    )
-    self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
-    if time_relative:
-      self.time_biases = _time_biases(num_heads, num_frames, depth, rngs)
+    self.blocks = self._keep(self._encoder_block(options, block, rngs), self.drop_path_rates)
+    self.norm = layer_norm(options.width, block, rngs=rngs)
+    if self.time_relative:
+      self.time_biases = _time_biases(options.num_heads, num_frames, options.depth, rngs)
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
     x = _with_class_column(tokens, class_token)
@@ -379,47 +290,24 @@ class FactorisedDotProductBlock(nnx.Module):
   ``norm_placement`` is refused (``ValueError``, which the video task reports as a config error).
   """
 
-  def __init__(
-    self,
-    features,
-    num_heads,
-    mlp_features,
-    *,
-    dropout_rate,
-    attention_dropout_rate,
-    drop_path_rate,
-    activation='gelu',
-    norm_placement='pre',
-    score,
-    dtype,
-    rngs,
-  ):
+  def __init__(self, features, num_heads, mlp_features, options: BlockOptions, *, drop_path_rate, rngs):
     if num_heads % 2 or features % 2:
       raise ValueError(
         f'factorised_dot_product splits the heads in two: num_heads ({num_heads}) and width ({features}) '
         'must be even.'
       )
-    if check_norm_placement(norm_placement) != 'pre':
+    if options.norm_placement != 'pre':
       raise ValueError(
         f"factorised_dot_product normalises before each sublayer only: norm_placement must be 'pre', "
-        f'got {norm_placement!r}.'
+        f'got {options.norm_placement!r}.'
       )
-    halves = dict(
-      qkv_features=features // 2,
-      out_features=features,
-      score=score,
-      dropout_rate=attention_dropout_rate,
-      dtype=dtype,
-      rngs=rngs,
-    )
-    self.norm1 = layer_norm(features, dtype, rngs=rngs)
-    self.space_attention = MultiHeadAttention(num_heads // 2, features, **halves)
-    self.time_attention = MultiHeadAttention(num_heads // 2, features, **halves)
-    self.norm2 = layer_norm(features, dtype, rngs=rngs)
-    self.mlp = Mlp(
-      features, mlp_features, dropout_rate=dropout_rate, activation=activation, dtype=dtype, rngs=rngs
-    )
-    self.dropout = nnx.Dropout(dropout_rate)
+    half = dict(qkv_features=features // 2, out_features=features, rngs=rngs)
+    self.norm1 = layer_norm(features, options, rngs=rngs)
+    self.space_attention = attention_layer(num_heads // 2, features, options, **half)
+    self.time_attention = attention_layer(num_heads // 2, features, options, **half)
+    self.norm2 = layer_norm(features, options, rngs=rngs)
+    self.mlp = Mlp(features, mlp_features, options, rngs=rngs)
+    self.dropout = nnx.Dropout(options.dropout)
     self.drop_path = DropPath(drop_path_rate)
 
   def __call__(self, x, *, time_bias, deterministic, rngs, return_weights, drop_path_rate=None):
@@ -436,41 +324,17 @@ class FactorisedDotProductBlock(nnx.Module):
 
 
 class FactorisedDotProduct(_Layout):
-  def __init__(
-    self,
-    *,
-    features,
-    depth,
-    num_heads,
-    mlp_features,
-    num_frames,
-    time_relative,
-    pool,
-    drop_path,
-    scan_layers=False,
-    remat='none',
-    rngs,
-    **block_options,
-  ):
-    self._setup(
-      depth=depth,
-      num_heads=num_heads,
-      drop_path=drop_path,
-      num_frames=num_frames,
-      time_relative=time_relative,
-      pool=pool,
-      scan_layers=scan_layers,
-      remat=remat,
-    )
+  def __init__(self, options, block: BlockOptions, *, num_frames: int, rngs: nnx.Rngs):
+    self._setup(options, num_frames)
     self.blocks = self._keep(
       lambda rate: FactorisedDotProductBlock(
-        features, num_heads, mlp_features, drop_path_rate=rate, rngs=rngs, **block_options
+        options.width, options.num_heads, options.mlp_dim, block, drop_path_rate=rate, rngs=rngs
       ),
       self.drop_path_rates,
     )
-    self.norm = layer_norm(features, block_options.get('dtype'), rngs=rngs)
-    if time_relative:
-      self.time_biases = _time_biases(num_heads // 2, num_frames, depth, rngs)
+    self.norm = layer_norm(options.width, block, rngs=rngs)
+    if self.time_relative:
+      self.time_biases = _time_biases(options.num_heads // 2, num_frames, options.depth, rngs)
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
     x = _with_class_column(tokens, class_token)

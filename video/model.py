@@ -11,9 +11,13 @@ the temporal encoder, as in ViViT). Heads: ``cls`` or ``gap`` as in the ViT. The
 ``video.layouts``; the forward pass returns ``(logits, intermediates)``. ``scan_layers`` and
 ``remat`` (``attention.layers``) scan every stack of blocks over depth and rematerialise its
 blocks, as in the ViT; ``STACKS`` names the stacks for ``stack_blocks`` / ``unstack_blocks``.
-``make_video_model`` builds the model from a ``config.model`` section; ``default_model_config``
-holds every field's default.
+``VideoOptions`` are the fields of a config's ``model`` section and the one place their defaults live;
+``make_video_model`` builds the model from a section (or from options), and ``model_section`` gives
+a section back complete.
 """
+
+import dataclasses
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +25,11 @@ import ml_collections
 from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
-from attention import resolve_dtype
+from attention import DTYPES, BlockOptions, resolve_dtype
 from attention.layers import REMAT_POLICIES
-from attention.options import with_defaults
 from attention.positional import AdditiveTable
+from attention.scores import SCORES
+from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError
 from video import layouts
 
@@ -70,6 +75,60 @@ def token_grid(clip_shape, tubelet) -> tuple[int, int, int]:
   return frames // t, height // p_h, width // p_w
 
 
+@dataclasses.dataclass(frozen=True)
+class VideoOptions:
+  """The fields of a video model's ``model`` section, with their defaults (the module docstring and
+  ``video.layouts`` say what each does)."""
+
+  attention: Literal[layouts.LAYOUTS] = 'divided'
+  width: int = 64
+  depth: int = 4
+  temporal_depth: int = 2
+  num_heads: int = 4
+  mlp_dim: int = 128
+  tubelet: tuple[int, int, int] = (1, 8, 8)
+  spatial_posemb: Literal[SPATIAL_POSEMBS] = 'learn1d'
+  temporal_posemb: Literal[TEMPORAL_POSEMBS] = 'learn1d'
+  pool: Literal[POOLS] = 'cls'
+  score: Literal[SCORES] = 'scaled_dot'
+  dropout: float = 0.0
+  attention_dropout: float = 0.0
+  drop_path: float = 0.0
+  head_zero_init: bool = True
+  dtype: Literal[tuple(DTYPES)] = 'float32'
+  scan_layers: bool = False
+  remat: Literal[tuple(REMAT_POLICIES)] = 'none'
+
+  def __post_init__(self):
+    check_options(
+      attention=self.attention,
+      spatial_posemb=self.spatial_posemb,
+      temporal_posemb=self.temporal_posemb,
+      pool=self.pool,
+      remat=self.remat,
+    )
+
+  def block(self) -> BlockOptions:
+    """What every block of every layout is built with."""
+    return BlockOptions(
+      score=self.score,
+      dropout=self.dropout,
+      attention_dropout=self.attention_dropout,
+      dtype=resolve_dtype(self.dtype),
+    )
+
+
+def model_options(section) -> VideoOptions:
+  """The ``VideoOptions`` of a ``model`` section (``ConfigDict``, ``dict`` or options): its fields over
+  the defaults; ``ConfigError`` naming an unknown or ill-typed field."""
+  return section if isinstance(section, VideoOptions) else from_section(VideoOptions, section, 'model')
+
+
+def model_section(section) -> ml_collections.ConfigDict:
+  """A ``model`` section with every field: the defaults with ``section``'s values over them."""
+  return to_section(model_options(section))
+
+
 class TubeletEmbedding(nnx.Module):
   """Cuts clips into non-overlapping ``t x p_h x p_w`` tubelets and projects each to ``width``.
 
@@ -108,81 +167,34 @@ def inflate_kernel(image_kernel: jax.Array, frames: int, method: str) -> jax.Arr
 
 
 class VideoTransformer(nnx.Module):
-  """Every option is given: their defaults are those of ``default_model_config``, which
-  ``make_video_model`` fills in."""
+  """The video model ``options`` describe, for ``num_classes`` classes of clips ``clip_shape``
+  ``(T, H, W, C)``."""
 
-  def __init__(
-    self,
-    *,
-    num_classes: int,
-    clip_shape: tuple[int, int, int, int],
-    tubelet: tuple[int, int, int],
-    width: int,
-    depth: int,
-    num_heads: int,
-    mlp_dim: int,
-    attention: str,
-    temporal_depth: int,
-    spatial_posemb: str,
-    temporal_posemb: str,
-    pool: str,
-    score: str,
-    dropout: float,
-    attention_dropout: float,
-    drop_path: float,
-    head_zero_init: bool,
-    scan_layers: bool,
-    remat: str,
-    dtype: str,
-    rngs: nnx.Rngs,
-  ):
-    check_options(
-      attention=attention,
-      spatial_posemb=spatial_posemb,
-      temporal_posemb=temporal_posemb,
-      pool=pool,
-      remat=remat,
-    )
-    self.grid = token_grid(clip_shape, tubelet)
+  def __init__(self, options: VideoOptions, *, num_classes: int, clip_shape, rngs: nnx.Rngs):
+    self.grid = token_grid(clip_shape, options.tubelet)
     steps, rows, columns = self.grid
-    compute_dtype = resolve_dtype(dtype)
-    self.attention, self.pool = attention, pool
-    self.spatial_posemb, self.temporal_posemb = spatial_posemb, temporal_posemb
-    self.tubelet_embedding = TubeletEmbedding(clip_shape[-1], width, tubelet, dtype=compute_dtype, rngs=rngs)
-    if pool == 'cls':
+    block = options.block()
+    width = options.width
+    self.attention, self.pool = options.attention, options.pool
+    self.spatial_posemb, self.temporal_posemb = options.spatial_posemb, options.temporal_posemb
+    self.tubelet_embedding = TubeletEmbedding(
+      clip_shape[-1], width, options.tubelet, dtype=block.dtype, rngs=rngs
+    )
+    if options.pool == 'cls':
       self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
-    if spatial_posemb == 'learn3d':
+    if options.spatial_posemb == 'learn3d':
       self.spacetime_table = AdditiveTable(
         'learn1d', width, length=steps * rows * columns, grid=None, rngs=rngs
       )
-    elif spatial_posemb != 'none':
+    elif options.spatial_posemb != 'none':
       self.spatial_table = AdditiveTable(
-        spatial_posemb, width, length=rows * columns, grid=(rows, columns), rngs=rngs
+        options.spatial_posemb, width, length=rows * columns, grid=(rows, columns), rngs=rngs
       )
-    if temporal_posemb in ('learn1d', 'sincos1d'):
-      self.temporal_table = AdditiveTable(temporal_posemb, width, length=steps, grid=None, rngs=rngs)
-    self.dropout = nnx.Dropout(dropout)
-    layout_options = dict(
-      features=width,
-      depth=depth,
-      num_heads=num_heads,
-      mlp_features=mlp_dim,
-      num_frames=steps,
-      time_relative=temporal_posemb == 'relative',
-      pool=pool,
-      drop_path=drop_path,
-      score=score,
-      dropout_rate=dropout,
-      attention_dropout_rate=attention_dropout,
-      scan_layers=scan_layers,
-      remat=remat,
-      dtype=compute_dtype,
-      rngs=rngs,
-    )
-    if attention == 'factorised_encoder':
-      layout_options['temporal_depth'] = temporal_depth
-    self.layout = _LAYOUT_CLASSES[attention](**layout_options)
-    head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
+    if options.temporal_posemb in ('learn1d', 'sincos1d'):
+      self.temporal_table = AdditiveTable(options.temporal_posemb, width, length=steps, grid=None, rngs=rngs)
+    self.dropout = nnx.Dropout(options.dropout)
+    self.layout = _LAYOUT_CLASSES[options.attention](options, block, num_frames=steps, rngs=rngs)
+    head_init = nnx.initializers.zeros if options.head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(width, num_classes, kernel_init=head_init, rngs=rngs)
 
   def embed(self, clips: jax.Array) -> jax.Array:
@@ -222,38 +234,10 @@ class VideoTransformer(nnx.Module):
     return self.head(features).astype(jnp.float32), intermediates
 
 
-# Model fields that config files written before them may lack; such files get these values.
-
-
-def default_model_config() -> ml_collections.ConfigDict:
-  """Every field of the ``model`` section with its default: the one place the video model's defaults live."""
-  return ml_collections.ConfigDict(
-    dict(
-      attention='divided',
-      width=64,
-      depth=4,
-      temporal_depth=2,
-      num_heads=4,
-      mlp_dim=128,
-      tubelet=(1, 8, 8),
-      spatial_posemb='learn1d',
-      temporal_posemb='learn1d',
-      pool='cls',
-      score='scaled_dot',
-      dropout=0.0,
-      attention_dropout=0.0,
-      drop_path=0.0,
-      head_zero_init=True,
-      dtype='float32',
-      scan_layers=False,
-      remat='none',
-    )
+def make_video_model(section, *, num_classes: int, clip_shape, rngs: nnx.Rngs) -> VideoTransformer:
+  """The ``VideoTransformer`` a ``config.model`` section describes (a ``ConfigDict`` or ``dict`` whose
+  missing fields take their ``VideoOptions`` defaults, or ``VideoOptions``), for ``num_classes``
+  classes of clips ``clip_shape`` ``(T, H, W, C)``."""
+  return VideoTransformer(
+    model_options(section), num_classes=num_classes, clip_shape=tuple(clip_shape), rngs=rngs
   )
-
-
-def make_video_model(model_config, *, num_classes: int, clip_shape, rngs: nnx.Rngs) -> VideoTransformer:
-  """The ``VideoTransformer`` a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field
-  it lacks takes its ``default_model_config`` value, one it has that is not there is a ``ValueError``),
-  for ``num_classes`` classes of clips ``clip_shape`` ``(T, H, W, C)``."""
-  options = with_defaults(model_config, default_model_config()).to_dict()
-  return VideoTransformer(num_classes=num_classes, clip_shape=tuple(clip_shape), rngs=rngs, **options)

@@ -17,7 +17,6 @@ import ml_collections
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from attention.options import with_defaults
 from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.parameter_regexes import check_layer_numbering, check_regexes_under_scan
@@ -25,9 +24,10 @@ from trainer.reporting import Reporting
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
+from video import config_sections as sections
 from video.input_pipeline import ClipShapes, VideoData, load_video_data
 from video.layouts import parameter_layer
-from video.model import check_options, default_model_config, make_video_model, token_grid
+from video.model import check_options, make_video_model, model_section, token_grid
 from video.prediction import ClipPrediction
 
 
@@ -67,6 +67,7 @@ class VideoReporting(Reporting):
 class VideoClassification(Task):
   """Config: ``data`` (see ``video.input_pipeline``), ``model`` (see ``video.model``), ``label_smoothing``."""
 
+  config_sections = sections.SECTIONS
   Sizes = ClipShapes
   reporting = VideoReporting()
 
@@ -75,10 +76,7 @@ class VideoClassification(Task):
     self.label_smoothing = config.label_smoothing
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
-    try:
-      model = with_defaults(config.model, default_model_config())
-    except ValueError as error:
-      raise ConfigError(f'model: {error}') from None
+    model = model_section(config.model)
     check_options(
       attention=model.attention,
       spatial_posemb=model.spatial_posemb,

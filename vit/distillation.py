@@ -1,7 +1,7 @@
 """Knowledge distillation (Hinton et al. 2015; DeiT, Touvron et al. 2021): a frozen teacher's logits
 as a second target for the student.
 
-``config.distill`` (every default in ``default_distill_config``; ``teacher=''`` is off):
+``config.distill`` (every default in ``vit.config_sections.Distill``; ``teacher=''`` is off):
 
 - ``teacher``: a workdir written by ``train.py`` (its model, resolution and normalisation are its
   own; ``checkpoint`` says which: ``'latest'``, ``'best'`` or a step), or weights the ViT reads
@@ -28,7 +28,6 @@ corresponds to ``alpha / classes`` here.
 
 import dataclasses
 import math
-import numbers
 import pathlib
 import re
 from typing import Any
@@ -39,21 +38,20 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from attention.options import with_defaults
+from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError, MissingFileError
 from trainer.losses import cross_entropy
 from trainer.workdir import CONFIG_FILE
-from vit import checkpoint_npz, pretrained
-from vit.model import default_model_config, make_vit
+from vit import checkpoint_npz, config_sections, pretrained
+from vit.model import ViTOptions, make_vit
 
 KINDS = ('soft', 'hard')
 _BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/')
 
 
 def default_distill_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(
-    dict(teacher='', checkpoint='latest', kind='soft', temperature=1.0, alpha=0.5)
-  )
+  """Every ``distill`` field with its default (``vit.config_sections.Distill``)."""
+  return to_section(config_sections.Distill())
 
 
 def check_distill(section: ml_collections.ConfigDict | None) -> ml_collections.ConfigDict | None:
@@ -61,18 +59,12 @@ def check_distill(section: ml_collections.ConfigDict | None) -> ml_collections.C
   ``ConfigError`` of one line for an unknown field or a bad value. Reads no file."""
   if section is None:
     return None
-  try:
-    config = with_defaults(section, default_distill_config())
-  except ValueError as error:
-    raise ConfigError(f'config.distill: {error}') from None
-  if not isinstance(config.teacher, str):
-    raise ConfigError(f'config.distill.teacher is {config.teacher!r}; it must be a path, or "" for none.')
-  if config.kind not in KINDS:
-    raise ConfigError(f'config.distill.kind is {config.kind!r}; allowed values: {", ".join(KINDS)}.')
+  config = to_section(from_section(config_sections.Distill, section, 'distill'))
   for field, lowest, highest in (('temperature', 0.0, math.inf), ('alpha', 0.0, 1.0)):
     value = config[field]
-    bad = isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
-    if bad or value < lowest or value > highest or (field == 'temperature' and value == 0):
+    if (
+      not math.isfinite(value) or value < lowest or value > highest or (field == 'temperature' and value == 0)
+    ):
       allowed = 'a finite number > 0' if field == 'temperature' else 'a number in [0, 1]'
       raise ConfigError(f'config.distill.{field} is {value!r}; it must be {allowed}.')
   checkpoint = config.checkpoint
@@ -165,7 +157,7 @@ def load_teacher(config: ml_collections.ConfigDict, *, num_classes: int, image_s
     teacher = _workdir_teacher(path, config.checkpoint)
   else:
     canonical = read_teacher_weights(path)
-    model_config = default_model_config().to_dict()
+    model_config = dataclasses.asdict(ViTOptions())
     model_config.update(architecture_of(canonical, path), dtype=dtype)
     grid = model_config.pop('grid') or _student_grid(image_shape, model_config['patch_size'])
     channels = canonical['embedding/kernel'].shape[2]

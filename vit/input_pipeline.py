@@ -79,9 +79,10 @@ import numpy as np
 from pipelines import image_sources
 from pipelines.image_sources import InMemoryImages, LabelledImages
 from pipelines.steps import repeated_example_ids, step_batches
+from trainer.config_sections import to_section
 from trainer.errors import ConfigError
 from trainer.partitioning import process_rows
-from vit import batch_augmentation, record_images, tfds_source
+from vit import batch_augmentation, config_sections, record_images, tfds_source
 from vit.image_augmentation import Augmentation, AugmentationDraw
 from vit.record_images import RecordImages
 
@@ -96,34 +97,8 @@ _AUGMENT_STREAM = 1  # the augmentation draws' random stream (pipelines.steps or
 
 
 def default_data_config() -> ml_collections.ConfigDict:
-  """All data config fields with their defaults (see the module docstring)."""
-  config = ml_collections.ConfigDict()
-  config.source = 'digits'
-  config.name = ml_collections.FieldReference(None, field_type=str)
-  config.data_dir = ml_collections.FieldReference(None, field_type=str)
-  config.random_access = ml_collections.FieldReference(None, field_type=bool)
-  config.streaming = ml_collections.FieldReference(None, field_type=bool)
-  config.path = ml_collections.FieldReference(None, field_type=str)
-  config.cache_dir = ml_collections.FieldReference(None, field_type=str)
-  config.image_size = ml_collections.FieldReference(None, field_type=tuple)
-  config.mean = ml_collections.FieldReference(None, field_type=tuple)
-  config.std = ml_collections.FieldReference(None, field_type=tuple)
-  config.prefetch_batches = 4
-  config.num_threads = 2
-  config.augment = ml_collections.ConfigDict()
-  config.augment.crop_padding = 0
-  config.augment.crop_pad_mode = 'reflect'
-  config.augment.flip = False
-  config.augment.randaugment_layers = 0
-  config.augment.randaugment_magnitude = 10
-  config.augment.mixup_alpha = 0.0
-  config.augment.crop_scale = ml_collections.FieldReference(None, field_type=tuple)
-  config.augment.crop_ratio = (3 / 4, 4 / 3)
-  config.augment.cutmix_alpha = 0.0
-  config.augment.mix_switch_prob = 0.5
-  config.augment.erase_prob = 0.0
-  config.augment.repeats = 1
-  return config
+  """All data config fields with their defaults (``vit.config_sections.ImageData``; see the module docstring)."""
+  return to_section(config_sections.ImageData())
 
 
 def load_image_data(data_config: ml_collections.ConfigDict) -> ImageData:

@@ -31,9 +31,13 @@ only prefix token, with ``gap`` or ``map``) whose output feeds a head of its own
 are the mean of the two heads' (DeiT's evaluation), and the intermediates hold each head's logits
 (``class_logits``, ``distill_logits``) for a distillation loss (``vit.distillation``).
 
-``make_vit`` builds the model from a ``config.model`` section; ``default_model_config`` holds every
-field's default.
+``ViTOptions`` are the fields of a config's ``model`` section and the one place their defaults live;
+``make_vit`` builds the model from a section (or from options), and ``model_section`` gives a
+section back complete.
 """
+
+import dataclasses
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -41,9 +45,12 @@ import ml_collections
 from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
-from attention import Encoder, Mlp, MultiHeadAttention, resolve_dtype
-from attention.options import with_defaults
-from attention.positional import check_sincos2d_layout
+from attention import ACTIVATIONS, DTYPES, BlockOptions, Encoder, Mlp, resolve_dtype
+from attention.blocks import attention_layer, layer_norm
+from attention.layers import REMAT_POLICIES
+from attention.positional import INJECTIONS, POSEMB_KINDS, SINCOS2D_LAYOUTS, check_sincos2d_layout
+from attention.scores import SCORES
+from trainer.config_sections import from_section, to_section
 
 # name -> (width, depth, mlp_dim, num_heads), as in the ViT and DeiT papers.
 VARIANTS = {
@@ -68,6 +75,74 @@ def decode_variant(variant: str) -> dict[str, int]:
     )
   width, depth, mlp_dim, num_heads = VARIANTS[size]
   return dict(width=width, depth=depth, mlp_dim=mlp_dim, num_heads=num_heads, patch_size=int(patch))
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTOptions:
+  """The fields of a ViT's ``model`` section, with their defaults (the module docstring says what each
+  does). A named ``variant`` (``'S/16'``) decides the width, depth, heads, MLP and patch size
+  (``with_variant``); ``'custom'`` takes them from these fields."""
+
+  variant: str = 'custom'
+  width: int = 192
+  depth: int = 6
+  num_heads: int = 3
+  mlp_dim: int = 384
+  patch_size: int | tuple[int, int] = 4
+  pool: Literal[POOLS] = 'cls'
+  posemb: Literal[POSEMB_KINDS] = 'learn1d'
+  posemb_injection: Literal[INJECTIONS] = 'stem'
+  score: Literal[SCORES] = 'scaled_dot'
+  dropout: float = 0.0
+  attention_dropout: float = 0.0
+  drop_path: float = 0.0
+  head_zero_init: bool = True
+  activation: Literal[ACTIVATIONS] = 'gelu'
+  layernorm_epsilon: float = 1e-6
+  pre_logits: int = 0
+  sincos2d_layout: Literal[SINCOS2D_LAYOUTS] = 'rows_cols'
+  reg_tokens: int = 0
+  layer_scale: float = 0.0
+  norm_pre: bool = False
+  fc_norm: bool = False
+  patch_bias: bool = True
+  distill_token: bool = False
+  scan_layers: bool = False
+  remat: Literal[tuple(REMAT_POLICIES)] = 'none'
+  dtype: Literal[tuple(DTYPES)] = 'float32'
+
+  def __post_init__(self):
+    if self.variant != 'custom':
+      decode_variant(self.variant)
+    if self.reg_tokens < 0:
+      raise ValueError(f'reg_tokens must be >= 0, got {self.reg_tokens}.')
+
+  def with_variant(self) -> 'ViTOptions':
+    """These options with a named variant's width, depth, heads, MLP and patch size in their fields."""
+    return self if self.variant == 'custom' else dataclasses.replace(self, **decode_variant(self.variant))
+
+  def block(self) -> BlockOptions:
+    """What every encoder block is built with."""
+    return BlockOptions(
+      score=self.score,
+      dropout=self.dropout,
+      attention_dropout=self.attention_dropout,
+      activation=self.activation,
+      layernorm_epsilon=self.layernorm_epsilon,
+      layer_scale=self.layer_scale,
+      dtype=resolve_dtype(self.dtype),
+    )
+
+
+def model_options(section) -> ViTOptions:
+  """The ``ViTOptions`` of a ``model`` section (``ConfigDict``, ``dict`` or options): its fields over the
+  defaults; ``ConfigError`` naming an unknown or ill-typed field."""
+  return section if isinstance(section, ViTOptions) else from_section(ViTOptions, section, 'model')
+
+
+def model_section(section) -> ml_collections.ConfigDict:
+  """A ``model`` section with every field: the defaults with ``section``'s values over them."""
+  return to_section(model_options(section))
 
 
 class PatchEmbedding(nnx.Module):
@@ -115,23 +190,14 @@ class PatchEmbedding(nnx.Module):
 
 
 class AttentionPoolingHead(nnx.Module):
-  """A learned probe token attends over all tokens, followed by a residual MLP (big_vision's MAP)."""
+  """A learned probe token attends over all tokens, followed by a residual MLP (big_vision's MAP).
+  ``options`` give its activation, LayerNorm epsilon and dtype; it has no dropout."""
 
-  def __init__(
-    self,
-    width: int,
-    num_heads: int,
-    mlp_dim: int,
-    *,
-    activation: str,
-    layernorm_epsilon: float,
-    dtype=None,
-    rngs: nnx.Rngs,
-  ):
+  def __init__(self, width: int, num_heads: int, mlp_dim: int, options: BlockOptions, *, rngs: nnx.Rngs):
     self.probe = nnx.Param(nnx.initializers.xavier_uniform()(rngs.params(), (1, 1, width)))
-    self.attention = MultiHeadAttention(num_heads, width, cross_attention=True, dtype=dtype, rngs=rngs)
-    self.norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, dtype=dtype, rngs=rngs)
-    self.mlp = Mlp(width, mlp_dim, activation=activation, dtype=dtype, rngs=rngs)
+    self.attention = attention_layer(num_heads, width, options, cross_attention=True, rngs=rngs)
+    self.norm = layer_norm(width, options, rngs=rngs)
+    self.mlp = Mlp(width, mlp_dim, options, rngs=rngs)
 
   def __call__(self, tokens, *, return_weights: bool = False):
     probe = jnp.broadcast_to(self.probe[...].astype(tokens.dtype), (tokens.shape[0], 1, tokens.shape[-1]))
@@ -141,47 +207,19 @@ class AttentionPoolingHead(nnx.Module):
 
 
 class VisionTransformer(nnx.Module):
-  """Every option is given: their defaults are those of ``default_model_config``, which ``make_vit``
-  fills in (the options mean what the fields of a ``model`` section mean)."""
+  """The ViT ``options`` describe, for ``num_classes`` classes of images ``image_shape`` ``(H, W, C)``."""
 
   def __init__(
-    self,
-    *,
-    num_classes: int,
-    image_shape: tuple[int, int, int],
-    patch_size: int | tuple[int, int],
-    width: int,
-    depth: int,
-    num_heads: int,
-    mlp_dim: int,
-    pool: str,
-    posemb: str,
-    posemb_injection: str,
-    score: str,
-    dropout: float,
-    attention_dropout: float,
-    drop_path: float,
-    head_zero_init: bool,
-    activation: str,
-    layernorm_epsilon: float,
-    pre_logits: int,
-    sincos2d_layout: str,
-    reg_tokens: int,
-    layer_scale: float,
-    norm_pre: bool,
-    fc_norm: bool,
-    patch_bias: bool,
-    distill_token: bool,
-    scan_layers: bool,
-    remat: str,
-    dtype: str,
-    rngs: nnx.Rngs,
+    self, options: ViTOptions, *, num_classes: int, image_shape: tuple[int, int, int], rngs: nnx.Rngs
   ):
-    if pool not in POOLS:
-      raise ValueError(f'Unknown pool {pool!r}; allowed values: {", ".join(POOLS)}.')
-    check_sincos2d_layout(sincos2d_layout)
-    compute_dtype = resolve_dtype(dtype)
+    if options.pool not in POOLS:
+      raise ValueError(f'Unknown pool {options.pool!r}; allowed values: {", ".join(POOLS)}.')
+    check_sincos2d_layout(options.sincos2d_layout)
+    options = options.with_variant()
+    block = options.block()
+    width, pool = options.width, options.pool
     height, image_width, channels = image_shape
+    patch_size = options.patch_size
     patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(patch_size)
     if height % patch[0] or image_width % patch[1]:
       raise ValueError(
@@ -189,64 +227,53 @@ class VisionTransformer(nnx.Module):
       )
     self.grid = (height // patch[0], image_width // patch[1])
     self.pool = pool
-    self.compute_dtype = compute_dtype
-    if reg_tokens < 0:
-      raise ValueError(f'reg_tokens must be >= 0, got {reg_tokens}.')
+    self.compute_dtype = block.dtype
     self.patch_embedding = PatchEmbedding(
-      channels, width, patch, dtype=compute_dtype, use_bias=patch_bias, rngs=rngs
+      channels, width, patch, dtype=block.dtype, use_bias=options.patch_bias, rngs=rngs
     )
     # The prefix tokens, in order: class token, distillation token, register tokens.
-    self.num_prefix = (1 if pool == 'cls' else 0) + (1 if distill_token else 0) + reg_tokens
-    num_prefix = self.num_prefix
+    self.num_prefix = (1 if pool == 'cls' else 0) + (1 if options.distill_token else 0) + options.reg_tokens
     if pool == 'cls':
       self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
-    if distill_token:  # DeiT's initialisation; a zero token would start as the class token's twin
+    if options.distill_token:  # DeiT's initialisation; a zero token would start as the class token's twin
       self.distill_index = 1 if pool == 'cls' else 0
       self.distill_token = nnx.Param(nnx.initializers.truncated_normal(0.02)(rngs.params(), (1, 1, width)))
-    if reg_tokens:
-      self.register_tokens = nnx.Param(nnx.initializers.normal(1e-6)(rngs.params(), (1, reg_tokens, width)))
+    if options.reg_tokens:
+      self.register_tokens = nnx.Param(
+        nnx.initializers.normal(1e-6)(rngs.params(), (1, options.reg_tokens, width))
+      )
     self.encoder = Encoder(
       features=width,
-      depth=depth,
-      num_heads=num_heads,
-      mlp_features=mlp_dim,
-      posemb=posemb,
-      posemb_injection=posemb_injection,
+      depth=options.depth,
+      num_heads=options.num_heads,
+      mlp_features=options.mlp_dim,
+      block=block,
+      posemb=options.posemb,
+      posemb_injection=options.posemb_injection,
       grid=self.grid,
-      num_prefix_tokens=num_prefix,
-      score=score,
-      dropout_rate=dropout,
-      attention_dropout_rate=attention_dropout,
-      drop_path_rate=drop_path,
-      activation=activation,
-      layernorm_epsilon=layernorm_epsilon,
-      layer_scale=layer_scale,
-      input_norm=norm_pre,
-      final_norm=not fc_norm,
-      sincos2d_layout=sincos2d_layout,
-      scan_layers=scan_layers,
-      remat=remat,
-      dtype=compute_dtype,
+      num_prefix_tokens=self.num_prefix,
+      sincos2d_layout=options.sincos2d_layout,
+      drop_path_rate=options.drop_path,
+      input_norm=options.norm_pre,
+      final_norm=not options.fc_norm,
+      scan_layers=options.scan_layers,
+      remat=options.remat,
       rngs=rngs,
     )
-    if pool == 'map':
-      self.pooling = AttentionPoolingHead(
-        width,
-        num_heads,
-        mlp_dim,
-        activation=activation,
-        layernorm_epsilon=layernorm_epsilon,
-        dtype=compute_dtype,
-        rngs=rngs,
+    if pool == 'map':  # big_vision's head: no dropout, a dot-product score
+      head = BlockOptions(
+        activation=block.activation, layernorm_epsilon=block.layernorm_epsilon, dtype=block.dtype
       )
-    if fc_norm:
-      self.fc_norm = nnx.LayerNorm(width, epsilon=layernorm_epsilon, dtype=compute_dtype, rngs=rngs)
-    if pre_logits:
-      self.pre_logits = nnx.Linear(width, pre_logits, rngs=rngs)
-    head_init = nnx.initializers.zeros if head_zero_init else nnx.initializers.lecun_normal()
-    self.head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
-    if distill_token:
-      self.distill_head = nnx.Linear(pre_logits or width, num_classes, kernel_init=head_init, rngs=rngs)
+      self.pooling = AttentionPoolingHead(width, options.num_heads, options.mlp_dim, head, rngs=rngs)
+    if options.fc_norm:
+      self.fc_norm = layer_norm(width, block, rngs=rngs)
+    if options.pre_logits:
+      self.pre_logits = nnx.Linear(width, options.pre_logits, rngs=rngs)
+    features = options.pre_logits or width
+    head_init = nnx.initializers.zeros if options.head_zero_init else nnx.initializers.lecun_normal()
+    self.head = nnx.Linear(features, num_classes, kernel_init=head_init, rngs=rngs)
+    if options.distill_token:
+      self.distill_head = nnx.Linear(features, num_classes, kernel_init=head_init, rngs=rngs)
 
   def __call__(
     self,
@@ -294,50 +321,12 @@ class VisionTransformer(nnx.Module):
     return jnp.tanh(self.pre_logits(features)) if hasattr(self, 'pre_logits') else features
 
 
-def default_model_config() -> ml_collections.ConfigDict:
-  """Every field of the ``model`` section with its default: the one place the ViT's defaults live."""
-  return ml_collections.ConfigDict(
-    dict(
-      variant='custom',
-      width=192,
-      depth=6,
-      num_heads=3,
-      mlp_dim=384,
-      patch_size=4,
-      pool='cls',
-      posemb='learn1d',
-      posemb_injection='stem',
-      score='scaled_dot',
-      dropout=0.0,
-      attention_dropout=0.0,
-      drop_path=0.0,
-      head_zero_init=True,
-      activation='gelu',
-      layernorm_epsilon=1e-6,
-      pre_logits=0,
-      sincos2d_layout='rows_cols',
-      reg_tokens=0,
-      layer_scale=0.0,
-      norm_pre=False,
-      fc_norm=False,
-      patch_bias=True,
-      distill_token=False,
-      scan_layers=False,
-      remat='none',
-      dtype='float32',
-    )
-  )
-
-
 def make_vit(
-  model_config, *, num_classes: int, image_shape: tuple[int, int, int], rngs: nnx.Rngs
+  section, *, num_classes: int, image_shape: tuple[int, int, int], rngs: nnx.Rngs
 ) -> VisionTransformer:
-  """The ViT a ``config.model`` section describes (a ``ConfigDict`` or ``dict``; a field it lacks takes
-  its ``default_model_config`` value, one it has that is not there is a ``ValueError``), for
-  ``num_classes`` classes of images ``image_shape`` ``(H, W, C)``. A named ``variant`` gives the width,
-  depth, heads, MLP and patch size; ``'custom'`` takes them from the section."""
-  options = with_defaults(model_config, default_model_config()).to_dict()
-  variant = options.pop('variant')
-  if variant != 'custom':
-    options.update(decode_variant(variant))
-  return VisionTransformer(num_classes=num_classes, image_shape=image_shape, rngs=rngs, **options)
+  """The ViT a ``config.model`` section describes (a ``ConfigDict`` or ``dict`` whose missing fields take
+  their ``ViTOptions`` defaults, or ``ViTOptions``), for ``num_classes`` classes of images ``image_shape``
+  ``(H, W, C)``."""
+  return VisionTransformer(
+    model_options(section), num_classes=num_classes, image_shape=image_shape, rngs=rngs
+  )

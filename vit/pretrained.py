@@ -24,8 +24,9 @@ import ml_collections
 import numpy as np
 
 from attention.resample import RESAMPLE_METHODS
+from trainer.config_sections import to_section
 from trainer.errors import ConfigError
-from vit import checkpoint_npz, weights
+from vit import checkpoint_npz, config_sections, weights
 from vit.model import decode_variant
 
 # the model options a timm or transformers file decides (a patch size of its own may differ: resized)
@@ -37,9 +38,8 @@ _READ = {}  # (path, arch) -> weights.Weights, so a file is read once per proces
 
 
 def default_init_from_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(
-    dict(path='', checkpoint='latest', strict=True, init_head=True, resample='bilinear', arch='')
-  )
+  """Every ``init_from`` field with its default (``vit.config_sections.InitFrom``)."""
+  return to_section(config_sections.InitFrom())
 
 
 def read_weights(path, arch: str = '') -> weights.Weights:

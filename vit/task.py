@@ -9,7 +9,6 @@ import ml_collections
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from attention.options import with_defaults
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer.devices import Devices
 from trainer.errors import ConfigError
@@ -20,9 +19,10 @@ from trainer.reporting import Reporting
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
+from vit import config_sections as sections
 from vit.distillation import Distillation, check_distill
 from vit.input_pipeline import ImageData, ImageShapes, load_image_data
-from vit.model import default_model_config, make_vit
+from vit.model import make_vit, model_section
 from vit.prediction import ImagePrediction
 
 
@@ -76,6 +76,7 @@ class ImageClassification(Task):
   """
 
   train_metrics = ClassificationMetrics
+  config_sections = sections.SECTIONS
   eval_metrics = ClassificationMetrics
   Sizes = ImageShapes
   reporting = ImageReporting()
@@ -87,10 +88,7 @@ class ImageClassification(Task):
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     if shapes is None:  # from the data (a workdir's config was completed when it trained)
       pretrained.complete_model_config(config.model, config.get('init_from'))
-    try:
-      model = with_defaults(config.model, default_model_config())
-    except ValueError as error:
-      raise ConfigError(f'model: {error}') from None
+    model = model_section(config.model)
     posemb, injection = model.posemb, model.posemb_injection
     if posemb in POSEMB_KINDS and injection in INJECTIONS and not combination_exists(posemb, injection):
       raise NotApplicable(

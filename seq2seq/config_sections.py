@@ -1,0 +1,63 @@
+"""The translator family's config sections and their defaults (``Translation.config_sections``).
+
+``data`` (``seq2seq.task`` says what each field does) with its ``tokenizer`` section
+(``seq2seq.tokenizer``), and ``decode``. The ``model`` section's defaults are its architecture's
+(``seq2seq.architectures``).
+"""
+
+import dataclasses
+
+from trainer.config_sections import section_reader
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokenizer:
+  kind: str = 'sentencepiece'  #: 'sentencepiece' or 'word'
+  shared: bool = True  #: one vocabulary for both languages
+  model_type: str = 'unigram'
+  vocab_size: int = 8000
+  character_coverage: float = 1.0
+  max_training_sentences: int = 1_000_000
+  model_file: str | None = None  #: a trained SentencePiece model to use instead of training one
+  target_model_file: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TextData:
+  source: str = 'scan'  #: 'scan' | 'parallel' | 'tfds'
+  split: str = 'simple'  #: SCAN's split
+  path: str | None = None
+  name: str | None = None
+  data_dir: str | None = None
+  src_lang: str | None = None
+  tgt_lang: str | None = None
+  train_split: str = 'train'
+  max_source_length: int = 64
+  max_target_length: int = 64
+  pad_to_multiple: int = 8
+  max_eval_examples: int = 0  #: 0 = the whole split
+  packing: bool = False
+  tokenizer: Tokenizer = Tokenizer()
+
+
+@dataclasses.dataclass(frozen=True)
+class Decode:
+  beam_size: int = 4  #: 1 = greedy
+  alpha: float = 0.6  #: length penalty
+  max_extra_length: int = 50
+  num_samples: int = 5  #: translations shown in TensorBoard
+
+
+def model_section(section):
+  """The complete ``model`` section: its architecture's defaults with ``section``'s values over them
+  (``architecture`` itself only where the section names it)."""
+  from seq2seq.architectures import model_section as complete  # pylint: disable=g-import-not-at-top  (JAX)
+
+  return complete(section or {})
+
+
+SECTIONS = {
+  'model': model_section,
+  'data': section_reader(TextData, 'data'),
+  'decode': section_reader(Decode, 'decode'),
+}
