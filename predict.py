@@ -1,6 +1,6 @@
 """Predict with a trained model on your own inputs: ``python predict.py --workdir runs/vit_digits digit.png``.
 
-Inputs are what the workdir's task reads (``Task.read_input``): image files or folders of them for an
+Inputs are what the workdir's task reads (``Prediction.read_input``): image files or folders of them for an
 image classifier, sentences for a translator, ``.npy`` clips, video files (``.mp4``...) or folders of frames
 for a video classifier.
 They come from the arguments, from ``--input FILE`` (one per line; ``-`` is standard input), or, with

@@ -10,7 +10,7 @@ Into ``<workdir>/plots/``:
 ``training_curves.png``     training loss and the evaluation's ``best_metric`` against the step,
                             for every run, from ``metrics.jsonl``
 and for the first seed of each combination (or the one run), from its latest checkpoint, the
-pictures its task draws (``Task.draw_pictures``: attention maps, position similarities, ...).
+pictures its task draws (``Reporting.draw_pictures``: attention maps, position similarities, ...).
 """
 
 import pathlib
@@ -28,13 +28,14 @@ from trainer.cli import quiet_library_logs, run_reporting_user_errors
 from trainer.errors import WorkdirError
 from trainer.evaluation import restore_checkpoint
 from trainer.metrics_io import read_metrics
+from trainer.reporting import reporting_of
 from trainer.task import task_class
 
 PLOTS_DIR = 'plots'
 
 
 def _is_percent(task: str, metric: str) -> bool:
-  return metric in task_class(task).percent_metrics
+  return metric in reporting_of(task_class(task)).percent_metrics
 
 
 def _metric_label(split: str, metric: str, percent: bool) -> str:
@@ -160,9 +161,10 @@ def plot_training_curves(
 
 
 def plot_run_pictures(run_dir: pathlib.Path, out_dir: pathlib.Path, name: str) -> list[pathlib.Path]:
-  """The pictures the run's task draws of its model, restored from the latest checkpoint."""
+  """The pictures the run's task draws of its model (its reporting's ``draw_pictures``), restored from
+  the latest checkpoint."""
   task, parts, params, step = restore_checkpoint(run_dir)
-  return task.draw_pictures(parts.merge(params), out_dir, name, f'{name}, step {step}')
+  return reporting_of(task).draw_pictures(task, parts.merge(params), out_dir, name, f'{name}, step {step}')
 
 
 def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:

@@ -5,7 +5,7 @@
 that do not exist) and ``runs``, each ``{"overrides": {path: value, ..., "seed": s}, "name",
 "workdir", "metrics"}`` with the metrics ``evaluate.py`` prints.
 
-``results.md`` holds the table the task draws for the sweep (``Task.ablation_table``: a family
+``results.md`` holds the table the task draws for the sweep (``Reporting.ablation_table``: a family
 knows the axes of the paper tables it reproduces) or else the generic one: one row per
 combination, one column per metric. Each cell is the mean ± sample standard deviation over
 seeds; the helpers below build such cells for any family's table.
@@ -21,6 +21,7 @@ import numpy as np
 
 from trainer import storage
 from trainer.errors import WorkdirError
+from trainer.reporting import reporting_of
 from trainer.task import task_class
 
 RESULTS_JSON, RESULTS_CSV, RESULTS_MD = 'results.json', 'results.csv', 'results.md'
@@ -100,8 +101,8 @@ def generic_table(summary: dict[str, Any]) -> str:
 
 
 def markdown(summary: dict[str, Any]) -> str:
-  """The task's table for the sweep (``Task.ablation_table``), or the generic one."""
-  table = task_class(summary['task']).ablation_table(summary) or generic_table(summary)
+  """The task's table for the sweep (its reporting's ``ablation_table``), or the generic one."""
+  table = reporting_of(task_class(summary['task'])).ablation_table(summary) or generic_table(summary)
   return f'# Ablation over {" x ".join(summary["axes"])}\n\n' + table + '\n'
 
 

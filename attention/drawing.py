@@ -1,7 +1,7 @@
 """Pictures of attention and of position embeddings, shared by every family's pictures and the
 ablation plots: saving a figure, similarity maps, attention rollout, heat maps.
 
-Nothing here knows a model family; a task's ``draw_pictures`` composes these into its pictures.
+Nothing here knows a model family; a task's reporting (``draw_pictures``) composes these into its pictures.
 Only what draws imports this module (and matplotlib): the families' ``pictures`` modules, lazily.
 """
 

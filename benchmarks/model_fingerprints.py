@@ -28,7 +28,7 @@ from flax import nnx
 from trainer.task import task_class
 
 CONFIGS = pathlib.Path(__file__).resolve().parent.parent / 'configs'
-# data source -> the sizes a workdir records for it (``Task.data_sizes``)
+# data source -> the sizes a workdir records for it (``Task.sizes``)
 SIZES = {
   'digits': dict(num_classes=10, image_shape=[8, 8, 1]),
   'mnist': dict(num_classes=10, image_shape=[28, 28, 1]),
@@ -64,7 +64,7 @@ def _forward(task, model, config):
     source = (jnp.arange(2 * 7).reshape(2, 7) % 90) + 3
     target = (jnp.arange(2 * 5).reshape(2, 5) % 100) + 3
     return model(source, target, deterministic=True, return_weights=True)
-  shape = task.data.clip_shape if family == 'video' else task.data.image_shape  # the input one example has
+  shape = task.sizes.clip_shape if family == 'video' else task.sizes.image_shape  # the input one example has
   inputs = jnp.sin(jnp.arange(2 * int(np.prod(shape)), dtype=jnp.float32)).reshape(2, *shape)
   return model(inputs, return_weights=True)
 

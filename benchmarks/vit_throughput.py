@@ -43,7 +43,7 @@ from configs.common import trainer_config
 from trainer.partitioning import global_batch, replicated
 from trainer.run_step import build_step
 from trainer.state import train_metrics
-from vit.input_pipeline import default_data_config, load_image_data
+from vit.input_pipeline import ImageShapes, default_data_config, load_image_data
 from vit.model import model_section
 from vit.task import ImageClassification
 
@@ -91,7 +91,7 @@ class _SyntheticImageTask(ImageClassification):
     self.label_smoothing = 0.0
     self.init_from = None
     self.distillation = None
-    self.data = type('Shape', (), {'num_classes': num_classes, 'image_shape': (image_size, image_size, 3)})()
+    self.sizes = ImageShapes(num_classes, (image_size, image_size, 3))
 
 
 def main(argv):

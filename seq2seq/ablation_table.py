@@ -1,4 +1,4 @@
-"""The translator's ablation tables (``Translation.ablation_table``), shaped like the papers'.
+"""The translator's ablation tables (``TranslationReporting.ablation_table``), shaped like the papers'.
 
 For a sweep over ``model.posemb`` (Vaswani et al. Table 3, row (E)) or over
 ``model.attention_score`` (the RNN's scores, as in Luong et al.'s tables): rows are the swept

@@ -1,4 +1,4 @@
-"""The translator's pictures of one trained model (``Translation.draw_pictures``).
+"""The translator's pictures of one trained model (``TranslationReporting.draw_pictures``).
 
 ``cross_attention_<run>.png``    the decoder's cross-attention (mean over heads) for the first
                                  sentence of the evaluation split, greedily translated, one panel

@@ -35,9 +35,7 @@ order, rewritten at each evaluation).
 
 import dataclasses
 import functools
-import os
 import pathlib
-import types
 
 import flax
 import jax
@@ -54,9 +52,10 @@ from seq2seq.architectures import architecture_of, make_translator, model_sectio
 from seq2seq.decoding import translate
 from seq2seq.model import PACKING_KEYS, PAD_ID, Packing
 from seq2seq.packing import PackedTrainingBatches
-from seq2seq.sources import open_source
+from seq2seq.prediction import TranslationPrediction
+from seq2seq.sources import PairSource, open_source
 from seq2seq.text_metrics import corpus_scores
-from seq2seq.tokenizer import EOS_ID, UNK_ID
+from seq2seq.tokenizer import Tokenizer
 from seq2seq.workdir_tokenizers import (
   check_tokenizer_config,
   default_tokenizer_config,
@@ -65,10 +64,11 @@ from seq2seq.workdir_tokenizers import (
 )
 from trainer import storage
 from trainer.devices import Devices
-from trainer.errors import ConfigError, DataError, InputError, WorkdirError
+from trainer.errors import ConfigError, DataError, WorkdirError
 from trainer.losses import token_losses
 from trainer.parameter_regexes import check_regexes_under_scan
-from trainer.task import NotApplicable, Task, prediction_rows
+from trainer.reporting import Reporting
+from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name, resolve_split
 
 
@@ -132,23 +132,63 @@ def _sample_text(sources, hypotheses, references, count: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Sentence:
-  """A source sentence to translate and its token ids, truncated as evaluation truncates them."""
+class VocabSizes:
+  """What a translator's data gives its model (``trainer.task.DataSizes``): the sizes of its source and
+  target vocabularies. The tokenizers ``Translation.prepare`` makes or loads give one (``of``); so does
+  a workdir's record of it (``from_json``)."""
 
-  text: str
-  ids: list[int]
+  source_vocab_size: int
+  target_vocab_size: int
+
+  @classmethod
+  def of(cls, source_tokenizer: Tokenizer, target_tokenizer: Tokenizer) -> 'VocabSizes':
+    return cls(source_tokenizer.vocab_size, target_tokenizer.vocab_size)
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, values: dict, config: ml_collections.ConfigDict) -> 'VocabSizes':
+    """``values['source_vocab_size']`` and ``values['target_vocab_size']``, else ``values['vocab_size']``
+    (0: ``config.data.tokenizer.vocab_size``) for both."""
+    if values.get('source_vocab_size') and values.get('target_vocab_size'):
+      return cls(int(values['source_vocab_size']), int(values['target_vocab_size']))
+    vocab_size = values.get('vocab_size') or config.data.tokenizer.get('vocab_size') or 0
+    if vocab_size < 1:
+      raise ConfigError(
+        'Set a vocabulary size (data.tokenizer.vocab_size) to build the task without its data.'
+      )
+    return cls(vocab_size, vocab_size)
+
+
+class TranslationReporting(Reporting):
+  """The translator's tables (the Transformer paper's positional-encoding rows) and pictures (cross-
+  attention of a sentence)."""
+
+  percent_metrics = ('accuracy', 'exact_match')
+
+  def ablation_table(self, summary):
+    return ablation_table.table(summary)
+
+  def draw_pictures(self, task, model, out_dir, name, title):
+    from seq2seq import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
+    return pictures.draw(model, task, out_dir, name, title)
 
 
 class Translation(Task):
   config_sections = sections.SECTIONS
   train_metrics = TranslationMetrics
   eval_metrics = TranslationEvalMetrics
-  percent_metrics = ('accuracy', 'exact_match')
   # the SentencePiece files may move; what they hold is checked against the workdir's copy
   not_identity_fields = ('data.tokenizer.model_file', 'data.tokenizer.target_model_file')
+  Sizes = VocabSizes
+  reporting = TranslationReporting()
 
-  def __init__(self, config: ml_collections.ConfigDict, vocab_sizes: tuple[int, int] | None = None):
-    super().__init__(config)
+  def __init__(self, config: ml_collections.ConfigDict, sizes: VocabSizes | None = None):
+    """``sizes``: a workdir's record, whose tokenizers ``prepare`` loads as saved; ``None``: the data is
+    opened (and its evaluation split read) here, and ``prepare`` makes the tokenizers from it."""
+    super().__init__(config, sizes)
     data = config.data
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
@@ -211,43 +251,22 @@ class Translation(Task):
       )
     self._training_batches = {}
     self._eval_tokens = {}
-    self.vocab_sizes = vocab_sizes
-    if vocab_sizes is not None:  # without data (``without_data``): only the vocabularies' sizes
-      self.source = None
-      self.source_tokenizer, self.target_tokenizer = (
-        types.SimpleNamespace(vocab_size=n) for n in vocab_sizes
-      )
-      return
-    self.source = open_source(data)
-    split_names = self.source.split_names()
-    eval_split = resolve_split(config.eval_split, split_names)
-    if eval_split not in split_names and '|' in config.eval_split:
-      raise ConfigError(
-        f'config.eval_split is {config.eval_split!r}; this data has the splits {", ".join(split_names)}.'
-      )
-    self.source.read(eval_split)  # a missing or mismatched evaluation split fails here
+    self._recorded = sizes is not None
     self.source_tokenizer = self.target_tokenizer = None
+    self.prediction = TranslationPrediction(self)
+    if sizes is None:  # learned from the data: a missing or mismatched evaluation split fails now
+      split_names = self.source.split_names()
+      eval_split = resolve_split(config.eval_split, split_names)
+      if eval_split not in split_names and '|' in config.eval_split:
+        raise ConfigError(
+          f'config.eval_split is {config.eval_split!r}; this data has the splits {", ".join(split_names)}.'
+        )
+      self.source.read(eval_split)
 
-  @classmethod
-  def without_data(cls, config, sizes):
-    """``sizes['source_vocab_size']`` and ``sizes['target_vocab_size']`` (what ``data_sizes`` records),
-    else ``sizes['vocab_size']`` (0: ``data.tokenizer.vocab_size``) for both. ``prepare`` then loads the
-    workdir's tokenizers as saved, reading no data."""
-    if sizes.get('source_vocab_size') and sizes.get('target_vocab_size'):
-      return cls(config, vocab_sizes=(int(sizes['source_vocab_size']), int(sizes['target_vocab_size'])))
-    vocab_size = sizes.get('vocab_size') or config.data.tokenizer.get('vocab_size') or 0
-    if vocab_size < 1:
-      raise ConfigError(
-        'Set a vocabulary size (data.tokenizer.vocab_size) to build the task without its data.'
-      )
-    return cls(config, vocab_sizes=(vocab_size, vocab_size))
-
-  def data_sizes(self):
-    self._check_prepared()
-    return {
-      'source_vocab_size': self.source_tokenizer.vocab_size,
-      'target_vocab_size': self.target_tokenizer.vocab_size,
-    }
+  @functools.cached_property
+  def source(self) -> PairSource:
+    """Where the sentence pairs come from, opened when first needed (at once when no sizes were given)."""
+    return open_source(self.config.data)
 
   def batch_shapes(self, batch_size):
     data = self.config.data
@@ -269,24 +288,26 @@ class Translation(Task):
       raise DataError(f'The training split {self.config.data.train_split!r} has no pairs.')
 
   def prepare(self, workdir: pathlib.Path) -> None:
-    if self.source is None:  # built without data: the workdir's tokenizers as saved
-      self.source_tokenizer, self.target_tokenizer = load_saved_tokenizers(
-        self.config.data.tokenizer, workdir
-      )
-      found = (self.source_tokenizer.vocab_size, self.target_tokenizer.vocab_size)
-      if found != tuple(self.vocab_sizes):
-        raise WorkdirError(
-          f'{workdir}: its tokenizers have {found[0]} and {found[1]} entries, but it records '
-          f'{self.vocab_sizes[0]} and {self.vocab_sizes[1]}.'
-        )
+    """Makes the tokenizers from the training split, or loads the workdir's; a task built from a
+    workdir's record loads them as saved, checked against the sizes it records."""
+    tokenizer_config = self.config.data.tokenizer
+    if self._recorded:
+      tokenizers = load_saved_tokenizers(tokenizer_config, workdir)
     else:
-      self.source_tokenizer, self.target_tokenizer = prepare_tokenizers(
-        self.config.data.tokenizer, lambda: self.train_pairs, workdir
+      tokenizers = prepare_tokenizers(tokenizer_config, lambda: self.train_pairs, workdir)
+    found = VocabSizes.of(*tokenizers)
+    if self._recorded and found != self.sizes:
+      raise WorkdirError(
+        f'{workdir}: its tokenizers have {found.source_vocab_size} and {found.target_vocab_size} entries, '
+        f'but it records {self.sizes.source_vocab_size} and {self.sizes.target_vocab_size}.'
       )
+    self.source_tokenizer, self.target_tokenizer = tokenizers
+    self.sizes = found
     self._training_batches.clear()
     self._eval_tokens.clear()
 
-  def _check_prepared(self) -> None:
+  def check_prepared(self) -> None:
+    """Raises unless ``prepare`` has made or loaded the tokenizers."""
     if self.source_tokenizer is None:
       raise RuntimeError('Translation.prepare(workdir) must run first: it makes or loads the tokenizers.')
 
@@ -307,7 +328,7 @@ class Translation(Task):
     return pairs[:limit] if limit else pairs
 
   def _tokenized(self, split: str) -> input_pipeline.TokenizedPairs:
-    self._check_prepared()
+    self.check_prepared()
     if split not in self._eval_tokens:
       data = self.config.data
       self._eval_tokens[split] = input_pipeline.tokenize_pairs(
@@ -320,7 +341,7 @@ class Translation(Task):
     return self._eval_tokens[split]
 
   def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
-    self._check_prepared()
+    self.check_prepared()
     if batch_size not in self._training_batches:
       data = self.config.data
       pairs = input_pipeline.tokenize_pairs(self.train_pairs, self.source_tokenizer, self.target_tokenizer)
@@ -350,11 +371,12 @@ class Translation(Task):
   # Model and loss -----------------------------------------------------------------
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
-    self._check_prepared()
+    if self.sizes is None:
+      raise RuntimeError('Translation.prepare(workdir) must run first: it makes or loads the tokenizers.')
     return make_translator(
       self.config.model,
-      source_vocab_size=self.source_tokenizer.vocab_size,
-      target_vocab_size=self.target_tokenizer.vocab_size,
+      source_vocab_size=self.sizes.source_vocab_size,
+      target_vocab_size=self.sizes.target_vocab_size,
       rngs=rngs,
     )
 
@@ -412,78 +434,3 @@ class Translation(Task):
         ''.join(hypothesis + '\n' for hypothesis in hypotheses),
       )
     return results
-
-  # Prediction ---------------------------------------------------------------------
-
-  def read_input(self, item):
-    """A source sentence, tokenized and truncated to ``data.max_source_length`` as evaluation does."""
-    self._check_prepared()
-    what = 'this workdir translates sentences (arguments, --input FILE, or standard input one per line)'
-    if not isinstance(item, str):
-      raise InputError(f'a {type(item).__name__} is not a sentence; {what}.')
-    if not item.strip():
-      raise InputError(f'empty sentence {item!r}; {what}.')
-    if os.path.isfile(item):
-      raise InputError(f'{item} is a file, not a sentence; {what}.')
-    ids = self.source_tokenizer.encode(item)[: self.config.data.max_source_length]
-    if not ids or all(token == UNK_ID for token in ids):
-      raise InputError(f'{item!r}: none of its words or characters is in the source vocabulary.')
-    return Sentence(item, ids)
-
-  def predict(self, model, inputs, options):
-    """``{'translation': text}`` per sentence, decoded as evaluation decodes (``decode`` config, with
-    ``options.beam_size`` and ``options.alpha`` when given): batched by length bucket, so each bucket
-    width (and batch size) is compiled once."""
-    data, decode = self.config.data, self.config.decode
-    beam_size = options.beam_size or decode.beam_size
-    alpha = decode.alpha if options.alpha is None else options.alpha
-    boundaries = np.asarray(
-      input_pipeline.bucket_boundaries(max(data.max_source_length, data.max_target_length))
-    )
-    widths = [input_pipeline.padded_width(len(s.ids), boundaries, data.max_source_length) for s in inputs]
-    predictions = [None] * len(inputs)
-    for width in sorted(set(widths)):
-      members = [index for index, w in enumerate(widths) if w == width]
-      for start in range(0, len(members), options.batch_size):
-        group = members[start : start + options.batch_size]
-        src = np.full((prediction_rows(len(group), options.batch_size), width), PAD_ID, np.int32)
-        for row, index in enumerate(group):
-          src[row, : len(inputs[index].ids)] = inputs[index].ids
-        tokens = np.asarray(
-          translate(
-            model,
-            jnp.asarray(src),
-            beam_size=beam_size,
-            alpha=alpha,
-            max_extra_length=decode.max_extra_length,
-          )
-        )
-        for row, index in enumerate(group):
-          output = [int(token) for token in tokens[row]]
-          output = output[: output.index(EOS_ID) + 1] if EOS_ID in output else [t for t in output if t]
-          predictions[index] = {
-            'translation': self.target_tokenizer.decode(output),
-            '_output_ids': output,
-          }
-    return predictions
-
-  def present(self, name, prediction):
-    del name
-    return prediction['translation']
-
-  def explain(self, model, item, prediction, path, title):
-    from seq2seq import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
-
-    caption = f'{title}\nsource: {item.text}\ntranslation: {prediction["translation"]}'
-    return pictures.plot_sentence_attention(model, self, item.ids, prediction['_output_ids'], caption, path)
-
-  # Ablations ----------------------------------------------------------------------
-
-  @classmethod
-  def ablation_table(cls, summary):
-    return ablation_table.table(summary)
-
-  def draw_pictures(self, model, out_dir, name, title):
-    from seq2seq import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
-
-    return pictures.draw(model, self, out_dir, name, title)

@@ -29,6 +29,7 @@ from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir
 from trainer.loop import TrainResult
+from trainer.reporting import Reporting
 from trainer.task import NotApplicable, Task, load_task
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -312,7 +313,9 @@ def test_translator_table_puts_each_data_split_in_its_own_columns(tmp_path):
 def test_cross_attention_picture_of_a_translator(tmp_path):
   task = load_task(tiny_translation_config(**{'model.posemb': 'learn1d'}))
   task.prepare(tmp_path)
-  paths = task.draw_pictures(task.make_model(nnx.Rngs(0)), tmp_path / 'plots', 'run', 'untrained')
+  paths = task.reporting.draw_pictures(
+    task, task.make_model(nnx.Rngs(0)), tmp_path / 'plots', 'run', 'untrained'
+  )
   assert {path.name for path in paths} == {'cross_attention_run.png', 'posemb_similarity_run.png'}
   assert all(_png(path) for path in paths)
 
@@ -382,10 +385,38 @@ class _ToyMetrics(clu_metrics.Collection):
   accuracy: clu_metrics.Accuracy
 
 
+class _ToyReporting(Reporting):
+  """The toy's own table and pictures."""
+
+  def ablation_table(self, summary):
+    if list(summary['axes']) != ['optimizer.learning_rate']:
+      return None
+    groups = tables.group_runs(summary)
+    rows = [
+      [
+        f'{rate:g}',
+        'N/A'
+        if tables.is_not_applicable(summary, (rate,))
+        else tables.cell(
+          tables.metric_values(groups.get((rate,), []), 'accuracy'), len(summary['seeds']), 100
+        ),
+      ]
+      for rate in summary['axes']['optimizer.learning_rate']
+    ]
+    return 'Toy table.\n\n' + tables.markdown_rows(['rate', 'toy accuracy (%)'], rows)
+
+  def draw_pictures(self, task, model, out_dir, name, title):
+    figure = Figure(figsize=(3, 3))
+    figure.subplots().imshow(np.asarray(model.kernel[...]))
+    figure.suptitle(title)
+    return [drawing.save(figure, out_dir / f'kernel_{name}.png')]
+
+
 class ToyTask(Task):
   """The sign of a point's first coordinate; learning rates above 1 do not exist (its N/A cells)."""
 
   train_metrics = eval_metrics = _ToyMetrics
+  reporting = _ToyReporting()
 
   def __init__(self, config):
     super().__init__(config)
@@ -421,30 +452,6 @@ class ToyTask(Task):
 
   def eval_outputs(self, model, batch):
     return dict(self.loss_and_outputs(model, batch, rngs=None, deterministic=True)[2], mask=batch['mask'])
-
-  @classmethod
-  def ablation_table(cls, summary):
-    if list(summary['axes']) != ['optimizer.learning_rate']:
-      return None
-    groups = tables.group_runs(summary)
-    rows = [
-      [
-        f'{rate:g}',
-        'N/A'
-        if tables.is_not_applicable(summary, (rate,))
-        else tables.cell(
-          tables.metric_values(groups.get((rate,), []), 'accuracy'), len(summary['seeds']), 100
-        ),
-      ]
-      for rate in summary['axes']['optimizer.learning_rate']
-    ]
-    return 'Toy table.\n\n' + tables.markdown_rows(['rate', 'toy accuracy (%)'], rows)
-
-  def draw_pictures(self, model, out_dir, name, title):
-    figure = Figure(figsize=(3, 3))
-    figure.subplots().imshow(np.asarray(model.kernel[...]))
-    figure.suptitle(title)
-    return [drawing.save(figure, out_dir / f'kernel_{name}.png')]
 
 
 @pytest.mark.slow  # runs a sweep

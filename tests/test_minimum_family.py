@@ -1,5 +1,6 @@
-"""The minimum family of ``docs/adding_a_family.md`` trains and evaluates as the page says, and the
-reporting protocol (``trainer.reporting``) gives it the generic table and no pictures."""
+"""The minimum family of ``docs/adding_a_family.md`` trains and evaluates as the page says; without
+the optional protocols it gets the generic table and no pictures (``trainer.reporting``), and
+``predict.py`` says in one line that it cannot predict (``trainer.prediction``)."""
 
 import re
 import sys
@@ -9,8 +10,10 @@ import pytest
 from flax import nnx
 
 from configs.common import trainer_config
+from trainer.errors import ConfigError, WorkdirError
 from trainer.loop import train_and_evaluate
-from trainer.reporting import Reporting
+from trainer.predictor import load_predictor
+from trainer.reporting import reporting_of
 from trainer.task import Task, load_task
 
 PAGE = 'docs/adding_a_family.md'
@@ -38,19 +41,27 @@ def _config():
   return config
 
 
-def test_the_minimum_family_trains_and_evaluates(signs, tmp_path):
+def test_the_minimum_family_trains_and_evaluates_and_says_it_cannot_predict(signs, tmp_path):
   result = train_and_evaluate(_config(), tmp_path / 'run')
   assert result.step == 4 and 0.0 <= result.eval_metrics['accuracy'] <= 1.0
+  with pytest.raises(
+    WorkdirError, match=r'its task \(SignTask\) cannot predict: it has no prediction protocol'
+  ):
+    load_predictor(tmp_path / 'run')
 
 
-def test_tables_and_pictures_are_a_protocol_of_their_own_with_defaults(signs):
+def test_prediction_and_reporting_are_optional_protocols_held_by_composition(signs):
   task = load_task(_config())
-  assert issubclass(Task, Reporting)
-  assert not {'ablation_table', 'draw_pictures', 'percent_metrics', 'model_facts'} & set(vars(Task))
-  assert signs.SignTask.ablation_table({}) is None and task.percent_metrics == ()
-  assert (
-    task.draw_pictures(task.make_model(nnx.Rngs(0)), None, 'run', 'title') == [] and task.model_facts() == {}
-  )
+  assert task.prediction is None and task.reporting is None and task.sizes is None
+  protocols = {'read_input', 'predict', 'present', 'explain', 'class_names', 'input_names'}
+  protocols |= {'ablation_table', 'draw_pictures', 'percent_metrics', 'model_facts'}
+  assert not protocols & set(dir(Task))
+  defaults = reporting_of(signs.SignTask)
+  assert defaults.ablation_table({}) is None and defaults.percent_metrics == ()
+  model = task.make_model(nnx.Rngs(0))
+  assert defaults.draw_pictures(task, model, None, 'run', 'title') == [] and defaults.model_facts(task) == {}
+  with pytest.raises(ConfigError, match='SignTask cannot be built without its data: it has no Sizes record'):
+    signs.SignTask.without_data(_config(), {})
 
 
 def test_the_evaluation_names_are_part_of_the_contract(signs):

@@ -290,7 +290,7 @@ def clip_predictor(tmp_path_factory):
   task = load_task(tiny_video_config())
   task.prepare(tmp_path_factory.mktemp('video'))
   model = task.make_model(nnx.Rngs(params=0))
-  return Predictor(pathlib.Path('video'), task, model, 0, task.class_names())
+  return Predictor(pathlib.Path('video'), task, model, 0, task.prediction.class_names())
 
 
 @pytest.mark.slow  # compiles the video model's forward and draws
@@ -426,6 +426,6 @@ def test_rnn_translator_explains_its_single_attention(tmp_path):
 @pytest.mark.slow  # compiles a model's forward and decoding, and draws
 def test_map_head_images_are_explained(tmp_path):
   task = load_task(tiny_vit_config(**{'model.pool': 'map'}))
-  predictor = Predictor(tmp_path, task, task.make_model(nnx.Rngs(params=0)), 0, task.class_names())
+  predictor = Predictor(tmp_path, task, task.make_model(nnx.Rngs(params=0)), 0, task.prediction.class_names())
   path = predictor.explain(np.full((8, 8), 255, np.uint8), tmp_path / 'map.png')
   assert path.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'

@@ -231,7 +231,9 @@ def test_a_few_training_steps_on_scan_through_the_trainer(tmp_path):
   # The alignment picture: the decoder's attention weights, source across, translation down.
   task = load_task(tiny_rnn_config())
   task.prepare(tmp_path)
-  paths = task.draw_pictures(task.make_model(nnx.Rngs(0)), tmp_path / 'plots', 'run', 'untrained')
+  paths = task.reporting.draw_pictures(
+    task, task.make_model(nnx.Rngs(0)), tmp_path / 'plots', 'run', 'untrained'
+  )
   assert [path.name for path in paths] == ['cross_attention_run.png']
   assert paths[0].read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 

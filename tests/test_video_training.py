@@ -157,7 +157,7 @@ def test_training_evaluation_table_and_pictures(tmp_path):
   assert gflops > 0 and f'| {gflops:.3f} |' in table
   task, parts, params, step = restore_checkpoint(tmp_path / 'run', 'latest')
   assert step == 4
-  paths = task.draw_pictures(parts.merge(params), tmp_path, 'run', 'trained')
+  paths = task.reporting.draw_pictures(task, parts.merge(params), tmp_path, 'run', 'trained')
   assert paths[0].stat().st_size > 0
 
 
@@ -169,5 +169,5 @@ def test_training_evaluation_table_and_pictures(tmp_path):
 def test_pictures_of_every_layout(tmp_path, layout, pool):
   task = load_task(tiny_video_config(**{'model.attention': layout, 'model.pool': pool}))
   model = task.make_model(nnx.Rngs(0))
-  paths = task.draw_pictures(model, tmp_path, 'run', layout)
+  paths = task.reporting.draw_pictures(task, model, tmp_path, 'run', layout)
   assert [path.name for path in paths] == ['video_attention_run.png'] and paths[0].stat().st_size > 0

@@ -749,7 +749,7 @@ def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_pat
   [prediction] = predictor([image])
   assert prediction['classes'][0]['name'] == labels[int(np.argmax(logits[0]))]
   picture = predictor.explain(image, tmp_path / 'attention.png')
-  assert picture.stat().st_size > 0 and predictor.task.title == 'w (timm weights)'
+  assert picture.stat().st_size > 0 and predictor.prediction.title == 'w (timm weights)'
   from trainer.errors import WorkdirError  # pylint: disable=g-import-not-at-top
   from trainer.predictor import load_predictor as load_workdir  # pylint: disable=g-import-not-at-top
 

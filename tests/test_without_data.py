@@ -77,6 +77,28 @@ def test_a_vit_workdir_predicts_without_its_data(folder_run, tmp_path, monkeypat
     shutil.move(str(moved), str(data))
 
 
+def test_the_data_and_the_workdir_give_the_same_sizes_record(folder_run, monkeypatch):
+  workdir = folder_run[0]
+  from_data = restore_checkpoint(workdir)[0]
+  for module in (vit.task, vit.input_pipeline):
+    monkeypatch.setattr(module, 'load_image_data', _raise)
+  from_record = restore_checkpoint(workdir, read_data=False)[0]
+  assert isinstance(from_record.sizes, vit.input_pipeline.ImageShapes)
+  assert from_record.sizes == from_data.sizes and from_record.sizes.preparation is not None
+  assert from_data.prediction.class_names() == ['circle', 'square']
+  with pytest.raises(AssertionError, match='the data was read'):  # read when a batch is first needed
+    from_record.eval_batches('test', batch_size=4, process_index=0, process_count=1)
+
+
+def test_a_translator_built_from_its_sizes_builds_its_model_with_no_tokenizer(monkeypatch):
+  monkeypatch.setattr(seq2seq.task, 'open_source', _raise)
+  task = seq2seq.task.Translation.without_data(tiny_translation_config(), {'vocab_size': 37})
+  assert task.sizes.to_json() == {'source_vocab_size': 37, 'target_vocab_size': 37}
+  assert task.source_tokenizer is None and task.prediction is not None
+  model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0)))
+  assert 37 in {size for leaf in jax.tree.leaves(nnx.state(model)) for size in leaf.shape}
+
+
 def test_init_from_and_export_of_a_workdir_read_no_data(folder_run, tmp_path, monkeypatch):
   workdir, data, _ = folder_run
   _, parts, params, _ = restore_checkpoint(workdir, read_data=False)

@@ -212,7 +212,8 @@ class _Training:
     if self.is_main:
       workdir_lib.save_config(workdir, config)
       workdir_lib.record_model_facts(workdir, task)
-      workdir_lib.save_class_names(workdir, task.class_names())
+      if task.prediction is not None:
+        workdir_lib.save_class_names(workdir, task.prediction.class_names())
       parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
       print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
       if frozen_line := describe_frozen(config.optimizer, self.state.params):

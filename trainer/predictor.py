@@ -2,9 +2,10 @@
 
 The parameters of one checkpoint are restored alone (``trainer.evaluation.restore_checkpoint``: no
 optimizer state) onto the devices present now; the task is built from the data sizes the workdir
-recorded, so no training or evaluation data is read. The workdir's task reads and prepares each input
-(``Task.read_input``: image files or arrays, sentences, clips), predicts (``Task.predict``) and draws
-the attention for one input (``Task.explain``); this module knows no model family.
+recorded, so no training or evaluation data is read. The prediction protocol of the workdir's task
+(``task.prediction``, ``trainer.prediction.Prediction``) reads and prepares each input
+(``read_input``: image files or arrays, sentences, clips), predicts (``predict``) and draws the
+attention for one input (``explain``); this module knows no model family.
 
   predictor = load_predictor('runs/vit_digits')
   predictor(['digit.png'])          # [{'classes': [{'index': 7, 'name': '7', 'probability': 0.98}, ...]}]
@@ -24,7 +25,7 @@ from trainer import storage
 from trainer import workdir as workdir_lib
 from trainer.errors import WorkdirError
 from trainer.evaluation import restore_checkpoint
-from trainer.task import PredictOptions, prediction_rows
+from trainer.prediction import PredictOptions, prediction_rows
 
 __all__ = [
   'Predictor',
@@ -32,8 +33,6 @@ __all__ = [
   'compiled_logits',
   'compiled_features',
   'batched',
-  'top_classes',
-  'present_classes',
   'picture_name',
 ]
 
@@ -72,46 +71,6 @@ def batched(function, inputs, batch_size: int, input_shape, prepare) -> np.ndarr
   return np.concatenate(rows) if rows else np.zeros((0,), np.float32)
 
 
-def top_classes(logits: np.ndarray, k: int, class_names: list[str] | None) -> list[dict[str, Any]]:
-  """The ``k`` most probable classes of one row of logits ``[classes]``, most probable first: index,
-  name (the index where there are no names) and softmax probability. Ties go to the lower index, as
-  ``argmax`` (and so the accuracy evaluation computes)."""
-  logits = np.asarray(logits, np.float64)
-  probabilities = np.exp(logits - logits.max())
-  probabilities /= probabilities.sum()
-  order = np.argsort(-logits, kind='stable')[: max(k, 1)]
-  return [
-    {
-      'index': int(index),
-      'name': class_names[index] if class_names and index < len(class_names) else str(int(index)),
-      'probability': float(probabilities[index]),
-    }
-    for index in order
-  ]
-
-
-def classify(model, inputs, options, input_shape, prepare) -> list[dict[str, Any]]:
-  """``{'classes': top_classes(...)}`` for each input, in padded batches of ``options.batch_size``
-  (one compiled forward): ``prepare`` turns a stack of raw inputs into the model's float inputs."""
-  logits_of = compiled_logits(model)
-  predictions = []
-  for start in range(0, len(inputs), options.batch_size):
-    chunk = inputs[start : start + options.batch_size]
-    batch = np.zeros((prediction_rows(len(chunk), options.batch_size), *input_shape), np.float32)
-    batch[: len(chunk)] = prepare(np.stack(chunk))
-    logits = np.asarray(logits_of(batch))[: len(chunk)]
-    predictions += [{'classes': top_classes(row, options.top_k, options.class_names)} for row in logits]
-  return predictions
-
-
-def present_classes(name: str, prediction: dict[str, Any]) -> str:
-  """``name: 7 (98.1%), 1 (0.9%), ...`` for a classifier's prediction."""
-  classes = ', '.join(
-    f'{entry["name"]} ({100 * entry["probability"]:.1f}%)' for entry in prediction['classes']
-  )
-  return f'{name}: {classes}'
-
-
 def picture_name(position: int, name: str) -> str:
   """``003_digit.png``: the input's position and a file-name-safe part of its name."""
   stem = pathlib.PurePath(name).stem if len(name) < 256 and '\n' not in name else name
@@ -123,7 +82,13 @@ class Predictor:
   """A restored model and its task; call it on a list of inputs (paths, text or arrays)."""
 
   def __init__(self, workdir: pathlib.Path, task, model, step: int, class_names: list[str] | None):
+    if task.prediction is None:
+      raise WorkdirError(
+        f'{workdir}: its task ({type(task).__name__}) cannot predict: it has no prediction protocol '
+        '(Task.prediction).'
+      )
     self.workdir, self.task, self.model, self.step = workdir, task, model, step
+    self.prediction = task.prediction
     self.class_names = class_names
 
   def options(self, **overrides) -> PredictOptions:
@@ -133,15 +98,15 @@ class Predictor:
 
   def input_names(self, argument: str) -> list[str]:
     """The inputs an argument names (a folder of images: its image files, in sorted order)."""
-    return self.task.input_names(argument)
+    return self.prediction.input_names(argument)
 
   def read(self, item) -> Any:
     """One input read and checked; an ``InputError`` names it and its problem."""
-    return self.task.read_input(item)
+    return self.prediction.read_input(item)
 
   def predict(self, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
     """Predictions for inputs already ``read``, in order."""
-    return self.task.predict(self.model, list(inputs), self.options(**options))
+    return self.prediction.predict(self.model, list(inputs), self.options(**options))
 
   def __call__(self, items: Sequence[Any], **options) -> list[dict[str, Any]]:
     """Reads every item, then predicts; a bad item raises ``InputError`` before any prediction."""
@@ -151,17 +116,17 @@ class Predictor:
     return [{key: value for key, value in p.items() if not key.startswith('_')} for p in predictions]
 
   def present(self, name: str, prediction: dict[str, Any]) -> str:
-    return self.task.present(name, prediction)
+    return self.prediction.present(name, prediction)
 
   def features(self, items: Sequence[Any], *, is_read: bool = False) -> np.ndarray:
     """The pooled pre-logits embedding of each input (a task that has one): float32 ``[n, features]``."""
     values = list(items) if is_read else [self.read(item) for item in items]
-    return self.task.features(self.model, values, self.options())
+    return self.prediction.features(self.model, values, self.options())
 
   def logits(self, items: Sequence[Any], *, is_read: bool = False) -> np.ndarray:
     """The logits of each input (a classifier's): float32 ``[n, classes]``."""
     values = list(items) if is_read else [self.read(item) for item in items]
-    return self.task.logits(self.model, values, self.options())
+    return self.prediction.logits(self.model, values, self.options())
 
   def explain(
     self, item, path, *, prediction: dict[str, Any] | None = None, is_read: bool = False, **options
@@ -172,7 +137,7 @@ class Predictor:
     if prediction is None:
       prediction = self.predict([value], **options)[0]
     title = f'{self.workdir.name}, step {self.step}'
-    return self.task.explain(self.model, value, prediction, storage.as_path(path), title)
+    return self.prediction.explain(self.model, value, prediction, storage.as_path(path), title)
 
 
 def load_predictor(workdir, checkpoint: str | int = 'latest', params: str = 'raw') -> Predictor:
@@ -191,7 +156,7 @@ def load_predictor(workdir, checkpoint: str | int = 'latest', params: str = 'raw
 
 def missing_class_names_note(predictor: Predictor) -> str | None:
   """A one-line note when the task has classes but the workdir predates ``classes.json``."""
-  if predictor.class_names is None and predictor.task.class_names() is not None:
+  if predictor.class_names is None and predictor.prediction.class_names() is not None:
     return (
       f'note: {predictor.workdir / workdir_lib.CLASSES_FILE} is missing (the workdir predates it): '
       'classes are shown by index.'

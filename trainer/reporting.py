@@ -1,10 +1,10 @@
-"""What a family may add for tables and pictures: the reporting half of the task seam.
+"""The reporting protocol: what ``ablate.py``, ``ablation.tables``, ``ablation.plots`` and the
+workdir's ``model.json`` ask of a family besides the training contract (``trainer.task.Task``).
 
-``trainer.task.Task`` is the training contract, what every family implements to train and
-evaluate. ``Reporting`` is what ``ablate.py``, ``ablation.tables`` and ``ablation.plots`` ask of a
-task besides that; ``Task`` derives from it, so every task answers, and each default reports
-nothing of the family's own (the generic table, no pictures, no percentages, no model facts). A
-family overrides what its papers printed and drew.
+It is optional and held by composition: a task class's ``reporting`` is an instance of a
+``Reporting`` subclass, or ``None``, which reports nothing of the family's own (the generic table,
+no pictures, no percentages, no model facts): ``reporting_of`` gives the defaults then. A family
+overrides what its papers printed and drew.
 """
 
 import pathlib
@@ -14,13 +14,13 @@ from flax import nnx
 
 
 class Reporting:
-  """Tables and pictures of a family's runs; each method is optional."""
+  """Tables and pictures of a family's runs; each method is optional, and none keeps state, so one
+  instance serves every task of the family (tables are made before any task is built)."""
 
   #: the evaluation metrics that are fractions, shown in % by tables and pictures
   percent_metrics: tuple[str, ...] = ()
 
-  @classmethod
-  def ablation_table(cls, summary: dict[str, Any]) -> str | None:
+  def ablation_table(self, summary: dict[str, Any]) -> str | None:
     """Markdown for a sweep whose axes this family knows (the table a paper printed), else ``None``.
 
     ``summary`` is what ``ablation.sweep.run_sweep`` returns (``ablation.tables`` describes
@@ -30,18 +30,25 @@ class Reporting:
     return None
 
   def draw_pictures(
-    self, model: nnx.Module, out_dir: pathlib.Path, name: str, title: str
+    self, task, model: nnx.Module, out_dir: pathlib.Path, name: str, title: str
   ) -> list[pathlib.Path]:
-    """Pictures of one trained model (attention maps, position similarities) as PNGs in ``out_dir``.
+    """Pictures of one trained model of ``task`` (attention maps, position similarities) as PNGs in
+    ``out_dir``.
 
-    Called after ``prepare`` on a restored checkpoint; ``name`` (the run's) ends every file
+    Called after ``task.prepare`` on a restored checkpoint; ``name`` (the run's) ends every file
     name, ``title`` heads every picture. Returns the paths written; none by default.
     """
-    del model, out_dir, name, title
+    del task, model, out_dir, name, title
     return []
 
-  def model_facts(self) -> dict[str, Any]:
-    """What reports need to know of the model that costs work to find (FLOPs per example, say), as
-    JSON values. The trainer saves it once, in the workdir's ``model.json``, when a run starts, so
+  def model_facts(self, task) -> dict[str, Any]:
+    """What reports need to know of ``task``'s model that costs work to find (FLOPs per example, say),
+    as JSON values. The trainer saves it once, in the workdir's ``model.json``, when a run starts, so
     tables read it instead of building the task and its data again."""
+    del task
     return {}
+
+
+def reporting_of(task) -> Reporting:
+  """The reporting of a task or task class: its own, or the defaults when it has none."""
+  return getattr(task, 'reporting', None) or Reporting()

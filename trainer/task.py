@@ -1,15 +1,18 @@
-"""The interface between the generic trainer and a model family.
+"""The interface between the generic trainer and a model family: the training contract.
 
 A task owns its data, its model and its loss. The trainer owns everything else:
-devices, the jit-compiled step, the optimizer, checkpoints and metrics. ``Task`` is the training
-contract; what a family adds for tables and pictures is ``trainer.reporting.Reporting``.
+devices, the jit-compiled step, the optimizer, checkpoints and metrics. ``Task`` is what every family
+implements to train and evaluate; what the data gives the model (class count, input shape,
+vocabulary sizes) is a small record of the family's own (``DataSizes``), and two protocols are
+optional, held by composition: prediction on a user's inputs (``task.prediction``,
+``trainer.prediction.Prediction``) and tables and pictures (``task.reporting``,
+``trainer.reporting.Reporting``).
 """
 
 import abc
-import dataclasses
 import importlib
 import pathlib
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator, Protocol
 
 import jax
 import ml_collections
@@ -19,7 +22,8 @@ from flax import nnx
 
 from trainer import validation
 from trainer.devices import Devices
-from trainer.errors import ConfigError, InputError
+from trainer.errors import ConfigError
+from trainer.prediction import Prediction
 from trainer.reporting import Reporting
 
 Batch = dict[str, np.ndarray]
@@ -32,30 +36,26 @@ class NotApplicable(ConfigError):
   """
 
 
-@dataclasses.dataclass(frozen=True)
-class PredictOptions:
-  """What a user chooses about predictions (``predict.py``'s flags); a task ignores what is not its own."""
+class DataSizes(Protocol):
+  """What a family's data gives its model (class count, input shape, normalisation, vocabulary sizes),
+  as a frozen record (``vit.input_pipeline.ImageShapes``, ``video.input_pipeline.ClipShapes``,
+  ``seq2seq.task.VocabSizes``). The data makes one; so does the workdir's ``model.json``, which
+  records ``to_json()``, so a task built from it reads no data."""
 
-  top_k: int = 5  #: classifiers: the most probable classes shown
-  class_names: list[str] | None = None  #: classifiers: from ``classes.json``; ``None``: indices
-  beam_size: int | None = None  #: translators: ``None`` = the config's ``decode.beam_size``
-  alpha: float | None = None  #: translators: ``None`` = the config's ``decode.alpha``
-  batch_size: int = 64  #: most inputs run at once (batches are padded to a power of two up to it)
+  def to_json(self) -> dict[str, Any]:
+    """The record as JSON values (what ``model.json`` keeps under ``data_sizes``)."""
 
-
-def prediction_rows(count: int, batch_size: int) -> int:
-  """Rows a batch of ``count`` inputs is padded to: the next power of two, at most ``batch_size``,
-  so that a few shapes are compiled whatever the number of inputs."""
-  return min(1 << max(count - 1, 0).bit_length(), max(batch_size, 1))
+  @classmethod
+  def from_json(cls, values: dict[str, Any], config: ml_collections.ConfigDict) -> 'DataSizes':
+    """The record from ``to_json``'s values, or from fewer (``benchmarks/compile_for.py`` gives class
+    count and channels, or a vocabulary size) completed from ``config``."""
 
 
-class Task(Reporting, abc.ABC):
+class Task(abc.ABC):
   """The training contract: what every family implements to train and evaluate.
 
   A new family's minimum is the abstract methods with ``train_metrics`` and ``eval_metrics``
-  (``docs/adding_a_family.md`` shows one); everything else has a default. Tables and pictures
-  are the reporting protocol (``trainer.reporting.Reporting``, optional); prediction on a user's
-  inputs (``predict.py``) is a section of its own here, optional too. Subclasses validate
+  (``docs/adding_a_family.md`` shows one); everything else has a default. Subclasses validate
   ``config`` in ``__init__`` so bad input fails before compilation.
   """
 
@@ -69,30 +69,38 @@ class Task(Reporting, abc.ABC):
   #: config fields under ``data``/``model`` that say where things are, not what is learned: a
   #: workdir may be resumed with other values (``trainer.workdir.NOT_IDENTITY_FIELDS`` has the common ones)
   not_identity_fields: tuple[str, ...] = ()
+  #: the family's ``DataSizes`` record; ``None``: the task cannot be built without its data
+  Sizes: ClassVar[type[DataSizes] | None] = None
+  #: what the data gave the model (a ``Sizes``), once known: given to the constructor, or learned from
+  #: the data by it (or by ``prepare``, where a tokenizer made there decides them). The trainer records
+  #: ``sizes.to_json()`` in the workdir's ``model.json`` (after ``prepare``), so predictions,
+  #: ``init_from`` a workdir and exports read no data.
+  sizes: DataSizes | None = None
+  #: prediction on a user's inputs (``predict.py``), or ``None``: this task cannot predict
+  prediction: Prediction | None = None
+  #: tables and pictures (``ablate.py``), or ``None``: the generic table and no pictures
+  reporting: ClassVar[Reporting | None] = None
 
-  def __init__(self, config: ml_collections.ConfigDict):
+  def __init__(self, config: ml_collections.ConfigDict, sizes: DataSizes | None = None):
+    """``sizes``: the family's ``Sizes`` record, for a task that reads no data until batches are asked
+    for; ``None``: the data is read (and checked) here to learn them."""
     self.config = config
+    self.sizes = sizes
+
+  @classmethod
+  def without_data(cls, config: ml_collections.ConfigDict, sizes: dict[str, Any]) -> 'Task':
+    """The task built from the JSON values of its ``Sizes`` (what ``model.json`` records, or fewer that
+    ``Sizes.from_json`` completes from ``config``), reading no data: enough to build the model and
+    the train step (``make_model``, ``loss_and_outputs``, ``batch_shapes``), to compile them for
+    hardware that is not here (``benchmarks/compile_for.py``) and to restore a checkpoint and predict
+    (``trainer.evaluation.restore_checkpoint``)."""
+    if cls.Sizes is None:
+      raise ConfigError(f'{cls.__name__} cannot be built without its data: it has no Sizes record.')
+    return cls(config, cls.Sizes.from_json(sizes, config))
 
   @abc.abstractmethod
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     """A freshly initialised model."""
-
-  @classmethod
-  def without_data(cls, config: ml_collections.ConfigDict, sizes: dict[str, Any]) -> 'Task':
-    """The task with what its data would give taken from ``sizes``, reading no data: enough to
-    build the model and the train step (``make_model``, ``loss_and_outputs``, ``batch_shapes``)
-    to compile them for hardware that is not here (``benchmarks/compile_for.py``: ``num_classes``,
-    ``channels``, ``vocab_size``; each task reads those it needs), and, given what ``data_sizes``
-    returned, to restore a checkpoint and predict (``trainer.evaluation.restore_checkpoint``)."""
-    del config, sizes
-    raise NotImplementedError(f'{cls.__name__} cannot be built without its data.')
-
-  def data_sizes(self) -> dict[str, Any] | None:
-    """What the data gave the model (class count, input shape, normalisation statistics, ...) as JSON
-    values that ``without_data`` accepts, or ``None`` (the default) when the task cannot be built
-    without its data. The trainer records it in the workdir's ``model.json`` (after ``prepare``), so
-    predictions, ``init_from`` a workdir and exports read no data."""
-    return None
 
   def batch_shapes(self, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """Shape and dtype of each array of a global training batch (the widest, where widths vary)."""
@@ -162,9 +170,9 @@ class Task(Reporting, abc.ABC):
     Every path that builds a model calls it: training (``trainer.loop.train_and_evaluate``)
     and restoring a checkpoint (``trainer.evaluation.restore_checkpoint``, which evaluation
     and pictures use). What comes before it (the constructor, ``num_train_examples``,
-    ``eval_split_names``, ``eval_metric_names``, ``ablation_table``) needs no workdir. A task
-    that learns something from the data (a tokenizer) saves it here on the first run and
-    loads it on later ones; nothing by default.
+    ``eval_split_names``, ``eval_metric_names``) needs no workdir. A task that learns something
+    from the data (a tokenizer) saves it here on the first run and loads it on later ones (and
+    sets ``sizes``, where that decides them); nothing by default.
     """
     del workdir
 
@@ -179,40 +187,6 @@ class Task(Reporting, abc.ABC):
     """
     del model, split, output_dir, devices
     return {}
-
-  # Prediction on a user's own inputs (``trainer.predictor``, ``predict.py``) ------------
-
-  def input_names(self, argument: str) -> list[str]:
-    """The inputs one command-line argument names (images: a folder's image files); itself by default."""
-    return [argument]
-
-  def read_input(self, item) -> Any:
-    """One input (a path or text as given, or an array), read and checked as evaluation reads its
-    examples; an ``InputError`` names the problem in one line. None by default: the task cannot predict."""
-    del item
-    raise InputError(f'{type(self).__name__} cannot predict on inputs of its own.')
-
-  def predict(self, model: nnx.Module, inputs: list[Any], options: PredictOptions) -> list[dict[str, Any]]:
-    """One prediction per input of ``read_input``, in order: JSON-able values, except keys starting
-    with ``_`` (kept for ``explain``, never shown)."""
-    raise NotImplementedError(f'{type(self).__name__} cannot predict.')
-
-  def present(self, name: str, prediction: dict[str, Any]) -> str:
-    """One prediction as plain text, one line (``name`` is the input as the user gave it)."""
-    shown = {key: value for key, value in prediction.items() if not key.startswith('_')}
-    return f'{name}: {shown}'
-
-  def explain(
-    self, model: nnx.Module, item: Any, prediction: dict[str, Any], path: pathlib.Path, title: str
-  ) -> pathlib.Path:
-    """A picture of the model's attention for one input (as ``read_input`` returned it), a PNG at ``path``."""
-    del model, item, prediction, path, title
-    raise NotImplementedError(f'{type(self).__name__} has no attention picture of an input.')
-
-  def class_names(self) -> list[str] | None:
-    """The name of each class index, saved as ``classes.json`` at training time; ``None`` (the
-    default) for a task without classes."""
-    return None
 
   @abc.abstractmethod
   def eval_split_names(self) -> tuple[str, ...]:

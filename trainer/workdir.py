@@ -15,11 +15,12 @@ import ml_collections
 
 from trainer import storage, validation
 from trainer.errors import MissingFileError, WorkdirError
+from trainer.reporting import reporting_of
 
 CONFIG_FILE = 'config.json'
-MODEL_FACTS_FILE = 'model.json'  # ``Task.model_facts``, saved when a run starts
-DATA_SIZES = 'data_sizes'  # model.json's record of ``Task.data_sizes``, for ``Task.without_data``
-CLASSES_FILE = 'classes.json'  # ``Task.class_names``, saved when a run starts
+MODEL_FACTS_FILE = 'model.json'  # ``Reporting.model_facts``, saved when a run starts
+DATA_SIZES = 'data_sizes'  # model.json's record of ``Task.sizes``, for ``Task.without_data``
+CLASSES_FILE = 'classes.json'  # ``Prediction.class_names``, saved when a run starts
 IDENTITY_FIELDS = ('task', 'model', 'data')
 # Under IDENTITY_FIELDS, but they do not change what is learned; a task adds its own
 # (``Task.not_identity_fields``: a translator's tokenizer files, say).
@@ -60,17 +61,16 @@ def load_model_facts(workdir: storage.Path) -> dict:
 
 
 def record_model_facts(workdir: storage.Path, task) -> None:
-  """Saves ``model.json`` when a run starts: ``task.model_facts()`` (computed once, kept when resuming)
-  and, under ``DATA_SIZES``, ``task.data_sizes()`` (written again when it changed)."""
+  """Saves ``model.json`` when a run starts: the task's reporting's ``model_facts`` (computed once, kept
+  when resuming) and, under ``DATA_SIZES``, ``task.sizes.to_json()`` (written again when it changed)."""
   try:
     saved = load_model_facts(workdir) if (workdir / MODEL_FACTS_FILE).exists() else None
   except WorkdirError:
     saved = None  # damaged: written anew
-  facts = dict(task.model_facts() if saved is None else saved)
+  facts = dict(reporting_of(task).model_facts(task) if saved is None else saved)
   facts.pop(DATA_SIZES, None)
-  sizes = task.data_sizes()
-  if sizes is not None:
-    facts[DATA_SIZES] = json.loads(json.dumps(sizes))  # as read back: lists, not tuples
+  if task.sizes is not None:
+    facts[DATA_SIZES] = json.loads(json.dumps(task.sizes.to_json()))  # as read back: lists, not tuples
   if facts != saved:
     save_model_facts(workdir, facts)
 

@@ -1,4 +1,4 @@
-"""The video family's ablation table (``VideoClassification.ablation_table``), shaped as ViViT's Table 2.
+"""The video family's ablation table (``VideoReporting.ablation_table``), shaped as ViViT's Table 2.
 
 For a sweep over ``model.attention`` or ``model.temporal_posemb`` (or both): one row per
 combination with the accuracy (and, for moving digits, the digit and direction parts) in %,

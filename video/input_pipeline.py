@@ -73,7 +73,7 @@ def load_video_data(data_config: ml_collections.ConfigDict) -> VideoData:
 class ClipPreparation:
   """How a clip becomes the model's input, knowing no data set: read at ``clip_shape`` (``read_clip``),
   then normalised (``prepare_clips``). Evaluation batches and predictions both go through it; a workdir
-  records its fields (``VideoClassification.data_sizes``), so predictions need no data."""
+  records its fields (``ClipShapes.to_json``), so predictions need no data."""
 
   clip_shape: tuple[int, int, int, int]  # (T, H, W, C)
   mean: float  # over all pixels of the train split, in [0, 1] units
@@ -86,6 +86,51 @@ class ClipPreparation:
   def prepare_clips(self, clips: np.ndarray) -> np.ndarray:
     """uint8 clips [n, T, H, W, C] -> the model's float32 input."""
     return (clips.astype(np.float32) * (1 / 255) - self.mean) / self.std
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipShapes:
+  """What a clip set gives the model (``trainer.task.DataSizes``): its class count, its clip shape, a
+  moving-digit label's parts and how a clip is prepared for it (``None``: not known, so the task
+  cannot predict). The data makes one (``VideoData.shapes``); so does a workdir's record of it
+  (``from_json``)."""
+
+  num_classes: int
+  clip_shape: tuple[int, int, int, int]  # (T, H, W, C)
+  label_parts: tuple[tuple[str, int], ...] = ()
+  preparation: ClipPreparation | None = None
+
+  @property
+  def class_names(self) -> list[str]:
+    """The class indices as names: the data set's names are the data's (``VideoData.class_names``)."""
+    return [str(index) for index in range(self.num_classes)]
+
+  def to_json(self) -> dict:
+    values = {
+      'num_classes': self.num_classes,
+      'clip_shape': list(self.clip_shape),
+      'label_parts': [list(part) for part in self.label_parts],
+    }
+    if self.preparation is not None:
+      values.update(mean=self.preparation.mean, std=self.preparation.std)
+    return values
+
+  @classmethod
+  def from_json(cls, values: dict, config: ml_collections.ConfigDict) -> ClipShapes:
+    """``values['num_classes']``, ``values['clip_shape']`` ``[T, H, W, C]`` (or ``values['channels']``
+    with ``config.data.num_frames`` and ``frame_size``), ``values['label_parts']`` (a moving-digit
+    label's parts, ``[[name, count], ...]``; none if absent) and the normalisation ``values['mean']``
+    and ``values['std']`` (without them the task cannot predict)."""
+    if values.get('clip_shape'):
+      clip_shape = tuple(int(size) for size in values['clip_shape'])
+    else:
+      data = config.data
+      clip_shape = (data.num_frames, data.frame_size, data.frame_size, values['channels'])
+    label_parts = tuple((str(name), int(count)) for name, count in values.get('label_parts', ()))
+    preparation = None
+    if values.get('mean') is not None and values.get('std') is not None:
+      preparation = ClipPreparation(clip_shape, float(values['mean']), float(values['std']))
+    return cls(int(values['num_classes']), clip_shape, label_parts, preparation)
 
 
 @dataclasses.dataclass
@@ -116,6 +161,11 @@ class VideoData:
   def preparation(self) -> ClipPreparation:
     """How this data set's clips become the model's input (``read_clip``, ``prepare_clips``)."""
     return ClipPreparation(self.clip_shape, self.mean, self.std)
+
+  @property
+  def shapes(self) -> ClipShapes:
+    """What this clip set gives the model."""
+    return ClipShapes(self.num_classes, self.clip_shape, self.label_parts, self.preparation)
 
   @property
   def num_train(self) -> int:

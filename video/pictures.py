@@ -1,4 +1,4 @@
-"""The video family's pictures of one trained model (``VideoClassification.draw_pictures``).
+"""The video family's pictures of one trained model (``VideoReporting.draw_pictures``).
 
 ``video_attention_<run>.png``, for the first evaluation clip: its frames; the last layer's
 spatial attention in each frame (what the class token, or the average query, attends to among

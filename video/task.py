@@ -8,29 +8,27 @@ is that loss. The evaluation ``loss`` is the unsmoothed negative log-likelihood 
 every family.
 """
 
-import dataclasses
 import functools
-import os
 
 import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from trainer.errors import ConfigError, DataError, InputError
+from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.parameter_regexes import check_layer_numbering, check_regexes_under_scan
-from trainer.predictor import classify, present_classes
+from trainer.reporting import Reporting
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
 from video import config_sections as sections
-from video.input_pipeline import ClipPreparation, load_video_data
+from video.input_pipeline import ClipShapes, VideoData, load_video_data
 from video.layouts import parameter_layer
 from video.model import check_options, make_video_model, model_section, token_grid
+from video.prediction import ClipPrediction
 
 
 @flax.struct.dataclass
@@ -47,29 +45,34 @@ class MovingDigitMetrics(clu_metrics.Collection):
   direction_accuracy: clu_metrics.Average.from_output('direction_correct')
 
 
-@dataclasses.dataclass(frozen=True)
-class ClipShapes:
-  """What the model needs to know of a clip set, when there is none (``Task.without_data``), and how a
-  clip is prepared for it (``None``: not known, so the task cannot predict)."""
+class VideoReporting(Reporting):
+  """The video classifier's tables (layouts by position encodings), pictures (attention over a
+  clip) and model facts (GFLOPs per clip)."""
 
-  num_classes: int
-  clip_shape: tuple[int, int, int, int]
-  label_parts: tuple[tuple[str, int], ...] = ()
-  preparation: ClipPreparation | None = None
+  percent_metrics = ('accuracy', 'digit_accuracy', 'direction_accuracy')
 
-  @property
-  def class_names(self) -> list[str]:
-    return [str(index) for index in range(self.num_classes)]
+  def ablation_table(self, summary):
+    return ablation_table.table(summary)
+
+  def draw_pictures(self, task, model, out_dir, name, title):
+    from video import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
+    return pictures.draw(model, task, out_dir, name, title)
+
+  def model_facts(self, task) -> dict:
+    model = nnx.eval_shape(lambda: task.make_model(nnx.Rngs(0)))
+    return {'gflops_per_clip': forward_cost(model, task.sizes.clip_shape) / 1e9}
 
 
 class VideoClassification(Task):
   """Config: ``data`` (see ``video.input_pipeline``), ``model`` (see ``video.model``), ``label_smoothing``."""
 
   config_sections = sections.SECTIONS
-  percent_metrics = ('accuracy', 'digit_accuracy', 'direction_accuracy')
+  Sizes = ClipShapes
+  reporting = VideoReporting()
 
   def __init__(self, config: ml_collections.ConfigDict, shapes: ClipShapes | None = None):
-    super().__init__(config)
+    super().__init__(config, shapes)
     self.label_smoothing = config.label_smoothing
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
@@ -86,10 +89,16 @@ class VideoClassification(Task):
         'config.optimizer.layer_decay needs one parameter per layer: set model.scan_layers=False '
         '(a scanned stack keeps its layers in one array).'
       )
-    self.data = load_video_data(config.data) if shapes is None else shapes
-    self.preparation = self.data.preparation
-    token_grid(self.data.clip_shape, model.tubelet)
-    self.label_parts = self.data.label_parts
+    if shapes is None:  # learned from the data, read (and checked) now
+      self.sizes, class_names = self.data.shapes, self.data.class_names
+    else:
+      class_names = shapes.class_names
+    self.preparation = self.sizes.preparation
+    token_grid(self.sizes.clip_shape, model.tubelet)
+    self.label_parts = self.sizes.label_parts
+    if self.label_parts:  # moving digits: '7, moving left'
+      class_names = [name.replace('/', ', moving ') for name in class_names]
+    self.prediction = ClipPrediction(self.sizes, class_names)
     metrics = MovingDigitMetrics if self.label_parts else ClipMetrics
     self.train_metrics = self.eval_metrics = metrics
     try:  # build abstractly, so any other bad model option fails before real work
@@ -107,103 +116,30 @@ class VideoClassification(Task):
         config.get('optimizer'),
         lambda scan: make_video_model(
           {**model.to_dict(), 'scan_layers': scan},
-          num_classes=self.data.num_classes,
-          clip_shape=self.data.clip_shape,
+          num_classes=self.sizes.num_classes,
+          clip_shape=self.sizes.clip_shape,
           rngs=nnx.Rngs(0),
         ),
       )
 
-  @classmethod
-  def without_data(cls, config, sizes):
-    """``sizes['num_classes']``, ``sizes['clip_shape']`` ``[T, H, W, C]`` (or ``sizes['channels']`` with
-    ``config.data.num_frames`` and ``frame_size``), ``sizes['label_parts']`` (a moving-digit label's
-    parts, ``[[name, count], ...]``; none if absent) and the normalisation ``sizes['mean']`` and
-    ``sizes['std']`` (without them the task cannot predict): what ``data_sizes`` records."""
-    if sizes.get('clip_shape'):
-      clip_shape = tuple(int(size) for size in sizes['clip_shape'])
-    else:
-      data = config.data
-      clip_shape = (data.num_frames, data.frame_size, data.frame_size, sizes['channels'])
-    label_parts = tuple((str(name), int(count)) for name, count in sizes.get('label_parts', ()))
-    preparation = None
-    if sizes.get('mean') is not None and sizes.get('std') is not None:
-      preparation = ClipPreparation(clip_shape, float(sizes['mean']), float(sizes['std']))
-    return cls(config, ClipShapes(int(sizes['num_classes']), clip_shape, label_parts, preparation))
-
-  def data_sizes(self):
-    return {
-      'num_classes': self.data.num_classes,
-      'clip_shape': list(self.data.clip_shape),
-      'label_parts': [list(part) for part in self.label_parts],
-      'mean': self.preparation.mean,
-      'std': self.preparation.std,
-    }
+  @functools.cached_property
+  def data(self) -> VideoData:
+    """The clip set, read when first needed (at once when no sizes were given)."""
+    return load_video_data(self.config.data)
 
   def batch_shapes(self, batch_size):
     return {
-      'clip': jax.ShapeDtypeStruct((batch_size, *self.data.clip_shape), jnp.float32),
+      'clip': jax.ShapeDtypeStruct((batch_size, *self.sizes.clip_shape), jnp.float32),
       'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
     }
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     return make_video_model(
-      self.config.model, num_classes=self.data.num_classes, clip_shape=self.data.clip_shape, rngs=rngs
+      self.config.model, num_classes=self.sizes.num_classes, clip_shape=self.sizes.clip_shape, rngs=rngs
     )
 
   def num_train_examples(self) -> int:
     return self.data.num_train
-
-  def model_facts(self) -> dict:
-    model = nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
-    return {'gflops_per_clip': forward_cost(model, self.data.clip_shape) / 1e9}
-
-  @classmethod
-  def ablation_table(cls, summary):
-    return ablation_table.table(summary)
-
-  def draw_pictures(self, model, out_dir, name, title):
-    from video import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
-
-    return pictures.draw(model, self, out_dir, name, title)
-
-  def class_names(self) -> list[str]:
-    """The data set's class names; moving digits as ``'7, moving left'``."""
-    if self.label_parts:
-      return [name.replace('/', ', moving ') for name in self.data.class_names]
-    return list(self.data.class_names)
-
-  # Prediction ---------------------------------------------------------------------
-
-  def read_input(self, item):
-    """A clip (``.npy`` file or array ``[T, H, W, C]`` of the model's shape, a video file or a folder of
-    frames) as the data set holds its clips (``ClipPreparation.read_clip``)."""
-    if not isinstance(item, np.ndarray) and not os.path.exists(item):
-      raise InputError(
-        f'{item}: no such file or folder; this workdir classifies clips (.npy, videos such as .mp4, '
-        'or folders of frames).'
-      )
-    if self.preparation is None:
-      raise InputError('this task was built without its data and its normalisation: it cannot predict.')
-    try:
-      return self.preparation.read_clip(item)
-    except DataError as error:
-      raise InputError(str(error)) from None
-
-  def predict(self, model, inputs, options):
-    """The ``options.top_k`` most probable classes of each clip, as ``ImageClassification.predict``."""
-    return classify(model, inputs, options, self.data.clip_shape, self.preparation.prepare_clips)
-
-  def present(self, name, prediction):
-    return present_classes(name, prediction)
-
-  def explain(self, model, item, prediction, path, title):
-    from video import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
-
-    best = prediction['classes'][0]
-    caption = f'predicted\n{best["name"]}\n({100 * best["probability"]:.1f}%)'
-    return pictures.plot_clip_attention(
-      model, self.preparation.prepare_clips(item[None]), caption, title, path
-    )
 
   def eval_split_names(self) -> tuple[str, ...]:
     return self.data.split_names

@@ -1,4 +1,4 @@
-"""The ViT's ablation table (``ImageClassification.ablation_table``): the ViT paper's Table 8.
+"""The ViT's ablation table (``ImageReporting.ablation_table``): the ViT paper's Table 8.
 
 For a sweep over ``model.posemb`` (and ``model.posemb_injection``): rows are encodings, columns
 injections, cells the accuracy in %, mean ± std over seeds, N/A where the combination does not

@@ -194,7 +194,7 @@ def _workdir_teacher(workdir: pathlib.Path, checkpoint) -> Teacher:
   graphdef, variables = nnx.split(parts.merge(params))
   preparation = getattr(task, 'preparation', None)
   mean, std = (preparation.mean, preparation.std) if preparation is not None else (None, None)
-  return Teacher(graphdef, variables, tuple(task.data.image_shape), mean, std)
+  return Teacher(graphdef, variables, tuple(task.sizes.image_shape), mean, std)
 
 
 def architecture_of(canonical: dict[str, np.ndarray], path) -> dict[str, Any]:

@@ -200,7 +200,7 @@ def export(workdir: str, to: str, out: str, arch: str = '', checkpoint: str = 'l
   model = parts.merge(params)
   prep = task.preparation
   options = dict(
-    image_size=tuple(task.data.image_shape[:2]),
+    image_size=tuple(task.sizes.image_shape[:2]),
     mean=prep.mean,
     std=prep.std,
     class_names=workdir_lib.load_class_names(path),

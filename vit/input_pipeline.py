@@ -159,7 +159,7 @@ def _with_defaults(data_config: ml_collections.ConfigDict) -> ml_collections.Con
 class ImagePreparation:
   """How an image becomes the model's input, knowing no data set: read at ``image_shape``
   (``read_image``), then normalised (``prepare_images``). Evaluation batches and predictions both go
-  through it; a workdir records its fields (``ImageClassification.data_sizes``), so predictions
+  through it; a workdir records its fields (``ImageShapes.to_json``), so predictions
   prepare images exactly as evaluation did without the data."""
 
   image_shape: tuple[int, int, int]  # (H, W, C) as the model sees it
@@ -181,6 +181,49 @@ class ImagePreparation:
     rows *= scale
     rows += shift
     return rows.reshape(images.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageShapes:
+  """What an image data set gives the model (``trainer.task.DataSizes``): its class count, its image
+  shape and how an image is prepared for it (``None``: not known, so the task cannot predict). The
+  data makes one (``ImageData.shapes``); so does a workdir's record of it (``from_json``)."""
+
+  num_classes: int
+  image_shape: tuple[int, int, int]  # (H, W, C) as the model sees it
+  preparation: ImagePreparation | None = None
+
+  @property
+  def class_names(self) -> list[str]:
+    """The class indices as names: the data set's names are the data's (``ImageData.class_names``)."""
+    return [str(index) for index in range(self.num_classes)]
+
+  def to_json(self) -> dict:
+    values = {'num_classes': self.num_classes, 'image_shape': list(self.image_shape)}
+    if self.preparation is not None:
+      values.update(mean=list(self.preparation.mean), std=list(self.preparation.std))
+    return values
+
+  @classmethod
+  def from_json(cls, values: dict, config: ml_collections.ConfigDict) -> ImageShapes:
+    """``values['num_classes']`` and ``values['image_shape']`` ``[H, W, C]`` (or ``values['channels']``
+    with ``config.data.image_size``), and the normalisation ``values['mean']`` and ``values['std']``
+    (per channel; else the config's ``data.mean`` and ``data.std``, where set)."""
+    if values.get('image_shape'):
+      image_shape = tuple(int(size) for size in values['image_shape'])
+    else:
+      image_size = config.data.get('image_size')
+      if not image_size or len(image_size) != 2:
+        raise ConfigError('data.image_size must be (height, width) to build the task without its data.')
+      image_shape = (*image_size, values['channels'])
+    mean, std = values.get('mean', config.data.get('mean')), values.get('std', config.data.get('std'))
+    preparation = None
+    if mean is not None and std is not None:
+      mean, std = (
+        tuple(float(v) for v in np.broadcast_to(statistic, image_shape[-1:])) for statistic in (mean, std)
+      )
+      preparation = ImagePreparation(image_shape, mean, std)
+    return cls(int(values['num_classes']), image_shape, preparation)
 
 
 @dataclasses.dataclass
@@ -292,6 +335,11 @@ class ImageData:
   def preparation(self) -> ImagePreparation:
     """How this data set's images become the model's input (``read_image``, ``prepare_images``)."""
     return ImagePreparation(self.image_shape, self.mean, self.std)
+
+  @property
+  def shapes(self) -> ImageShapes:
+    """What this data set gives the model."""
+    return ImageShapes(self.num_classes, self.image_shape, self.preparation)
 
   def read_image(self, image) -> np.ndarray:
     """One image file or uint8 array as this data set holds its images."""

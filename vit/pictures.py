@@ -1,4 +1,4 @@
-"""The ViT's pictures of one trained model (``ImageClassification.draw_pictures``).
+"""The ViT's pictures of one trained model (``ImageReporting.draw_pictures``).
 
 ``attention_<run>.png``          one evaluation image, then per layer and head which patches the
                                  class token attends to (the average query without a class token),

@@ -1,32 +1,29 @@
 """Image classification as a trainer task: the ViT, its data, its loss and its metrics."""
 
-import dataclasses
-import os
-import pathlib
+import functools
 
 import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
 from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
-from pipelines.image_sources import IMAGE_SUFFIXES
 from trainer.devices import Devices
-from trainer.errors import ConfigError, DataError, InputError
+from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.parameter_regexes import check_regexes_under_scan
 from trainer.partitioning import check_batch_size
-from trainer.predictor import batched, classify, compiled_features, compiled_logits, present_classes
+from trainer.reporting import Reporting
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
 from vit import config_sections as sections
 from vit.distillation import Distillation, check_distill
-from vit.input_pipeline import ImagePreparation, load_image_data
+from vit.input_pipeline import ImageData, ImageShapes, load_image_data
 from vit.model import make_vit, model_section
+from vit.prediction import ImagePrediction
 
 
 @flax.struct.dataclass
@@ -51,18 +48,19 @@ def default_fewshot_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(shots=(), seeds=3, held_out_per_class=10, train_examples=5000))
 
 
-@dataclasses.dataclass(frozen=True)
-class ImageShapes:
-  """What the model needs to know of a data set, when there is none (``Task.without_data``), and how
-  an image is prepared for it (``None``: not known, so the task cannot predict)."""
+class ImageReporting(Reporting):
+  """The ViT's tables (the ViT paper's positional-embedding table) and pictures (attention maps,
+  position similarities)."""
 
-  num_classes: int
-  image_shape: tuple[int, int, int]
-  preparation: ImagePreparation | None = None
+  percent_metrics = ('accuracy',)
 
-  @property
-  def class_names(self) -> list[str]:
-    return [str(index) for index in range(self.num_classes)]
+  def ablation_table(self, summary):
+    return ablation_table.table(summary)
+
+  def draw_pictures(self, task, model, out_dir, name, title):
+    from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
+
+    return pictures.draw(model, task, out_dir, name, title)
 
 
 class ImageClassification(Task):
@@ -80,14 +78,15 @@ class ImageClassification(Task):
   train_metrics = ClassificationMetrics
   config_sections = sections.SECTIONS
   eval_metrics = ClassificationMetrics
-  percent_metrics = ('accuracy',)
+  Sizes = ImageShapes
+  reporting = ImageReporting()
 
   def __init__(self, config: ml_collections.ConfigDict, shapes: ImageShapes | None = None):
-    super().__init__(config)
+    super().__init__(config, shapes)
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
-    if shapes is None:  # built from recorded sizes: a workdir, whose config was completed when it trained
+    if shapes is None:  # from the data (a workdir's config was completed when it trained)
       pretrained.complete_model_config(config.model, config.get('init_from'))
     model = model_section(config.model)
     posemb, injection = model.posemb, model.posemb_injection
@@ -117,12 +116,16 @@ class ImageClassification(Task):
       raise ConfigError(
         f'batch_size ({config.batch_size}) must be divisible by data.augment.repeats ({repeats}).'
       )
-    self.data = load_image_data(config.data) if shapes is None else shapes
-    self.preparation = self.data.preparation
+    if shapes is None:  # learned from the data, read (and checked) now
+      self.sizes, class_names = self.data.shapes, self.data.class_names
+    else:
+      class_names = shapes.class_names
+    self.preparation = self.sizes.preparation
+    self.prediction = ImagePrediction(self.sizes, class_names)
     self.distillation = None
     if distill is not None:
       self.distillation = Distillation(
-        distill, num_classes=self.data.num_classes, image_shape=self.data.image_shape, dtype=model.dtype
+        distill, num_classes=self.sizes.num_classes, image_shape=self.sizes.image_shape, dtype=model.dtype
       )
       self.train_metrics = DistillationMetrics
     # Build the model abstractly now, so a bad model option fails before any real work.
@@ -135,44 +138,20 @@ class ImageClassification(Task):
         config.get('optimizer'),
         lambda scan: make_vit(
           {**model.to_dict(), 'scan_layers': scan},
-          num_classes=self.data.num_classes,
-          image_shape=self.data.image_shape,
+          num_classes=self.sizes.num_classes,
+          image_shape=self.sizes.image_shape,
           rngs=nnx.Rngs(0),
         ),
       )
 
-  @classmethod
-  def without_data(cls, config, sizes):
-    """``sizes['num_classes']`` and ``sizes['image_shape']`` ``[H, W, C]`` (or ``sizes['channels']``
-    with ``config.data.image_size``), and the normalisation ``sizes['mean']`` and ``sizes['std']`` (per
-    channel; else the config's ``data.mean`` and ``data.std``, where set): what ``data_sizes`` records."""
-    if sizes.get('image_shape'):
-      image_shape = tuple(int(size) for size in sizes['image_shape'])
-    else:
-      image_size = config.data.get('image_size')
-      if not image_size or len(image_size) != 2:
-        raise ConfigError('data.image_size must be (height, width) to build the task without its data.')
-      image_shape = (*image_size, sizes['channels'])
-    mean, std = sizes.get('mean', config.data.get('mean')), sizes.get('std', config.data.get('std'))
-    preparation = None
-    if mean is not None and std is not None:
-      mean, std = (
-        tuple(float(v) for v in np.broadcast_to(values, image_shape[-1:])) for values in (mean, std)
-      )
-      preparation = ImagePreparation(image_shape, mean, std)
-    return cls(config, ImageShapes(int(sizes['num_classes']), image_shape, preparation))
-
-  def data_sizes(self):
-    return {
-      'num_classes': self.data.num_classes,
-      'image_shape': list(self.data.image_shape),
-      'mean': list(self.preparation.mean),
-      'std': list(self.preparation.std),
-    }
+  @functools.cached_property
+  def data(self) -> ImageData:
+    """The data set, read when first needed (at once when no sizes were given)."""
+    return load_image_data(self.config.data)
 
   def batch_shapes(self, batch_size):
     shapes = {
-      'image': jax.ShapeDtypeStruct((batch_size, *self.data.image_shape), jnp.float32),
+      'image': jax.ShapeDtypeStruct((batch_size, *self.sizes.image_shape), jnp.float32),
       'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
     }
     augment = self.config.data.get('augment', {})
@@ -183,7 +162,7 @@ class ImageClassification(Task):
 
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     return make_vit(
-      self.config.model, num_classes=self.data.num_classes, image_shape=self.data.image_shape, rngs=rngs
+      self.config.model, num_classes=self.sizes.num_classes, image_shape=self.sizes.image_shape, rngs=rngs
     )
 
   def check_training_data(self) -> None:
@@ -222,83 +201,6 @@ class ImageClassification(Task):
 
   def num_train_examples(self) -> int:
     return self.data.num_train
-
-  @classmethod
-  def ablation_table(cls, summary):
-    return ablation_table.table(summary)
-
-  def draw_pictures(self, model, out_dir, name, title):
-    from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
-
-    return pictures.draw(model, self, out_dir, name, title)
-
-  def class_names(self) -> list[str]:
-    return list(self.data.class_names)
-
-  # Prediction ---------------------------------------------------------------------
-
-  def input_names(self, argument):
-    """A folder names its image files (all levels down, in sorted order); anything else itself."""
-    if not os.path.isdir(argument):
-      return [argument]
-    found = sorted(
-      os.path.join(folder, name)
-      for folder, _, names in os.walk(argument)
-      for name in names
-      if name.lower().endswith(IMAGE_SUFFIXES)
-    )
-    return found or [argument]
-
-  def read_input(self, item):
-    """An image file (PNG or JPEG, any size and channels) or uint8 array, as the data set holds its
-    images (``ImagePreparation.read_image``): uint8 ``[H, W, C]`` at the model's size."""
-    what = 'this workdir classifies images (PNG or JPEG files, folders of them, or uint8 arrays)'
-    if self.preparation is None:
-      raise InputError('this task was built without its data and its normalisation: it cannot predict.')
-    if not isinstance(item, np.ndarray):
-      if not os.path.exists(item):
-        raise InputError(f'{item}: no such file; {what}.')
-      if os.path.isdir(item):
-        raise InputError(f'{item}: a folder without .png, .jpg or .jpeg images; {what}.')
-    try:
-      return self.preparation.read_image(item)
-    except DataError as error:
-      raise InputError(f'{error}; {what}.') from None
-
-  def predict(self, model, inputs, options):
-    """The ``options.top_k`` most probable classes of each image: ``{'classes': [{index, name,
-    probability}, ...]}``, the first being the argmax of the logits that evaluation scores."""
-    return classify(model, inputs, options, self.data.image_shape, self.preparation.prepare_images)
-
-  def features(self, model, inputs, options):
-    """The pooled pre-logits embedding (``intermediates['pre_logits']``) of each image: float32 ``[n, D]``."""
-    return batched(
-      compiled_features(model),
-      inputs,
-      options.batch_size,
-      self.data.image_shape,
-      self.preparation.prepare_images,
-    )
-
-  def logits(self, model, inputs, options):
-    return batched(
-      compiled_logits(model),
-      inputs,
-      options.batch_size,
-      self.data.image_shape,
-      self.preparation.prepare_images,
-    )
-
-  def present(self, name, prediction):
-    return present_classes(name, prediction)
-
-  def explain(self, model, item, prediction, path: pathlib.Path, title):
-    from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
-
-    best = prediction['classes'][0]
-    caption = f'predicted {best["name"]} ({100 * best["probability"]:.1f}%)'
-    image = self.preparation.prepare_images(item[None])
-    return pictures.plot_attention_maps(model, image, caption, title, path)
 
   def eval_split_names(self) -> tuple[str, ...]:
     return tuple(self.data.split_names)

@@ -24,9 +24,10 @@ from PIL import Image
 from trainer.errors import DataError, InputError
 from trainer.predictor import Predictor
 from vit import checkpoint_npz, weights
-from vit.input_pipeline import ImagePreparation
+from vit.input_pipeline import ImagePreparation, ImageShapes
 from vit.model import make_vit
-from vit.task import ImageClassification, ImageShapes
+from vit.prediction import ImagePrediction
+from vit.task import ImageClassification
 
 _RESAMPLE = {'bicubic': Image.BICUBIC, 'bilinear': Image.BILINEAR}
 
@@ -79,10 +80,8 @@ def prepare_pixels(image, preprocessing: weights.Preprocessing, channels: int = 
 
 
 class WeightsClassification(ImageClassification):
-  """The ViT task over a file's weights: no data; predicting classes needs the file's head."""
+  """The ViT task over a file's weights: no data; its predictions are ``WeightsPrediction``'s."""
 
-  has_head = True
-  title = ''  # the pictures' title: the file's name and kind (a workdir's 'step N' means nothing here)
   # A distilled DeiT's distillation token: kept out of ``config.model``, where the ViT task asks for a
   # teacher to train it (nothing is trained here), and given to the model built.
   distill_token = False
@@ -90,10 +89,19 @@ class WeightsClassification(ImageClassification):
   def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
     return make_vit(
       dict(self.config.model, distill_token=self.distill_token),
-      num_classes=self.data.num_classes,
-      image_shape=self.data.image_shape,
+      num_classes=self.sizes.num_classes,
+      image_shape=self.sizes.image_shape,
       rngs=rngs,
     )
+
+
+class WeightsPrediction(ImagePrediction):
+  """The ViT's predictions over a file's weights; predicting classes needs the file's head."""
+
+  def __init__(self, shapes: ImageShapes, class_names: list[str], *, has_head: bool, title: str):
+    super().__init__(shapes, class_names)
+    self.has_head = has_head
+    self.title = title  # the file's name and kind: a workdir's 'step N' means nothing here
 
   def predict(self, model, inputs, options):
     """Classes, as the ViT task gives them; none for weights without a head."""
@@ -119,7 +127,7 @@ class WeightsClassification(ImageClassification):
       return super().explain(model, item, prediction, path, title)
     from vit import pictures  # pylint: disable=g-import-not-at-top  (matplotlib: only when drawing)
 
-    return pictures.plot_attention_maps(model, self.preparation.prepare_images(item[None]), '', title, path)
+    return pictures.plot_attention_maps(model, self.prepare(item[None]), '', title, path)
 
 
 def load_predictor(path, arch: str = '') -> Predictor:
@@ -136,10 +144,15 @@ def load_predictor(path, arch: str = '') -> Predictor:
     )
   )
   preparation = WeightsPreparation(image_shape, prep.mean, prep.std, prep)
-  task = WeightsClassification(config, ImageShapes(max(source.num_classes, 1), image_shape, preparation))
-  task.has_head = source.num_classes > 0
+  shapes = ImageShapes(max(source.num_classes, 1), image_shape, preparation)
+  task = WeightsClassification(config, shapes)
   task.distill_token = bool(source.model.get('distill_token'))
-  task.title = f'{pathlib.Path(path).name} ({source.source} weights)'
+  task.prediction = WeightsPrediction(
+    shapes,
+    shapes.class_names,
+    has_head=source.num_classes > 0,
+    title=f'{pathlib.Path(path).name} ({source.source} weights)',
+  )
   model = task.make_model(nnx.Rngs(0))
   report = checkpoint_npz.canonical_to_model(model, source.canonical, resample_method='bicubic')
   adapted = [item for item in report.adapted if not item.startswith('head:')]
