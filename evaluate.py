@@ -13,14 +13,16 @@ A ViT's few-shot linear accuracies have their own command: ``python -m vit.fewsh
 
 import json
 
-from trainer import host_memory
+from trainer.command_line import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/command_line/host_memory.py
 
 from absl import app, flags
 
-from trainer import cli, storage, validation
+from trainer import validation
+from trainer.command_line import cli
+from trainer.io import storage
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")

@@ -29,15 +29,16 @@ import json
 import pathlib
 import sys
 
-from trainer import host_memory
+from trainer.command_line import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/command_line/host_memory.py
 
 from absl import app, flags
 
-from trainer import cli, storage
+from trainer.command_line import cli
 from trainer.errors import InputError
+from trainer.io import storage
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
 _WEIGHTS = flags.DEFINE_string(

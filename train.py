@@ -6,15 +6,17 @@ Rerunning the same command resumes from the workdir's latest checkpoint.
 
 import sys
 
-from trainer import host_memory
+from trainer.command_line import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/command_line/host_memory.py
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from trainer import cli, storage, validation
+from trainer import validation
+from trainer.command_line import cli
+from trainer.io import storage
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config', None, 'Path to an experiment config file.', lock_config=True

@@ -22,13 +22,13 @@ from matplotlib.figure import Figure
 
 from ablation import tables
 from attention.drawing import save
-from trainer import storage
-from trainer import workdir as workdir_lib
-from trainer.cli import quiet_library_logs, run_reporting_user_errors
+from trainer.command_line.cli import quiet_library_logs, run_reporting_user_errors
 from trainer.errors import WorkdirError
 from trainer.evaluation import restore_checkpoint
-from trainer.metrics_io import read_metrics
-from trainer.reporting import reporting_of
+from trainer.io import storage
+from trainer.io import workdir as workdir_lib
+from trainer.io.metrics_io import read_metrics
+from trainer.observe.reporting import reporting_of
 from trainer.task import task_class
 
 PLOTS_DIR = 'plots'

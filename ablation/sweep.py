@@ -27,12 +27,12 @@ from typing import Any, Callable
 import ml_collections
 from absl import flags
 
-from trainer import storage
-from trainer import workdir as workdir_lib
-from trainer.checkpoints import Checkpoints
 from trainer.errors import ConfigError
+from trainer.io import storage
+from trainer.io import workdir as workdir_lib
+from trainer.io.checkpoints import Checkpoints
+from trainer.io.metrics_io import read_metrics
 from trainer.loop import total_steps, train_and_evaluate
-from trainer.metrics_io import read_metrics
 from trainer.task import NotApplicable, Task, load_task
 
 _PARSERS = {

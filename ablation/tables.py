@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer import storage
 from trainer.errors import WorkdirError
-from trainer.reporting import reporting_of
+from trainer.io import storage
+from trainer.observe.reporting import reporting_of
 from trainer.task import task_class
 
 RESULTS_JSON, RESULTS_CSV, RESULTS_MD = 'results.json', 'results.csv', 'results.md'

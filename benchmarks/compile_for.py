@@ -37,7 +37,7 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
-from trainer import cli
+from trainer.command_line import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'An experiment config file.', lock_config=True)
 _TOPOLOGY = flags.DEFINE_string(

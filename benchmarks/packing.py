@@ -15,10 +15,10 @@ tokens only (source + target, and target alone, as the loss counts them). A pack
 The last line is the numbers as JSON, for ``benchmarks.record``.
 """
 
-from trainer import host_memory
+from trainer.command_line import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/command_line/host_memory.py
 
 import json
 import pathlib

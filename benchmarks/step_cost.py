@@ -9,7 +9,7 @@
   profile plugin or Perfetto) and a table of the ops that took the most time
   (``summarise_trace``): device kernels on a GPU, XLA's thunks on a CPU.
 
-``compiled_flops``, ``peak_tflops`` and ``summarise_trace`` live in ``trainer/step_cost.py``, which
+``compiled_flops``, ``peak_tflops`` and ``summarise_trace`` live in ``trainer/observe/step_cost.py``, which
 the training loop's progress line and profiles use too; they are imported here by their old names.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import jax
 
-from trainer.step_cost import compiled_flops, peak_tflops, summarise_trace
+from trainer.observe.step_cost import compiled_flops, peak_tflops, summarise_trace
 
 __all__ = [
   'CompiledSteps',

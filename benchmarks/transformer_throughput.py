@@ -16,10 +16,10 @@ Vaswani et al. trained on batches of about 25,000 source and 25,000 target token
 No accelerator numbers have been measured yet; decoding speed is ``benchmarks.decode_speed``.
 """
 
-from trainer import host_memory
+from trainer.command_line import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/command_line/host_memory.py
 
 import json
 

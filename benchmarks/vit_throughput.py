@@ -22,16 +22,16 @@ steps (compilation) are excluded. It also prints the step's FLOPs from XLA's cos
 and, on a device whose peak it knows (``benchmarks/step_cost.py``) or with ``--peak_tflops``,
 the model FLOPs utilisation; ``--profile_dir`` writes a ``jax.profiler`` trace of a few more
 steps and prints where their time went, op by op. Like ``train.py``, it re-executes itself once
-with glibc's huge-page malloc (``trainer/host_memory.py``).
+with glibc's huge-page malloc (``trainer/command_line/host_memory.py``).
 """
 
 import json
 import time
 
-from trainer import host_memory
+from trainer.command_line import host_memory
 
 if __name__ == '__main__':
-  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/host_memory.py
+  host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/command_line/host_memory.py
 
 import jax
 import numpy as np

@@ -31,7 +31,7 @@ from pipelines.fetch_hint import fetch_hint
 from pipelines.parallel_text import read_parallel
 from seq2seq.scan import SCAN_SPLITS, read_scan_file, scan_split
 from trainer.errors import ConfigError, DataError, MissingFileError
-from trainer.tfds_import import import_tfds_on_cpu
+from trainer.io.tfds_import import import_tfds_on_cpu
 
 SOURCES = ('scan', 'parallel', 'records', 'tfds')
 SCAN_FILES = {

@@ -62,12 +62,12 @@ from seq2seq.workdir_tokenizers import (
   load_saved_tokenizers,
   prepare_tokenizers,
 )
-from trainer import storage
 from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, WorkdirError
+from trainer.io import storage
 from trainer.losses import token_losses
+from trainer.observe.reporting import Reporting
 from trainer.parameter_regexes import check_regexes_under_scan
-from trainer.reporting import Reporting
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name, resolve_split
 
@@ -191,8 +191,6 @@ class Translation(Task):
     super().__init__(config, sizes)
     data = config.data
     self.label_smoothing = config.get('label_smoothing', 0.0)
-    if not 0.0 <= self.label_smoothing < 1.0:
-      raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     for field in ('src_lang', 'tgt_lang'):  # parts of file names
       if data.get(field) is not None:
         check_split_name(data[field], f'config.data.{field}')

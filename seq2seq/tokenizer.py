@@ -4,7 +4,7 @@ Both reserve pad=0 and have BOS, EOS and unknown ids. `save(directory)` writes
 `tokenizer.json` (the kind, the fingerprint and a word vocabulary) plus `spm.model` for
 SentencePiece; `load_tokenizer(directory)` reads it back. The directory may be a local
 folder or a prefix in a bucket (`gs://bucket/run/tokenizer`): every read and write goes through
-`trainer.storage`, and SentencePiece trains into memory and loads from bytes. The fingerprint is the
+`trainer.io.storage`, and SentencePiece trains into memory and loads from bytes. The fingerprint is the
 sha256 of the vocabulary or model bytes, so later code can check that a tokenizer matches a
 checkpoint.
 """
@@ -18,8 +18,8 @@ from typing import Iterable, Protocol, Sequence
 
 import sentencepiece
 
-from trainer import storage
 from trainer.errors import ConfigError, DataError, MissingFileError
+from trainer.io import storage
 
 CONFIG_FILE = 'tokenizer.json'
 SPM_MODEL_FILE = 'spm.model'

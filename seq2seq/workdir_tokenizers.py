@@ -16,7 +16,7 @@
   target_model_file       the same for the target side when not shared
 
 They are saved in ``<workdir>/tokenizer`` (``source/`` and ``target/`` when not shared), a local
-folder or a prefix in a bucket (``trainer.storage``); a ``model_file`` may be either too.
+folder or a prefix in a bucket (``trainer.io.storage``); a ``model_file`` may be either too.
 A later run, or ``evaluate.py``, loads them; a ``model_file``, or a word vocabulary built
 from today's data, whose fingerprint differs from the saved one is an error, because the
 checkpoints were trained with the saved one. Predictions load them as saved, reading no data
@@ -32,9 +32,9 @@ import numpy as np
 
 from seq2seq import config_sections
 from seq2seq.tokenizer import CONFIG_FILE, SentencePieceTokenizer, Tokenizer, WordTokenizer, load_tokenizer
-from trainer import storage
 from trainer.config_sections import to_section
 from trainer.errors import ConfigError, DataError, MissingFileError
+from trainer.io import storage
 
 TOKENIZER_KINDS = ('word', 'sentencepiece')
 TOKENIZER_DIR = 'tokenizer'

@@ -1,6 +1,6 @@
 """What every test process shares.
 
-- The trainer's log filters, as the command lines install them (``trainer.log_filters``).
+- The trainer's log filters, as the command lines install them (``trainer.command_line.log_filters``).
 - ``jax_disable_most_optimizations``: the tests' programs are tiny, and XLA's optimisation passes
   cost more than running them unoptimised (about 40% of the fast tier's CPU time). It is also set in
   the environment, so that the processes the tests start (``train.py`` and the other command lines,
@@ -24,7 +24,7 @@ import jax
 import pytest
 
 from tests.eight_devices import EightDevices
-from trainer import log_filters
+from trainer.command_line import log_filters
 
 CACHE_DIR = 'JAX_COMPILATION_CACHE_DIR'
 CACHE_BYTES = 8 * 2**30  # far above what the suite writes; set so that JAX locks its cache files

@@ -41,7 +41,7 @@ def main():
   os.dup2(2, 1)  # what libraries print goes to the log, not into the replies
   import jax
 
-  from trainer import log_filters
+  from trainer.command_line import log_filters
 
   log_filters.install()  # as in the test process (tests/conftest.py)
   jax.config.update('jax_disable_most_optimizations', True)

@@ -14,7 +14,7 @@ import sys
 from absl import app
 
 import train
-from trainer import cli
+from trainer.command_line import cli
 
 _ARGS = [
   '--config=configs/vit_digits.py',

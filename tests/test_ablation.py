@@ -29,7 +29,7 @@ from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir
 from trainer.loop import TrainResult
-from trainer.reporting import Reporting
+from trainer.observe.reporting import Reporting
 from trainer.task import NotApplicable, Task, load_task
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

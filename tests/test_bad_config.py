@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-from trainer import cli, validation
-from trainer import workdir as workdir_lib
+from trainer import validation
+from trainer.command_line import cli
 from trainer.errors import ConfigError, UserError, WorkdirError
+from trainer.io import workdir as workdir_lib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 VIT = 'configs/vit_digits.py'

@@ -4,7 +4,7 @@ Every layer is pointed at the emulator: TensorStore (orbax's array data) by
 ``TENSORSTORE_GCS_HTTP_URL``, gcsfs (``etils.epath``: orbax's metadata, the config, the
 metrics, the integrity record) and google-cloud-storage (the lock) by ``STORAGE_EMULATOR_HOST``.
 ``EPATH_USE_TF=false`` keeps epath on gcsfs (TensorFlow's GCS client has no emulator setting), even
-where epath chose TensorFlow before the variable was set (``trainer.storage.as_path``).
+where epath chose TensorFlow before the variable was set (``trainer.io.storage.as_path``).
 The emulator ignores preconditions, so the fixture adds ``ifGenerationMatch`` to its uploads
 and deletes, as GCS does them (412 when the object's generation is another).
 """
@@ -90,7 +90,7 @@ def bucket():
 
 
 def _objects(prefix: str) -> list[str]:
-  from trainer import storage
+  from trainer.io import storage
 
   fs, root = storage.filesystem(prefix)
   return [name[len(root) + 1 :] for name in fs.find(root)]
@@ -99,9 +99,9 @@ def _objects(prefix: str) -> list[str]:
 @pytest.mark.slow
 def test_train_resume_and_evaluate_in_a_bucket(bucket):
   del bucket
-  from trainer import metrics_io, storage
-  from trainer.checkpoints import Checkpoints
   from trainer.evaluation import evaluate_workdir
+  from trainer.io import metrics_io, storage
+  from trainer.io.checkpoints import Checkpoints
   from trainer.loop import train_and_evaluate
 
   first = train_and_evaluate(tiny_vit_config(total_steps=4, eval_every_steps=2), WORKDIR)
@@ -136,8 +136,8 @@ def test_train_resume_and_evaluate_in_a_bucket(bucket):
 @pytest.mark.slow
 def test_a_translator_trains_resumes_evaluates_and_predicts_in_a_bucket(bucket):
   del bucket
-  from trainer import storage
   from trainer.evaluation import evaluate_workdir
+  from trainer.io import storage
   from trainer.loop import train_and_evaluate
   from trainer.predictor import load_predictor
 
@@ -171,8 +171,8 @@ def test_a_translator_trains_resumes_evaluates_and_predicts_in_a_bucket(bucket):
 @pytest.mark.slow
 def test_damaged_object_in_a_bucket_is_skipped(bucket):
   del bucket
-  from trainer import storage
-  from trainer.checkpoints import Checkpoints
+  from trainer.io import storage
+  from trainer.io.checkpoints import Checkpoints
   from trainer.loop import train_and_evaluate
 
   workdir = 'gs://test-bucket/damaged'
@@ -194,7 +194,7 @@ def test_damaged_object_in_a_bucket_is_skipped(bucket):
 @pytest.mark.slow
 def test_the_bucket_lock_refuses_a_second_holder_and_takes_over_a_stale_one(bucket):
   del bucket
-  from trainer.bucket_lock import BucketLock
+  from trainer.io.bucket_lock import BucketLock
   from trainer.loop import train_and_evaluate
   from trainer.validation import check_workdir
 
@@ -229,7 +229,7 @@ def test_urls_go_through_gcsfs_although_epath_chose_tensorflow_before(monkeypatc
   from etils import epath
   from etils.epath import backend, gpath
 
-  from trainer import storage
+  from trainer.io import storage
 
   monkeypatch.setenv('EPATH_USE_TF', '')  # restored afterwards
   monkeypatch.delenv('EPATH_USE_TF')

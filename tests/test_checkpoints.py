@@ -18,10 +18,10 @@ import pytest
 
 from tests.compilations import counted_compilations
 from tests.vit_test_configs import tiny_vit_config
-from trainer import checkpoints as checkpoints_lib
-from trainer.checkpoints import Checkpoints, abstract_like, count_non_finite
 from trainer.errors import CheckpointError
 from trainer.evaluation import restore_checkpoint
+from trainer.io import checkpoints as checkpoints_lib
+from trainer.io.checkpoints import Checkpoints, abstract_like, count_non_finite
 from trainer.loop import train_and_evaluate
 from trainer.partitioning import make_mesh, replicated
 from trainer.state import TrainState
@@ -57,7 +57,7 @@ def _warnings(caplog):
   return [
     record.getMessage()
     for record in caplog.records
-    if record.name == 'trainer.checkpoints' and record.levelno == logging.WARNING
+    if record.name == 'trainer.io.checkpoints' and record.levelno == logging.WARNING
   ]
 
 
@@ -259,7 +259,7 @@ def test_disk_full_in_the_background_is_one_line_naming_the_intact_steps(tmp_pat
   checkpoints = Checkpoints(tmp_path)
   checkpoints.save(1, _state(1))
   checkpoints.wait()
-  monkeypatch.setattr('trainer.integrity.write_record', _no_space)  # the last file of a save
+  monkeypatch.setattr('trainer.io.integrity.write_record', _no_space)  # the last file of a save
   checkpoints.save(2, _state(2))
   message = (
     f'no space left while saving checkpoint 2 in {tmp_path}/checkpoints; checkpoints up to 1 are intact'

@@ -11,8 +11,8 @@ from flax import nnx
 from tests.vit_test_configs import tiny_vit_config
 from trainer.errors import ConfigError, MissingFileError
 from trainer.evaluation import restore_checkpoint
+from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from trainer.metrics_io import read_metrics
 from trainer.partitioning import global_batch, make_mesh
 from trainer.state import ModelParts, TrainState, make_train_step
 from trainer.task import load_task

@@ -14,8 +14,8 @@ from trainer import validation
 from trainer.ema import update_ema, warmed_up_decay
 from trainer.errors import CheckpointError, ConfigError
 from trainer.evaluation import evaluate_workdir, restore_checkpoint
+from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from trainer.metrics_io import read_metrics
 from trainer.partitioning import global_batch, make_mesh
 from trainer.predictor import load_predictor
 from trainer.state import ModelParts, TrainState, make_train_step

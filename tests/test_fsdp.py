@@ -18,8 +18,8 @@ from tests.vit_test_configs import tiny_vit_config
 from trainer import loop
 from trainer.errors import ConfigError
 from trainer.evaluation import restore_checkpoint
+from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from trainer.metrics_io import read_metrics
 from trainer.partitioning import FSDP_MIN_SIZE, array_sharding, make_mesh
 from vit.input_pipeline import ImageData
 

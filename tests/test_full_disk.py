@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from trainer.checkpoints import Checkpoints
+from trainer.io.checkpoints import Checkpoints
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXPECTED = {

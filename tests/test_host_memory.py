@@ -1,4 +1,4 @@
-"""The entry points' re-execution with glibc's huge-page malloc (trainer/host_memory.py)."""
+"""The entry points' re-execution with glibc's huge-page malloc (trainer/command_line/host_memory.py)."""
 
 import os
 import pathlib
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trainer import host_memory
+from trainer.command_line import host_memory
 
 pytestmark = pytest.mark.slow  # each test starts a subprocess
 
@@ -18,7 +18,7 @@ _ROOT = pathlib.Path(__file__).resolve().parents[1]
 _CHILD = """
 import ctypes, os
 print('start', flush=True)
-from trainer import host_memory
+from trainer.command_line import host_memory
 host_memory.reexec_with_huge_page_malloc()
 
 def anon_huge_kib():

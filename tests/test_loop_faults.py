@@ -16,9 +16,9 @@ from flax import nnx
 from tests.vit_test_configs import tiny_vit_config
 from trainer.errors import TrainingDiverged, WorkdirError
 from trainer.evaluation import restore_checkpoint
+from trainer.io.metrics_io import read_metrics
+from trainer.io.workdir_lock import LOCK_FILE
 from trainer.loop import train_and_evaluate
-from trainer.metrics_io import read_metrics
-from trainer.workdir_lock import LOCK_FILE
 from vit.input_pipeline import ImageData
 from vit.task import ImageClassification
 
@@ -90,7 +90,7 @@ def test_stop_on_a_checkpoint_step_saves_once_and_resumes(reference_dir, tmp_pat
 def _hold_lock(workdir):
   script = textwrap.dedent(f"""
       import sys, time
-      from trainer.workdir_lock import WorkdirLock
+      from trainer.io.workdir_lock import WorkdirLock
       lock = WorkdirLock({str(workdir)!r})
       lock.acquire()
       print('locked', flush=True)

@@ -1,5 +1,5 @@
 """The minimum family of ``docs/adding_a_family.md`` trains and evaluates as the page says; without
-the optional protocols it gets the generic table and no pictures (``trainer.reporting``), and
+the optional protocols it gets the generic table and no pictures (``trainer.observe.reporting``), and
 ``predict.py`` says in one line that it cannot predict (``trainer.prediction``)."""
 
 import re
@@ -12,8 +12,8 @@ from flax import nnx
 from configs.common import trainer_config
 from trainer.errors import ConfigError, WorkdirError
 from trainer.loop import train_and_evaluate
+from trainer.observe.reporting import reporting_of
 from trainer.predictor import load_predictor
-from trainer.reporting import reporting_of
 from trainer.task import Task, load_task
 
 PAGE = 'docs/adding_a_family.md'

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.vit_test_configs import tiny_vit_config
+from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from trainer.metrics_io import read_metrics
 
 pytestmark = pytest.mark.slow  # starts two processes
 
@@ -142,7 +142,7 @@ def test_a_stop_signal_on_one_process_stops_both_at_the_same_step(tmp_path):
 
 
 def test_a_locked_workdir_stops_every_process(tmp_path):
-  from trainer.workdir_lock import WorkdirLock  # pylint: disable=g-import-not-at-top
+  from trainer.io.workdir_lock import WorkdirLock  # pylint: disable=g-import-not-at-top
 
   workdir = tmp_path / 'locked'
   workdir.mkdir()

@@ -13,12 +13,13 @@ import pytest
 from configs import vit_digits
 from tests.compilations import counted_compilations
 from tests.vit_test_configs import tiny_vit_config
-from trainer import loop, observe_config, profiling, validation, wandb_log
-from trainer.checkpoints import Checkpoints
+from trainer import loop, validation
 from trainer.errors import ConfigError
 from trainer.evaluation import restore_checkpoint
-from trainer.metrics_io import read_metrics
-from trainer.step_cost import Utilisation
+from trainer.io.checkpoints import Checkpoints
+from trainer.io.metrics_io import read_metrics
+from trainer.observe import observe_config, profiling, wandb_log
+from trainer.observe.step_cost import Utilisation
 
 # The utilisation -----------------------------------------------------------------------------
 

@@ -20,9 +20,9 @@ from tests.compilations import counted_compilations
 from tests.test_video_training import tiny_video_config
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
-from trainer import workdir as workdir_lib
 from trainer.errors import CheckpointError, InputError
 from trainer.evaluation import evaluate_workdir
+from trainer.io import workdir as workdir_lib
 from trainer.loop import train_and_evaluate
 from trainer.predictor import Predictor, load_predictor
 from trainer.task import load_task

@@ -8,8 +8,8 @@ import pytest
 
 from tests.vit_test_configs import tiny_vit_config
 from trainer import loop, run_step
-from trainer.checkpoints import Checkpoints
-from trainer.metrics_io import read_metrics
+from trainer.io.checkpoints import Checkpoints
+from trainer.io.metrics_io import read_metrics
 
 pytestmark = pytest.mark.slow  # runs the trainer
 

@@ -15,8 +15,8 @@ from PIL import Image
 from pipelines import convert, records
 from trainer.errors import DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
+from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from trainer.metrics_io import read_metrics
 from vit.input_pipeline import _AUGMENT_STREAM, ImageData, default_data_config, load_image_data
 
 NORMALISATION = {'mean': (0.0,), 'std': (1 / 255,)}  # images come out as raw 0..255

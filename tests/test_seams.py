@@ -165,7 +165,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 @pytest.mark.slow  # a fresh interpreter imports every library module
 def test_importing_the_library_changes_no_logging_and_no_hooks():
-  """Log filters and the unraisable hook are the command lines' business (``trainer.log_filters``)."""
+  """Log filters and the unraisable hook are the command lines' business (``trainer.command_line.log_filters``)."""
   modules = sorted(module for module in import_graph() if module.split('.')[0] in (*SHARED, *FAMILIES))
   script = f"""
 import logging, sys

@@ -10,7 +10,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from seq2seq.scan import generate_scan
 from seq2seq.tokenizer import SentencePieceTokenizer, WordTokenizer, load_tokenizer
-from trainer import storage
+from trainer.io import storage
 
 SUBJECTS = [
   'a man',

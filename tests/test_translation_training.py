@@ -15,8 +15,8 @@ from seq2seq.tokenizer import SentencePieceTokenizer
 from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from tests.translation_test_configs import tiny_parallel_config, tiny_translation_config
 from trainer.evaluation import evaluate_workdir
+from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from trainer.metrics_io import read_metrics
 from trainer.task import load_task
 
 FINAL_METRICS = {'bleu', 'chrf', 'exact_match', 'perplexity', 'loss', 'accuracy'}

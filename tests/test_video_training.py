@@ -10,9 +10,9 @@ from tests.config_overrides import override
 from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
+from trainer.io.workdir import load_model_facts
 from trainer.loop import train_and_evaluate
 from trainer.task import load_task
-from trainer.workdir import load_model_facts
 from video import ablation_table
 from video.clip_sources import DIRECTIONS
 from video.input_pipeline import augment_clips, load_video_data

@@ -17,8 +17,8 @@ from ml_collections import config_flags
 from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir, restore_checkpoint
+from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from trainer.metrics_io import read_metrics
 from trainer.partitioning import global_batch, make_mesh
 from trainer.state import ModelParts, TrainState, make_train_step
 from trainer.task import load_task

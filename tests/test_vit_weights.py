@@ -845,8 +845,8 @@ def test_fine_tune_from_a_timm_folder_then_export_to_timm_and_transformers(tmp_p
   import ml_collections  # pylint: disable=g-import-not-at-top
 
   from tests.vit_test_configs import tiny_vit_config  # pylint: disable=g-import-not-at-top
-  from trainer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
+  from trainer.io import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   root = pathlib.Path(__file__).resolve().parents[1]

@@ -17,9 +17,9 @@ import vit.task
 from tests.test_video_training import tiny_video_config
 from tests.translation_test_configs import tiny_translation_config
 from tests.vit_test_configs import tiny_vit_config
-from trainer import workdir as workdir_lib
 from trainer.errors import WorkdirError
 from trainer.evaluation import restore_checkpoint
+from trainer.io import workdir as workdir_lib
 from trainer.loop import train_and_evaluate
 from trainer.predictor import Predictor, load_predictor
 from trainer.task import load_task

@@ -67,7 +67,7 @@ class Ema:
 
 @dataclasses.dataclass(frozen=True)
 class Wandb:
-  """A Weights & Biases run (``trainer/observe_config.py``); ``project=''``: off."""
+  """A Weights & Biases run (``trainer/observe/observe_config.py``); ``project=''``: off."""
 
   project: str = ''
   entity: str = ''
@@ -79,7 +79,7 @@ class Trainer:
   """The top-level fields. Durations: ``total_steps``, or ``num_epochs`` when it is 0. ``batch_size`` is
   global; ``keep_checkpoints`` latest ones are kept, plus the best by ``best_metric``/``best_mode``.
   ``eval_splits``, ``peak_tflops``, ``profile_steps`` and ``wandb`` watch a run
-  (``trainer/observe_config.py``)."""
+  (``trainer/observe/observe_config.py``)."""
 
   task: str = ''  #: 'package.module:ClassName'
   seed: int = at_least(0, 0)

@@ -11,7 +11,7 @@ keeps the average from remembering the random initialisation: the first update g
 average weight 0.1, the 91st 0.91, and ``decay`` itself is reached after about
 ``9 / (1 - decay)`` updates. The average starts as a copy of the initial (or pretrained)
 parameters, has their shapes, dtypes and shardings, and is saved and restored with them
-(``trainer/checkpoints.py``), so a resumed run's average is the one an uninterrupted run has.
+(``trainer/io/checkpoints.py``), so a resumed run's average is the one an uninterrupted run has.
 
 Evaluation during training reports the average's metrics beside the raw ones, each name prefixed
 ``ema_``; ``evaluate.py``, ``predict.py`` and the exports take ``--params ema``.

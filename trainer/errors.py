@@ -1,6 +1,6 @@
 """The errors we raise about what a user gave us: a config, a file, a workdir, a checkpoint.
 
-The command lines (``trainer/cli.py``) print these as one line, ``error: <message>``, and
+The command lines (``trainer/command_line/cli.py``) print these as one line, ``error: <message>``, and
 exit with status 2. Every other exception is a bug (ours or a library's) and keeps its
 traceback. Each class also derives from the built-in exception a caller would expect, so
 ``except ValueError`` keeps working.

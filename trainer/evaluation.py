@@ -12,11 +12,13 @@ import tempfile
 
 import jax
 
-from trainer import observe_config, storage, validation
-from trainer import workdir as workdir_lib
-from trainer.checkpoints import EMA_ITEM, Checkpoints
+from trainer import validation
 from trainer.ema import PARAMS_CHOICES
 from trainer.errors import CheckpointError, WorkdirError
+from trainer.io import storage
+from trainer.io import workdir as workdir_lib
+from trainer.io.checkpoints import EMA_ITEM, Checkpoints
+from trainer.observe import observe_config
 from trainer.partitioning import make_mesh
 from trainer.state_init import StateInit
 from trainer.task import Task, load_task, task_class

@@ -1,7 +1,7 @@
 """``train_and_evaluate(config, workdir)``: the one training loop for every task.
 
 Order of work: build the task (which validates the config and finds the data),
-check and lock the workdir (``trainer/workdir_lock.py``), build the model and optimizer
+check and lock the workdir (``trainer/io/workdir_lock.py``), build the model and optimizer
 state abstractly, then either restore the latest checkpoint into it or create it sharded
 (with the task's initial parameters, ``Task.load_initial``; ``trainer/state_init.py``),
 then train. Evaluation runs every
@@ -27,20 +27,22 @@ from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
-from trainer import ema, observe_config, profiling, storage, wandb_log
-from trainer import workdir as workdir_lib
-from trainer.checkpoints import Checkpoints, count_non_finite
+from trainer import ema
 from trainer.devices import Devices
 from trainer.errors import CheckpointError, DataError, TrainingDiverged, WorkdirError
-from trainer.metrics_io import make_writers
+from trainer.io import storage
+from trainer.io import workdir as workdir_lib
+from trainer.io.checkpoints import Checkpoints, count_non_finite
+from trainer.io.metrics_io import make_writers
+from trainer.io.workdir_lock import make_lock
+from trainer.observe import observe_config, profiling, wandb_log
+from trainer.observe.step_cost import Utilisation
 from trainer.optim import describe_frozen, describe_weight_decay
 from trainer.partitioning import check_batch_size, global_batch, replicated
 from trainer.run_step import RunStep, build_step
 from trainer.state import ModelParts, make_eval_step, train_metrics
-from trainer.step_cost import Utilisation
 from trainer.stop import StopRequest
 from trainer.task import Task, load_task
-from trainer.workdir_lock import make_lock
 
 
 @dataclasses.dataclass
@@ -123,7 +125,7 @@ def _lock_workdir(workdir):
 
 class _Progress:
   """The progress line: step, training metrics, steps/s, examples/s, the model FLOPs utilisation
-  (where ``trainer.step_cost.Utilisation`` knows the peak: ``MFU 41.2%``, ``mfu`` in ``metrics.jsonl``)
+  (where ``trainer.observe.step_cost.Utilisation`` knows the peak: ``MFU 41.2%``, ``mfu`` in ``metrics.jsonl``)
   and ETA.
 
   The rate counts training steps only, on training time only: the clock starts once the run's
@@ -148,7 +150,7 @@ class _Progress:
     self._started, self._steps, self._flops, self._left_out_seconds = time.perf_counter(), 0, 0.0, 0.0
 
   def count_step(self, flops: float = 0.0) -> None:
-    """One more step, of ``flops`` FLOPs per device (``trainer.step_cost.Utilisation``; 0: not known)."""
+    """One more step, of ``flops`` FLOPs per device (``trainer.observe.step_cost.Utilisation``; 0: not known)."""
     self._steps += 1
     self._flops += flops
 

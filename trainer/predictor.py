@@ -21,10 +21,10 @@ import jax
 import numpy as np
 from flax import nnx
 
-from trainer import storage
-from trainer import workdir as workdir_lib
 from trainer.errors import WorkdirError
 from trainer.evaluation import restore_checkpoint
+from trainer.io import storage
+from trainer.io import workdir as workdir_lib
 from trainer.prediction import PredictOptions, prediction_rows
 
 __all__ = [

@@ -22,7 +22,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from trainer import random_streams
-from trainer.checkpoints import abstract_like
+from trainer.io.checkpoints import abstract_like
 from trainer.partitioning import replicated, state_shardings
 from trainer.state import ModelParts, TrainState
 from trainer.task import Task

@@ -6,7 +6,7 @@ implements to train and evaluate; what the data gives the model (class count, in
 vocabulary sizes) is a small record of the family's own (``DataSizes``), and two protocols are
 optional, held by composition: prediction on a user's inputs (``task.prediction``,
 ``trainer.prediction.Prediction``) and tables and pictures (``task.reporting``,
-``trainer.reporting.Reporting``).
+``trainer.observe.reporting.Reporting``).
 """
 
 import abc
@@ -23,8 +23,8 @@ from flax import nnx
 from trainer import validation
 from trainer.devices import Devices
 from trainer.errors import ConfigError
+from trainer.observe.reporting import Reporting
 from trainer.prediction import Prediction
-from trainer.reporting import Reporting
 
 Batch = dict[str, np.ndarray]
 
@@ -67,7 +67,7 @@ class Task(abc.ABC):
   train_metrics: type[clu_metrics.Collection]
   eval_metrics: type[clu_metrics.Collection]
   #: config fields under ``data``/``model`` that say where things are, not what is learned: a
-  #: workdir may be resumed with other values (``trainer.workdir.NOT_IDENTITY_FIELDS`` has the common ones)
+  #: workdir may be resumed with other values (``trainer.io.workdir.NOT_IDENTITY_FIELDS`` has the common ones)
   not_identity_fields: tuple[str, ...] = ()
   #: the family's ``DataSizes`` record; ``None``: the task cannot be built without its data
   Sizes: ClassVar[type[DataSizes] | None] = None

@@ -12,7 +12,7 @@ its value and what is allowed. The checks run cheapest first:
    can produce (the task has found its data by then).
 4. ``check_workdir``: the workdir can be created and written, without creating it.
 
-``trainer.task.load_task`` runs 1 to 3; ``trainer.workdir.check_same_identity`` runs 4.
+``trainer.task.load_task`` runs 1 to 3; ``trainer.io.workdir.check_same_identity`` runs 4.
 """
 
 import dataclasses
@@ -22,9 +22,11 @@ import pathlib
 
 import ml_collections
 
-from trainer import config_schema, observe_config, storage
+from trainer import config_schema
 from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError, WorkdirError
+from trainer.io import storage
+from trainer.observe import observe_config
 
 
 def _fail(field: str, value, allowed: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ablation import tables
-from trainer import storage
+from trainer.io import storage
 
 AXES = ('model.attention', 'model.temporal_posemb')
 _PARTS = ('accuracy', 'digit_accuracy', 'direction_accuracy')
@@ -47,7 +47,7 @@ def table(summary: dict[str, Any]) -> str | None:
 
 def clip_gflops(workdir: storage.Path) -> float:
   """GFLOPs of one clip's forward pass, as the run saved them in its workdir (NaN if it did not)."""
-  from trainer.workdir import load_model_facts  # pylint: disable=g-import-not-at-top
+  from trainer.io.workdir import load_model_facts  # pylint: disable=g-import-not-at-top
 
   return float(load_model_facts(workdir).get('gflops_per_clip', float('nan')))
 
@@ -55,8 +55,8 @@ def clip_gflops(workdir: storage.Path) -> float:
 def train_throughput(workdir: storage.Path) -> float:
   """Clips per second in training: the median logged steps/s (training steps on training time only,
   without compilation, evaluations or saves), times the batch."""
-  from trainer.metrics_io import read_metrics  # pylint: disable=g-import-not-at-top
-  from trainer.workdir import load_config
+  from trainer.io.metrics_io import read_metrics  # pylint: disable=g-import-not-at-top
+  from trainer.io.workdir import load_config
 
   rates = [record['steps_per_sec'] for record in read_metrics(workdir) if 'steps_per_sec' in record]
   if not rates:

@@ -27,7 +27,7 @@ import numpy as np
 
 from pipelines import image_sources
 from trainer.errors import ConfigError, DataError, MissingFileError
-from trainer.tfds_import import import_tfds_on_cpu
+from trainer.io.tfds_import import import_tfds_on_cpu
 from video import video_files
 
 DIRECTIONS = ('right', 'left', 'down', 'up')

@@ -19,15 +19,15 @@ from flax import nnx
 
 from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
+from trainer.observe.reporting import Reporting
 from trainer.parameter_regexes import check_layer_numbering, check_regexes_under_scan
-from trainer.reporting import Reporting
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
 from video import config_sections as sections
 from video.input_pipeline import ClipShapes, VideoData, load_video_data
 from video.layouts import parameter_layer
-from video.model import check_options, make_video_model, model_section, token_grid
+from video.model import make_video_model, model_section, token_grid
 from video.prediction import ClipPrediction
 
 
@@ -74,16 +74,7 @@ class VideoClassification(Task):
   def __init__(self, config: ml_collections.ConfigDict, shapes: ClipShapes | None = None):
     super().__init__(config, shapes)
     self.label_smoothing = config.label_smoothing
-    if not 0.0 <= self.label_smoothing < 1.0:
-      raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     model = model_section(config.model)
-    check_options(
-      attention=model.attention,
-      spatial_posemb=model.spatial_posemb,
-      temporal_posemb=model.temporal_posemb,
-      pool=model.pool,
-      remat=model.get('remat', 'none'),
-    )
     if model.get('scan_layers', False) and config.get('optimizer', {}).get('layer_decay', 1.0) != 1.0:
       raise ConfigError(
         'config.optimizer.layer_decay needs one parameter per layer: set model.scan_layers=False '

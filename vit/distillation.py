@@ -40,8 +40,8 @@ from flax import nnx
 
 from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError, MissingFileError
+from trainer.io.workdir import CONFIG_FILE
 from trainer.losses import cross_entropy
-from trainer.workdir import CONFIG_FILE
 from vit import checkpoint_npz, config_sections, pretrained
 from vit.model import ViTOptions, make_vit
 

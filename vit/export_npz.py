@@ -9,7 +9,7 @@ of the parameters (``trainer/ema.py``) instead.
 
 from absl import app, flags
 
-from trainer import cli
+from trainer.command_line import cli
 
 
 def export(workdir: str, out: str, checkpoint: str = 'latest', params: str = 'raw') -> str:

@@ -21,7 +21,7 @@ import pathlib
 import numpy as np
 from absl import app, flags
 
-from trainer import cli
+from trainer.command_line import cli
 from trainer.errors import CheckpointError
 
 _TRANSFORMERS_ACT = {'gelu_exact': 'gelu', 'gelu': 'gelu_pytorch_tanh', 'quick_gelu': 'quick_gelu'}
@@ -190,9 +190,9 @@ def write_transformers(model, out, *, image_size, mean, std, class_names=None) -
 
 
 def export(workdir: str, to: str, out: str, arch: str = '', checkpoint: str = 'latest') -> str:
-  from trainer import storage  # pylint: disable=g-import-not-at-top
-  from trainer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
+  from trainer.io import storage  # pylint: disable=g-import-not-at-top
+  from trainer.io import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
   which = int(checkpoint) if checkpoint.isdigit() else checkpoint
   path = storage.as_path(workdir)

@@ -13,9 +13,9 @@ from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer.devices import Devices
 from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
+from trainer.observe.reporting import Reporting
 from trainer.parameter_regexes import check_regexes_under_scan
 from trainer.partitioning import check_batch_size
-from trainer.reporting import Reporting
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
 from vit import ablation_table, fewshot, pretrained
@@ -84,8 +84,6 @@ class ImageClassification(Task):
   def __init__(self, config: ml_collections.ConfigDict, shapes: ImageShapes | None = None):
     super().__init__(config, shapes)
     self.label_smoothing = config.get('label_smoothing', 0.0)
-    if not 0.0 <= self.label_smoothing < 1.0:
-      raise ConfigError(f'label_smoothing must be in [0, 1), got {self.label_smoothing}.')
     if shapes is None:  # from the data (a workdir's config was completed when it trained)
       pretrained.complete_model_config(config.model, config.get('init_from'))
     model = model_section(config.model)

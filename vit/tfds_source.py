@@ -37,7 +37,7 @@ from PIL import Image
 
 from pipelines.image_sources import SPLIT_NAMES, InMemoryImages, LabelledImages
 from trainer.errors import ConfigError, DataError, MissingFileError
-from trainer.tfds_import import import_tensorflow_on_cpu, import_tfds_on_cpu
+from trainer.io.tfds_import import import_tensorflow_on_cpu, import_tfds_on_cpu
 from vit.record_images import CropBox, resized_pixels
 
 _STREAM_ABOVE_BYTES = 4 * 2**30

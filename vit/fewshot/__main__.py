@@ -14,7 +14,7 @@ import json
 
 from absl import app, flags
 
-from trainer import cli
+from trainer.command_line import cli
 
 
 def _define_flags() -> dict:

@@ -13,9 +13,10 @@ import sys
 
 import ml_collections
 
-from trainer import storage, validation
+from trainer import validation
 from trainer.errors import MissingFileError, WorkdirError
-from trainer.reporting import reporting_of
+from trainer.io import storage
+from trainer.observe.reporting import reporting_of
 
 CONFIG_FILE = 'config.json'
 MODEL_FACTS_FILE = 'model.json'  # ``Reporting.model_facts``, saved when a run starts

@@ -16,10 +16,10 @@ import json
 import pathlib
 import secrets
 
-from trainer import storage
 from trainer.errors import ConfigError
-from trainer.metrics_io import ScalarsOnly
-from trainer.observe_config import wandb_project
+from trainer.io import storage
+from trainer.io.metrics_io import ScalarsOnly
+from trainer.observe.observe_config import wandb_project
 
 PIP_COMMAND = 'pip install wandb==0.31.0'
 RUN_ID_FILE = 'wandb.json'

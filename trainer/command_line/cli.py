@@ -16,7 +16,7 @@ import tempfile
 from absl import flags, logging
 from ml_collections import config_flags
 
-from trainer import log_filters
+from trainer.command_line import log_filters
 from trainer.errors import UserError
 
 USAGE_STATUS = 2
@@ -37,7 +37,7 @@ def quiet_library_logs() -> None:
   """Library INFO lines would drown the progress lines; ``--verbose`` or ``--verbosity=0`` brings them back.
 
   Warnings about what the trainer does on purpose, and tracebacks of writes it reports in one
-  line, are filtered always (``trainer.log_filters``).
+  line, are filtered always (``trainer.command_line.log_filters``).
   """
   log_filters.install()
   if not flags.FLAGS['verbosity'].present and not _VERBOSE.value:

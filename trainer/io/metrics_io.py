@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 from clu import metric_writers
 
-from trainer import storage
+from trainer.io import storage
 
 
 class ScalarsOnly(metric_writers.MetricWriter):
@@ -181,7 +181,7 @@ def make_writers(
   workdir: storage.Path, is_main_process: bool, also: Mapping[str, metric_writers.MetricWriter] | None = None
 ) -> dict[str, metric_writers.MetricWriter]:
   """``{'train': writer, 'eval': writer}``; only the main process writes files, and writes to ``also``'s
-  writer of each split too (W&B's, ``trainer.wandb_log``)."""
+  writer of each split too (W&B's, ``trainer.observe.wandb_log``)."""
   writers = {}
   for split in ('train', 'eval'):
     logdir = workdir / 'tensorboard' / split

@@ -1,6 +1,6 @@
 """Filters for what libraries log about things the trainer does on purpose or reports itself.
 
-Installed once by the command lines (``trainer.cli.quiet_library_logs``), never on import: a
+Installed once by the command lines (``trainer.command_line.cli.quiet_library_logs``), never on import: a
 program that uses the trainer as a library keeps its own logging as it set it up.
 """
 
@@ -23,11 +23,11 @@ class ExpectedOrbaxWarnings(logging.Filter):
 
 class DiskFullTracebacks(logging.Filter):
   """Drops the tracebacks orbax and asyncio log for each write that found the disk full:
-  ``trainer.checkpoints.Checkpoints`` reports it in one line, and the ``CheckpointError`` keeps them
+  ``trainer.io.checkpoints.Checkpoints`` reports it in one line, and the ``CheckpointError`` keeps them
   as its cause."""
 
   def filter(self, record):
-    from trainer import storage  # pylint: disable=g-import-not-at-top  (the command lines start without it)
+    from trainer.io import storage  # pylint: disable=g-import-not-at-top  (the command lines start without it)
 
     return not (
       'No space left' in record.getMessage() or (record.exc_info and storage.is_disk_full(record.exc_info[1]))

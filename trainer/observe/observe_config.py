@@ -5,7 +5,7 @@ defaults and ``trainer/validation.py`` checks them.
   ``<split>_<metric>``; the first split's ``best_metric`` chooses the best checkpoint. ``()``: the
   one ``eval_split``, its metrics named as they always were.
 - ``peak_tflops``: one device's dense peak in TFLOP/s, for the model FLOPs utilisation on the
-  progress line; ``0``: the peak ``trainer/step_cost.py`` knows for the device and ``model.dtype``,
+  progress line; ``0``: the peak ``trainer/observe/step_cost.py`` knows for the device and ``model.dtype``,
   else no utilisation.
 - ``profile_steps``: step numbers (as the progress line counts them, from 1) traced with
   ``jax.profiler`` into ``<workdir>/profile/``; each run of consecutive numbers is one trace.

@@ -5,7 +5,7 @@ Each run of consecutive step numbers is one window, traced into
 ``.xplane.pb`` and the Chrome-format ``.trace.json.gz``): ``tensorboard --logdir <workdir>/profile``
 shows each window as a run in its profile tab, and https://ui.perfetto.dev opens the ``.json.gz``.
 When a window ends, the main process prints the ops that took the most time per step
-(``trainer.step_cost.summarise_trace``). Step ``s`` is the ``s``-th train step, as the progress
+(``trainer.observe.step_cost.summarise_trace``). Step ``s`` is the ``s``-th train step, as the progress
 line counts them; a window holding a step that compiles traces the compilation too.
 """
 
@@ -13,7 +13,7 @@ import pathlib
 
 import jax
 
-from trainer.step_cost import summarise_trace
+from trainer.observe.step_cost import summarise_trace
 
 
 def windows(steps) -> list[tuple[int, int]]:

@@ -14,8 +14,8 @@ import socket
 
 from absl import logging
 
-from trainer import storage
 from trainer.errors import WorkdirError
+from trainer.io import storage
 
 LOCK_FILE = 'train.lock'
 
@@ -90,7 +90,7 @@ class WorkdirLock:
 def make_lock(workdir):
   """The lock for ``workdir``: this OS lock for a folder, a lock object for a ``gs://`` workdir."""
   if storage.is_remote(workdir):
-    from trainer.bucket_lock import BucketLock  # pylint: disable=g-import-not-at-top
+    from trainer.io.bucket_lock import BucketLock  # pylint: disable=g-import-not-at-top
 
     return BucketLock(str(workdir))
   return WorkdirLock(workdir)

@@ -6,7 +6,7 @@ alone; a run with a moving average of the parameters (``trainer/ema.py``) adds a
 ``ema_params``. The dropout randomness and the data position are functions of the step
 and the seed, so restoring the step restores them too.
 
-Every checkpoint carries an integrity record (``trainer/integrity.py``, which says
+Every checkpoint carries an integrity record (``trainer/io/integrity.py``, which says
 why it is a record of the files and when it is written). A checkpoint that fails
 its check is skipped with one warning line naming it, and the previous intact one
 is used; asked for by step number, it is a ``CheckpointError``. ``latest_step()``
@@ -16,7 +16,7 @@ The loop never saves a state with a non-finite value (``count_non_finite``), and
 checkpoint whose parameters are not all finite (written by older code) is refused when
 restored, with a ``CheckpointError`` naming it.
 A full disk while saving is a ``CheckpointError`` naming the step and the last
-intact one. The workdir may be a bucket (``gs://bucket/run``, see ``trainer/storage.py``).
+intact one. The workdir may be a bucket (``gs://bucket/run``, see ``trainer/io/storage.py``).
 """
 
 import logging
@@ -32,8 +32,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from trainer import integrity, storage
 from trainer.errors import CheckpointError
+from trainer.io import integrity, storage
 
 _log = logging.getLogger(__name__)
 _ITEMS = ('params', 'opt_state', 'meta')

@@ -7,7 +7,7 @@ than of the arrays, because then
 - the record does not depend on the mesh: the files are the same whichever devices wrote
   them and whichever devices restore them;
 - it covers every file orbax wrote (array data, the tensorstore manifests, metadata).
-``trainer/checkpoints.py`` writes the record from orbax's post-finalisation callback: on the
+``trainer/io/checkpoints.py`` writes the record from orbax's post-finalisation callback: on the
 primary process, after every process has written its files and before orbax renames the
 temporary directory into place, so a checkpoint and its record appear together. A step
 directory without a record therefore comes from older code or was tampered with; it is
@@ -29,7 +29,7 @@ import os
 import pathlib
 from collections.abc import Sequence
 
-from trainer import storage
+from trainer.io import storage
 
 RECORD_NAME = 'integrity.json'
 _FORMAT = 1

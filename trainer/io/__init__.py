@@ -1,0 +1,1 @@
+"""What a run leaves on disk or in a bucket: workdirs and their locks, checkpoints and their integrity, metrics files, storage paths."""
