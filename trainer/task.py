@@ -62,6 +62,12 @@ class Task(abc.ABC):
   #: the family's config sections: name -> ``section -> complete ConfigDict`` (``validation.resolve_config``)
   config_sections = {}
 
+  @classmethod
+  def complete_from_sources(cls, config: ml_collections.ConfigDict) -> None:
+    """Fills, in place, the fields a config leaves to a file it names (weights to start from), before
+    the defaults of ``config_sections`` fill the rest; by default nothing."""
+    del config
+
   #: clu metric collections; the trainer feeds them the outputs of ``loss_and_outputs``
   #: (training) and ``eval_outputs`` (evaluation, with the batch's padding ``mask``).
   train_metrics: type[clu_metrics.Collection]

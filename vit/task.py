@@ -81,6 +81,12 @@ class ImageClassification(Task):
   Sizes = ImageShapes
   reporting = ImageReporting()
 
+  @classmethod
+  def complete_from_sources(cls, config):
+    """A timm or Hugging Face ``init_from`` decides the model fields the config leaves unset."""
+    if 'model' in config:
+      pretrained.complete_model_config(config.model, config.get('init_from'))
+
   def __init__(self, config: ml_collections.ConfigDict, shapes: ImageShapes | None = None):
     super().__init__(config, shapes)
     self.label_smoothing = config.get('label_smoothing', 0.0)
