@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention.dtypes import resolve_dtype
 from attention.multi_head import MultiHeadAttention
 from attention.positional import Rotary
 from attention.scores import SCORES
@@ -71,6 +72,15 @@ class BlockOptions:
       value = getattr(self, name)
       if value is not None and not jnp.issubdtype(value, jnp.floating):
         raise ValueError(f'{name} must be a floating-point dtype, got {value!r}.')
+
+  @classmethod
+  def of(cls, options) -> 'BlockOptions':
+    """The block options a model's options hold: each field of ``options`` named as one of these,
+    with ``dtype`` given by its name (``'bfloat16'``); the fields it lacks keep their defaults."""
+    fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(cls) if hasattr(options, f.name)}
+    if 'dtype' in fields:
+      fields['dtype'] = resolve_dtype(fields['dtype'])
+    return cls(**fields)
 
 
 def attention_layer(num_heads: int, features: int, options: BlockOptions, **layer) -> MultiHeadAttention:

@@ -44,7 +44,6 @@ from attention import (
   Decoder,
   Encoder,
   Mask,
-  resolve_dtype,
   segment_mask,
   sequence_lengths,
 )
@@ -116,15 +115,7 @@ class TransformerOptions:
 
   def block(self) -> BlockOptions:
     """What every encoder and decoder block is built with."""
-    return BlockOptions(
-      score=self.score,
-      dropout=self.dropout,
-      attention_dropout=self.attention_dropout,
-      activation=self.activation,
-      norm_placement=self.norm_placement,
-      use_bias=self.use_bias,
-      dtype=resolve_dtype(self.dtype),
-    )
+    return BlockOptions.of(self)
 
 
 def model_options(section) -> TransformerOptions:

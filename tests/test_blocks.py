@@ -223,3 +223,17 @@ def test_drop_path_keeps_or_drops_each_example_whole_and_rescales_the_kept():
   assert 0.65 < kept.mean() < 0.85  # about 1 - rate of them kept (400 draws: 0.75 +- 0.022)
   with pytest.raises(ValueError, match='rate must be in'):
     DropPath(1.0)
+
+
+def test_block_options_of_a_models_options_take_the_fields_of_the_same_name():
+  """``BlockOptions.of``: the fields a model's options share with ``BlockOptions``, the dtype by its name;
+  the others keep their defaults, and a model's own fields stay out."""
+  from seq2seq.model import TransformerOptions
+  from video.model import VideoOptions
+  from vit.model import ViTOptions
+
+  vit = BlockOptions.of(ViTOptions(activation='relu', layer_scale=0.1, dtype='bfloat16', depth=3))
+  assert vit == BlockOptions(activation='relu', layer_scale=0.1, dtype=jnp.bfloat16)
+  translator = BlockOptions.of(TransformerOptions(norm_placement='post', use_bias=False, dropout=0.1))
+  assert translator == BlockOptions(norm_placement='post', use_bias=False, dropout=0.1, dtype=jnp.float32)
+  assert BlockOptions.of(VideoOptions(score='cosine')).score == 'cosine'

@@ -25,7 +25,7 @@ import ml_collections
 from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
-from attention import DTYPES, BlockOptions, resolve_dtype
+from attention import DTYPES, BlockOptions
 from attention.layers import REMAT_POLICIES
 from attention.positional import AdditiveTable
 from attention.scores import SCORES
@@ -110,12 +110,7 @@ class VideoOptions:
 
   def block(self) -> BlockOptions:
     """What every block of every layout is built with."""
-    return BlockOptions(
-      score=self.score,
-      dropout=self.dropout,
-      attention_dropout=self.attention_dropout,
-      dtype=resolve_dtype(self.dtype),
-    )
+    return BlockOptions.of(self)
 
 
 def model_options(section) -> VideoOptions:

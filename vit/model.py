@@ -45,7 +45,7 @@ import ml_collections
 from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
-from attention import ACTIVATIONS, DTYPES, BlockOptions, Encoder, Mlp, resolve_dtype
+from attention import ACTIVATIONS, DTYPES, BlockOptions, Encoder, Mlp
 from attention.blocks import attention_layer, layer_norm
 from attention.layers import REMAT_POLICIES
 from attention.positional import INJECTIONS, POSEMB_KINDS, SINCOS2D_LAYOUTS, check_sincos2d_layout
@@ -123,15 +123,7 @@ class ViTOptions:
 
   def block(self) -> BlockOptions:
     """What every encoder block is built with."""
-    return BlockOptions(
-      score=self.score,
-      dropout=self.dropout,
-      attention_dropout=self.attention_dropout,
-      activation=self.activation,
-      layernorm_epsilon=self.layernorm_epsilon,
-      layer_scale=self.layer_scale,
-      dtype=resolve_dtype(self.dtype),
-    )
+    return BlockOptions.of(self)
 
 
 def model_options(section) -> ViTOptions:
