@@ -4,7 +4,7 @@
 model whose paths do not spell its depth (a video layout with two stacks) says each parameter's
 real layer, and a regex that numbers any parameter otherwise is a one-line ``ConfigError``.
 
-``check_regexes_under_scan``:
+``check_scanned_layers`` (``check_regexes_under_scan`` for a whole config):
 
 A model whose layers are scanned (``model.scan_layers``) keeps each stack in one array per
 parameter, on a leading depth axis, and its path has no layer number: the unrolled
@@ -12,8 +12,9 @@ parameter, on a leading depth axis, and its path has no layer number: the unroll
 that picks some layers of a stack (``^encoder\\.blocks\\.[0-1]\\.``), or that needs the number to
 match at all (``blocks\\.\\d+\\.``), would silently select something else. ``check_regexes_under_scan``
 compares what ``optimizer.frozen`` and ``optimizer.weight_decay_regex`` select in the two forms of
-the same model and raises a one-line ``ConfigError`` where they differ. The task calls it, since
-the task knows how to build its model either way.
+the same model and raises a one-line ``ConfigError`` where they differ; ``optimizer.layer_decay``
+is refused outright. The task calls it with its model builder, since the task knows how to build
+its model either way.
 """
 
 from collections.abc import Callable
@@ -73,6 +74,26 @@ def check_regexes_under_scan(
           'model.scan_layers stacks the layers into one array whose path has no layer number; set '
           'model.scan_layers=False or write the regex without layer numbers.'
         )
+
+
+def check_scanned_layers(
+  config: ml_collections.ConfigDict, build: Callable[[ml_collections.ConfigDict], nnx.Module]
+) -> None:
+  """For a config whose model scans its layers: ``optimizer.layer_decay`` is refused (it needs one
+  parameter per layer), and so is a regex that selects otherwise scanned than unrolled;
+  ``build(model_section)`` makes the model a ``model`` section describes."""
+  model = config.model
+  if not model.get('scan_layers', False):
+    return
+  optimizer = config.get('optimizer') or ml_collections.ConfigDict()
+  if optimizer.get('layer_decay', 1.0) != 1.0:
+    raise ConfigError(
+      'config.optimizer.layer_decay needs one parameter per layer: set model.scan_layers=False '
+      '(a scanned stack keeps its layers in one array).'
+    )
+  check_regexes_under_scan(
+    optimizer, lambda scan: build(ml_collections.ConfigDict({**model.to_dict(), 'scan_layers': scan}))
+  )
 
 
 def check_layer_numbering(

@@ -20,7 +20,7 @@ from flax import nnx
 from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.observe.reporting import Reporting
-from trainer.parameter_regexes import check_layer_numbering, check_regexes_under_scan
+from trainer.parameter_regexes import check_layer_numbering, check_scanned_layers
 from trainer.task import Task
 from trainer.validation import check_split_name
 from video import ablation_table
@@ -75,11 +75,6 @@ class VideoClassification(Task):
     super().__init__(config, shapes)
     self.label_smoothing = config.label_smoothing
     model = model_section(config.model)
-    if model.get('scan_layers', False) and config.get('optimizer', {}).get('layer_decay', 1.0) != 1.0:
-      raise ConfigError(
-        'config.optimizer.layer_decay needs one parameter per layer: set model.scan_layers=False '
-        '(a scanned stack keeps its layers in one array).'
-      )
     if shapes is None:  # learned from the data, read (and checked) now
       self.sizes, class_names = self.data.shapes, self.data.class_names
     else:
@@ -102,16 +97,7 @@ class VideoClassification(Task):
       functools.partial(parameter_layer, layout=model.attention, depth=model.depth),
       f'the {model.attention!r} layout',
     )
-    if model.get('scan_layers', False):
-      check_regexes_under_scan(
-        config.get('optimizer'),
-        lambda scan: make_video_model(
-          {**model.to_dict(), 'scan_layers': scan},
-          num_classes=self.sizes.num_classes,
-          clip_shape=self.sizes.clip_shape,
-          rngs=nnx.Rngs(0),
-        ),
-      )
+    check_scanned_layers(config, lambda section: self.make_model(nnx.Rngs(0), section))
 
   @functools.cached_property
   def data(self) -> VideoData:
@@ -124,9 +110,14 @@ class VideoClassification(Task):
       'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
     }
 
-  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+  def make_model(self, rngs: nnx.Rngs, model: ml_collections.ConfigDict | None = None) -> nnx.Module:
+    """The config's model, or that of another ``model`` section (``check_scanned_layers`` builds both
+    forms of a scanned one)."""
     return make_video_model(
-      self.config.model, num_classes=self.sizes.num_classes, clip_shape=self.sizes.clip_shape, rngs=rngs
+      model or self.config.model,
+      num_classes=self.sizes.num_classes,
+      clip_shape=self.sizes.clip_shape,
+      rngs=rngs,
     )
 
   def num_train_examples(self) -> int:

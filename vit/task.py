@@ -14,7 +14,7 @@ from trainer.devices import Devices
 from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.observe.reporting import Reporting
-from trainer.parameter_regexes import check_regexes_under_scan
+from trainer.parameter_regexes import check_scanned_layers
 from trainer.partitioning import check_batch_size
 from trainer.task import NotApplicable, Task
 from trainer.validation import check_split_name
@@ -98,11 +98,6 @@ class ImageClassification(Task):
       raise NotApplicable(
         f"model.posemb {posemb!r} has no {injection!r} injection; only 'stem' exists for it."
       )
-    if model.scan_layers and config.get('optimizer', {}).get('layer_decay', 1.0) != 1.0:
-      raise ConfigError(
-        'config.optimizer.layer_decay needs one parameter per layer: set model.scan_layers=False '
-        '(a scanned encoder stacks its layers into one array).'
-      )
     self.init_from = config.get('init_from')
     pretrained.check_init_from(self.init_from)
     distill = check_distill(config.get('distill'))
@@ -137,16 +132,7 @@ class ImageClassification(Task):
       nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
     except ValueError as error:
       raise ConfigError(f'model: {error}') from error
-    if model.scan_layers:
-      check_regexes_under_scan(
-        config.get('optimizer'),
-        lambda scan: make_vit(
-          {**model.to_dict(), 'scan_layers': scan},
-          num_classes=self.sizes.num_classes,
-          image_shape=self.sizes.image_shape,
-          rngs=nnx.Rngs(0),
-        ),
-      )
+    check_scanned_layers(config, lambda section: self.make_model(nnx.Rngs(0), section))
 
   @functools.cached_property
   def data(self) -> ImageData:
@@ -164,9 +150,14 @@ class ImageClassification(Task):
       shapes['mix_weight'] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
     return shapes
 
-  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+  def make_model(self, rngs: nnx.Rngs, model: ml_collections.ConfigDict | None = None) -> nnx.Module:
+    """The config's model, or that of another ``model`` section (``check_scanned_layers`` builds both
+    forms of a scanned one)."""
     return make_vit(
-      self.config.model, num_classes=self.sizes.num_classes, image_shape=self.sizes.image_shape, rngs=rngs
+      model or self.config.model,
+      num_classes=self.sizes.num_classes,
+      image_shape=self.sizes.image_shape,
+      rngs=rngs,
     )
 
   def check_training_data(self) -> None:
