@@ -1,6 +1,10 @@
 """A bad config, config file or workdir: one line naming the field, exit status 2, nothing written.
 
-The command-line cases run ``train.py`` itself; the rest call the checks directly.
+``COMMAND_LINE_CASES`` run ``train.py`` itself: a problem of each kind (the config file, an override
+``config_flags`` refuses, a field the trainer's checks refuse, one the task's refuse) ends as one
+line and status 2. ``FIELD_CASES`` run the same checks as ``train.py``, in order, in the test
+process (``_train_in_process``): each must be one ``UserError`` naming its field, before anything is
+written. The rest call the checks directly.
 """
 
 import json
@@ -10,6 +14,8 @@ import subprocess
 import sys
 
 import pytest
+from absl import flags
+from ml_collections import config_flags
 
 from trainer import validation
 from trainer.command_line import cli
@@ -21,7 +27,7 @@ VIT = 'configs/vit_digits.py'
 SCAN = 'configs/transformer_scan.py'
 
 # (config file, overrides, what the one-line message must contain)
-CASES = {
+COMMAND_LINE_CASES = {
   'missing config file': ('configs/nosuch.py', [], 'nosuch.py not found'),
   'syntax error': ('{tmp}/syntax.py', [], 'syntax.py, line 1: syntax error'),
   'no get_config': ('{tmp}/noget.py', [], 'noget.py has no get_config'),
@@ -29,6 +35,10 @@ CASES = {
   'unknown nested field': (VIT, ['--config.model.nosuchfield=1'], 'config.model.nosuchfield'),
   'ill-typed field': (VIT, ['--config.batch_size=abc'], 'config.batch_size'),
   'batch_size 0': (VIT, ['--config.batch_size=0'], 'config.batch_size is 0'),
+  'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
+  'packing not true or false': (SCAN, ['--config.data.packing=maybe'], 'config.data.packing'),
+}
+FIELD_CASES = {
   'batch_size negative': (VIT, ['--config.batch_size=-8'], 'config.batch_size is -8'),
   'eval_batch_size 0': (VIT, ['--config.eval_batch_size=0'], 'config.eval_batch_size is 0'),
   'seed negative': (VIT, ['--config.seed=-1'], 'config.seed is -1'),
@@ -70,15 +80,13 @@ CASES = {
   'train_split is a path': (SCAN, ['--config.data.train_split=/etc/passwd'], 'config.data.train_split is'),
   'language is a path': (SCAN, ['--config.data.src_lang=../../outside'], 'config.data.src_lang is'),
   'mesh.model 0': (VIT, ['--config.mesh.model=0'], 'config.mesh.model is 0'),
-  'packing not true or false': (SCAN, ['--config.data.packing=maybe'], 'config.data.packing'),
   'packing the RNN': (
     'configs/rnn_scan.py',
     ['--config.data.packing=True'],
     'data.packing is for the Transformer',
   ),
-  # These build the task (it finds the data), so they take a few seconds.
+  # These build the task (it finds the data).
   'mesh.model not dividing the devices': (VIT, ['--config.mesh.model=3'], 'config.mesh.model is 3'),
-  'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
   'best_metric unknown': (VIT, ['--config.best_metric=nosuch'], 'config.best_metric is'),
 }
 
@@ -105,8 +113,26 @@ def _error_lines(stderr: str) -> list[str]:
   ]
 
 
+def _train_in_process(config_file, overrides, workdir):
+  """What ``train.py`` does before it trains: the config file with the overrides (as
+  ``config_flags`` applies them), the trainer's checks, the workdir's, then the training, whose own
+  checks (the task's, the mesh's) come before it writes anything."""
+  from trainer.loop import train_and_evaluate
+
+  argv = ['train.py', f'--config={REPO / config_file}', *overrides]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', flag_values=flag_values, lock_config=True, sys_argv=argv)
+  flag_values(argv)
+  config = flag_values.config
+  validation.check_trainer_fields(config)
+  validation.check_workdir(workdir)
+  train_and_evaluate(config, workdir)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize('config, overrides, message', CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize(
+  'config, overrides, message', COMMAND_LINE_CASES.values(), ids=COMMAND_LINE_CASES.keys()
+)
 def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, config, overrides, message):
   workdir = tmp_path / 'run'
   result = _train(tmp_path, config, overrides, workdir)
@@ -114,6 +140,15 @@ def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, config, over
   lines = _error_lines(result.stderr)
   assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr
   assert message in lines[0]
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize('config, overrides, message', FIELD_CASES.values(), ids=FIELD_CASES.keys())
+def test_a_bad_field_is_one_user_error_before_anything_is_written(tmp_path, config, overrides, message):
+  workdir = tmp_path / 'run'
+  with pytest.raises(UserError) as error:
+    _train_in_process(config, overrides, workdir)
+  assert message in str(error.value) and '\n' not in str(error.value)
   assert not workdir.exists()
 
 
