@@ -95,7 +95,7 @@ def main(argv=None) -> None:
   names = (
     args.configs.split(',')
     if args.configs
-    else sorted(path.stem for path in CONFIGS.glob('*.py') if path.stem not in ('__init__', 'common'))
+    else sorted(path.stem for path in CONFIGS.glob('*.py') if 'def get_config' in path.read_text())
   )
   rows = []
   for name in names:

@@ -15,26 +15,17 @@ RNN translator".
 """
 
 from configs.common import experiment
+from configs.translation_data import MULTI30K
 
 
 def get_config():
   return experiment(
     'seq2seq.task:Translation',
-    batch_size=64,
+    **MULTI30K,
     total_steps=2700,
     log_every_steps=100,
     eval_every_steps=2700,
     checkpoint_every_steps=900,
-    best_metric='bleu',
-    eval_split='test|val',
-    data=dict(
-      source='parallel',
-      path='data/multi30k',
-      src_lang='de',
-      tgt_lang='en',
-      pad_to_multiple=1,
-      tokenizer=dict(vocab_size=4000),
-    ),
     model=dict(
       architecture='rnn',
       encoder_hidden=256,

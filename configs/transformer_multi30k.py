@@ -11,27 +11,18 @@ decoder layers), 1,800 steps of 64 pairs, beam search (4, alpha 0.6) at the end 
 """
 
 from configs.common import experiment
+from configs.translation_data import MULTI30K
 
 
 def get_config():
   return experiment(
     'seq2seq.task:Translation',
-    batch_size=64,
+    **MULTI30K,
     total_steps=1800,
     label_smoothing=0.1,
     log_every_steps=100,
     eval_every_steps=1800,
     checkpoint_every_steps=600,
-    best_metric='bleu',
-    eval_split='test|val',
-    data=dict(
-      source='parallel',
-      path='data/multi30k',
-      src_lang='de',
-      tgt_lang='en',
-      pad_to_multiple=1,
-      tokenizer=dict(vocab_size=4000),
-    ),
     model=dict(variant='custom', decoder_layers=2, mlp_features=512, max_length=128, share_embeddings=True),
     optimizer=dict(warmup_steps=300, b2=0.98, eps=1e-9),
   )

@@ -9,18 +9,17 @@ docs/results.md, "Headline runs".
 """
 
 from configs.common import experiment
+from configs.translation_data import SCAN
 
 
 def get_config():
   return experiment(
     'seq2seq.task:Translation',
-    eval_batch_size=4224,
+    **SCAN,
     total_steps=2400,
     log_every_steps=200,
     eval_every_steps=2400,
     checkpoint_every_steps=800,
-    best_metric='exact_match',
-    data=dict(max_source_length=16, pad_to_multiple=1, tokenizer=dict(kind='word', shared=False)),
     model=dict(
       variant='custom',
       features=128,
@@ -30,6 +29,5 @@ def get_config():
       max_length=64,
       dropout=0.0,
     ),
-    decode=dict(beam_size=1),
     optimizer=dict(learning_rate=0.002, warmup_steps=100, b2=0.98),
   )

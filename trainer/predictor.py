@@ -157,8 +157,5 @@ def load_predictor(workdir, checkpoint: str | int = 'latest', params: str = 'raw
 def missing_class_names_note(predictor: Predictor) -> str | None:
   """A one-line note when the task has classes but the workdir has no ``classes.json``."""
   if predictor.class_names is None and predictor.prediction.class_names() is not None:
-    return (
-      f'note: {predictor.workdir / workdir_lib.CLASSES_FILE} is missing: '
-      'classes are shown by index.'
-    )
+    return f'note: {predictor.workdir / workdir_lib.CLASSES_FILE} is missing: classes are shown by index.'
   return None
