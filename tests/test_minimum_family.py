@@ -65,8 +65,11 @@ def test_prediction_and_reporting_are_optional_protocols_held_by_composition(sig
 
 
 def test_the_evaluation_names_are_part_of_the_contract(signs):
-  class WithoutMetricNames(signs.SignTask):
-    eval_metric_names = Task.eval_metric_names
+  """The split names are the family's to give; the metric names are, by default, ``eval_metrics``' fields."""
 
-  with pytest.raises(TypeError, match='eval_metric_names'):
-    WithoutMetricNames(_config())
+  class WithoutSplitNames(signs.SignTask):
+    eval_split_names = Task.eval_split_names
+
+  with pytest.raises(TypeError, match='eval_split_names'):
+    WithoutSplitNames(_config())
+  assert signs.SignTask(_config()).eval_metric_names() == ('loss', 'accuracy')

@@ -198,9 +198,10 @@ class Task(abc.ABC):
   def eval_split_names(self) -> tuple[str, ...]:
     """The split names ``eval_batches`` accepts (checked against ``eval_split`` before training)."""
 
-  @abc.abstractmethod
   def eval_metric_names(self) -> tuple[str, ...]:
-    """The scalar metric names an evaluation returns (``best_metric`` must be one of them)."""
+    """The scalar metric names an evaluation returns (``best_metric`` must be one of them): by default
+    the fields of ``eval_metrics``; a task with ``extra_evaluation`` adds its names."""
+    return tuple(self.eval_metrics.__annotations__)
 
   def check_training_data(self) -> None:
     """Reads what training will read, so a missing or damaged file fails before the workdir is

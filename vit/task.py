@@ -200,9 +200,6 @@ class ImageClassification(Task):
   def eval_split_names(self) -> tuple[str, ...]:
     return tuple(self.data.split_names)
 
-  def eval_metric_names(self) -> tuple[str, ...]:
-    return tuple(self.eval_metrics.__annotations__)
-
   def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
     return self.data.train_batches(
       batch_size=batch_size,
