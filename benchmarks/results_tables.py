@@ -46,20 +46,29 @@ TABLES = {
   'headline': Table(
     'docs/results.md',
     STANDARD,
-    ('vit_digits', 'vit_digits_seed1', 'vit_digits_seed2', 'vit_digits_0.2_cpu_a', 'vit_digits_0.2_cpu_b')
+    (
+      'vit_digits',
+      'vit_digits_b2ea671',
+      'vit_digits_seed1',
+      'vit_digits_seed2',
+      'vit_digits_0.2_cpu_a',
+      'vit_digits_0.2_cpu_b',
+    )
     + (
       'vit_digits_old_decay',
       'vit_digits_old_decay_1d94d24',
       'vit_digits_finetune_0.2',
       'vit_digits_scratch_0.2',
     )
-    + ('vit_mnist_0.2', 'transformer_scan', 'transformer_scan_c77cbdf', 'transformer_scan_0.2_cpu_a')
+    + ('vit_mnist_0.2', 'transformer_scan', 'transformer_scan_b2ea671', 'transformer_scan_c77cbdf')
+    + ('transformer_scan_0.2_cpu_a',)
     + ('transformer_scan_0.2_cpu_b', 'transformer_multi30k_0.2', 'transformer_multi30k_0.1')
     + (
       'transformer_multi30k_long_0.2',
       'rnn_scan_0.2',
       'rnn_multi30k_0.2',
       'video_digits',
+      'video_digits_b2ea671',
       'video_digits_d3fc74a',
     )
     + ('video_digits_0.2', 'video_digits_0.2_shared', 'decode_speed_beam_0.2', 'decode_speed_greedy_0.2'),
