@@ -32,6 +32,7 @@ class TextData:
   src_lang: str | None = None
   tgt_lang: str | None = None
   train_split: str = 'train'
+  holdout: int = 0  #: training pairs held out as the split 'holdout' (``seq2seq.sources``)
   max_source_length: int = 64
   max_target_length: int = 64
   pad_to_multiple: int = 8

@@ -19,6 +19,10 @@ Sources (``data.source``):
   tfds      TFDS translation set ``data.name`` (e.g. 'wmt14_translate/de-en',
             'ted_hrlr_translate/pt_to_en') prepared in ``data.data_dir``; ``src_lang`` and
             ``tgt_lang`` are feature names of its examples.
+
+``data.holdout`` (any source): that many pairs of the training split become the split 'holdout' and
+leave training; which pairs is a fixed draw, the same for every ``config.seed``, so runs of several
+seeds are chosen between on the same held-out pairs, never on test.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import ml_collections
+import numpy as np
 
 from pipelines.fetch_hint import fetch_hint
 from pipelines.parallel_text import read_parallel
@@ -42,6 +47,7 @@ SCAN_FILES = {
 }
 
 _TFDS_READ_BATCH = 4096
+HOLDOUT_SPLIT = 'holdout'
 
 Pairs = list[tuple[str, str]]
 
@@ -73,7 +79,47 @@ class PairSource:
     return self._read[split]
 
 
+class HeldOutSource(PairSource):
+  """``source`` with ``count`` pairs of its training split moved to the split 'holdout'."""
+
+  def __init__(self, source: PairSource, train_split: str, count: int):
+    super().__init__(f'{source.description} ({count} training pairs held out)', self._read_split)
+    self._source = source
+    self._train_split = train_split
+    self._count = count
+
+  def split_names(self) -> tuple[str, ...]:
+    return tuple(sorted({*self._source.split_names(), HOLDOUT_SPLIT}))
+
+  def _read_split(self, split: str) -> Pairs:
+    if split not in (self._train_split, HOLDOUT_SPLIT):
+      return self._source.read(split)
+    pairs = self._source.read(self._train_split)
+    if self._count >= len(pairs):
+      raise ConfigError(
+        f'data.holdout is {self._count}, but the training split {self._train_split!r} has only '
+        f'{len(pairs)} pairs.'
+      )
+    held = np.zeros(len(pairs), bool)
+    held[np.random.default_rng(0).permutation(len(pairs))[: self._count]] = True
+    wanted = split == HOLDOUT_SPLIT
+    return [pair for pair, is_held in zip(pairs, held) if is_held == wanted]
+
+
 def open_source(config: ml_collections.ConfigDict) -> PairSource:
+  """The source ``config`` (a ``data`` section) names, with its held-out split if it asks for one."""
+  holdout = config.get('holdout', 0)  # absent from configs saved before it existed
+  if not isinstance(holdout, int) or isinstance(holdout, bool) or holdout < 0:
+    raise ConfigError(f'data.holdout must be a whole number of pairs >= 0, got {holdout!r}.')
+  source = _open(config)
+  if not holdout:
+    return source
+  if HOLDOUT_SPLIT in source.split_names():
+    raise ConfigError(f'{source.description} already has a split {HOLDOUT_SPLIT!r}: set data.holdout=0.')
+  return HeldOutSource(source, config.train_split, holdout)
+
+
+def _open(config: ml_collections.ConfigDict) -> PairSource:
   if config.source == 'scan':
     return _scan_source(config)
   if config.source == 'parallel':

@@ -8,6 +8,8 @@ Config sections: ``data`` (below), ``data.tokenizer`` (``seq2seq.workdir_tokeniz
   source, split, path, name, data_dir, src_lang, tgt_lang
                       where the pairs come from (``seq2seq.sources``)
   train_split         the split to train on. 'train'.
+  holdout             pairs of the training split held out as the split 'holdout', to choose
+                      a recipe or a checkpoint by (``seq2seq.sources``; 0 = none). 0.
   max_source_length   training pairs with more source tokens are dropped; evaluation
                       sources are truncated to it. 64.
   max_target_length   the same for the target plus its BOS/EOS (``len(target) + 1``). 64.

@@ -1,0 +1,54 @@
+"""``data.holdout``: training pairs moved to the split 'holdout', a fixed draw, to choose by instead of test."""
+
+import ml_collections
+import pytest
+
+from seq2seq.sources import HOLDOUT_SPLIT, open_source
+from seq2seq.task import Translation
+from tests.translation_test_configs import tiny_translation_config
+from trainer.errors import ConfigError
+
+
+def scan_data(**fields):
+  return ml_collections.ConfigDict(dict(source='scan', split='simple', path=None, train_split='train', **fields))
+
+
+def test_held_out_pairs_leave_training_and_are_the_same_draw_every_time():
+  whole = open_source(scan_data()).read('train')
+  source = open_source(scan_data(holdout=500))
+  held, kept = source.read(HOLDOUT_SPLIT), source.read('train')
+  assert set(source.split_names()) == {'holdout', 'test', 'train'}
+  assert len(held) == 500 and len(kept) == len(whole) - 500
+  assert sorted(held + kept) == sorted(whole)
+  assert not set(held) & set(kept)
+  assert open_source(scan_data(holdout=500)).read(HOLDOUT_SPLIT) == held
+  assert open_source(scan_data(holdout=500)).read('test') == open_source(scan_data()).read('test')
+  # Not the first pairs of the file: a draw over the whole split.
+  assert held != whole[:500]
+
+
+def test_no_holdout_is_the_source_itself():
+  source = open_source(scan_data(holdout=0))
+  assert set(source.split_names()) == {'test', 'train'}
+
+
+@pytest.mark.parametrize('value', [-1, 2.5, True, '10'])
+def test_a_holdout_that_is_not_a_count_is_refused(value):
+  with pytest.raises(ConfigError, match='data.holdout must be a whole number'):
+    open_source(scan_data(holdout=value))
+
+
+def test_a_holdout_as_large_as_the_training_split_is_refused():
+  source = open_source(scan_data(holdout=10**6))
+  with pytest.raises(ConfigError, match='data.holdout is 1000000, but the training split'):
+    source.read('train')
+
+
+def test_the_task_trains_without_the_held_out_pairs_and_evaluates_on_them():
+  config = tiny_translation_config(eval_split='holdout')
+  config.data.holdout = 200
+  task = Translation(config)
+  assert 'holdout' in task.eval_split_names()
+  assert len(task.eval_pairs('holdout')) == 48  # max_eval_examples
+  held = set(open_source(config.data).read(HOLDOUT_SPLIT))
+  assert len(held) == 200 and not held & set(task.train_pairs)
