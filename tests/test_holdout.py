@@ -10,7 +10,9 @@ from trainer.errors import ConfigError
 
 
 def scan_data(**fields):
-  return ml_collections.ConfigDict(dict(source='scan', split='simple', path=None, train_split='train', **fields))
+  return ml_collections.ConfigDict(
+    dict(source='scan', split='simple', path=None, train_split='train', **fields)
+  )
 
 
 def test_held_out_pairs_leave_training_and_are_the_same_draw_every_time():
