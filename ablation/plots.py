@@ -21,6 +21,7 @@ from absl import app, flags
 from matplotlib.figure import Figure
 
 from ablation import tables
+from ablation.sweep import sweep_split
 from attention.drawing import save
 from trainer.command_line.cli import quiet_library_logs, run_reporting_user_errors
 from trainer.errors import WorkdirError
@@ -144,7 +145,9 @@ def plot_training_curves(
       marker='.' if len(steps) < 30 else None,
       label=group if first else None,
     )
-    steps, values = _curve(records, 'eval', metric)
+    # a run with eval_splits logs the chosen split's metric as <split>_<metric>
+    logged = metric if any(metric in record for record in records) else f'{split}_{metric}'
+    steps, values = _curve(records, 'eval', logged)
     scaled = [value * (100.0 if percent else 1.0) for value in values]
     metric_ax.plot(
       steps, scaled, color=color, linewidth=1, marker='.', alpha=0.8, label=group if first else None
@@ -197,7 +200,7 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
       plot_training_curves(
         [(workdir, workdir.name)],
         config.best_metric,
-        config.eval_split,
+        sweep_split(config),
         out_dir / 'training_curves.png',
         _is_percent(config.task, config.best_metric),
       )

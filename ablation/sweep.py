@@ -33,6 +33,7 @@ from trainer.io import workdir as workdir_lib
 from trainer.io.checkpoints import Checkpoints
 from trainer.io.metrics_io import read_metrics
 from trainer.loop import total_steps, train_and_evaluate
+from trainer.observe import observe_config
 from trainer.task import NotApplicable, Task, load_task
 
 _PARSERS = {
@@ -176,13 +177,23 @@ def _latest_checkpoint(workdir: pathlib.Path) -> int | None:
 
 
 def _metrics_record(config: ml_collections.ConfigDict, step: int, metrics: dict[str, Any]) -> dict[str, Any]:
-  """The keys ``evaluate.py`` prints: the scalar metrics, ``step``, ``split`` and ``checkpoint``."""
+  """The keys ``evaluate.py`` prints: the scalar metrics, ``step``, ``split`` and ``checkpoint``.
+
+  With ``eval_splits``, the split is the first of them, whose metrics (the ones that choose) keep
+  their plain names for the tables; the other splits' stay prefixed (``test_exact_match``)."""
+  split = sweep_split(config)
+  chosen_by = f'{split}_' if observe_config.eval_splits(config) else ''
   scalars = {
-    name: value
+    name.removeprefix(chosen_by) if chosen_by and name.startswith(chosen_by) else name: value
     for name, value in metrics.items()
     if name not in ('step', 'split') and isinstance(value, (int, float))
   }
-  return dict(scalars, step=int(step), split=config.eval_split, checkpoint='latest')
+  return dict(scalars, step=int(step), split=split, checkpoint='latest')
+
+
+def sweep_split(config: ml_collections.ConfigDict) -> str:
+  """The split whose metrics a sweep's tables show: the first of ``eval_splits``, else ``eval_split``."""
+  return (observe_config.eval_splits(config) or (config.eval_split,))[0]
 
 
 def finished_metrics(run: Run) -> dict[str, Any] | None:
@@ -234,7 +245,7 @@ def run_sweep(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any] 
 def summarize(plan: Plan, records: list[dict[str, Any]]) -> dict[str, Any]:
   return dict(
     task=plan.config.task,
-    eval_split=plan.config.eval_split,
+    eval_split=sweep_split(plan.config),
     best_metric=plan.config.best_metric,
     axes={axis.path: list(axis.values) for axis in plan.axes},
     seeds=plan.seeds,

@@ -6,7 +6,10 @@
 A table sits in its page between ``<!-- results table: NAME ... -->`` and ``<!-- end of results table -->``;
 everything else on the page is written by hand. ``TABLES`` says, for each table, its columns and its
 records (``results/*.json``, benchmarks/records.py), one row each. A cell is the record's own text for
-that column (``cells``, in which ``{metric}`` and ``{metric:format}`` stand for its numbers), or, for the
+that column (``cells``, in which ``{metric}`` and ``{metric:format}`` stand for its numbers, and
+``{pattern|mean:format}``, ``{pattern|sd:format}`` and ``{pattern|each:format}`` for the mean, the
+sample standard deviation and the list of the numbers whose names match a pattern with ``*``, such
+as an ablation's seeds: ``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the
 columns every record can fill, made from its fields: ``what``, ``command``, ``time`` (wall and CPU
 seconds, load), ``machine`` and ``recorded at`` (commit and date; "transcribed" where the record was
 copied from the page of before records).
@@ -15,8 +18,10 @@ copied from the page of before records).
 import argparse
 import dataclasses
 import difflib
+import fnmatch
 import pathlib
 import re
+import statistics
 import sys
 from typing import Any
 
@@ -25,7 +30,11 @@ from benchmarks.reproduce import duration
 
 START = re.compile(r'^<!-- results table: ([\w.-]+)\b.*-->$')
 END = '<!-- end of results table -->'
-PLACEHOLDER = re.compile(r'\{([\w.\-/]+)(?::([^{}]*))?\}')
+PLACEHOLDER = re.compile(r'\{([\w.\-/=,*]+)(?:\|(\w+))?(?::([^{}]*))?\}')
+AGGREGATES = {
+  'mean': statistics.mean,
+  'sd': statistics.stdev,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +128,17 @@ TABLES = {
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio', 'perplexity', 'machine', 'recorded at'),
     ('transformer_multi30k_long_0.2', 'transformer_multi30k_long_avg5_0.2'),
   ),
+  'recipes': Table(
+    'docs/results.md',
+    ('what', 'command', 'without', 'with', 'time', 'machine', 'recorded at'),
+    ('recipes_ema', 'recipes_cutmix', 'recipes_erasing', 'recipes_repeats'),
+  ),
+  'recipe-step': Table(
+    'docs/results.md',
+    ('command', 'the student alone', 'with EMA', 'with its teacher', 'machine', 'recorded at'),
+    ('recipe_step',),
+  ),
+  'packing': Table('docs/results.md', STANDARD, ('packing_multi30k',)),
   'video-first-recipe': Table(
     'docs/results.md',
     ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
@@ -133,10 +153,23 @@ class TableError(ValueError):
 
 def render(template: str, numbers: dict[str, Any], name: str) -> str:
   def number(match: re.Match) -> str:
-    metric, spec = match.group(1), match.group(2) or ''
-    if metric not in numbers:
-      raise TableError(f'record {name}: its text names {{{metric}}}, which is not among its numbers')
-    return format(numbers[metric], spec)
+    metric, aggregate, spec = match.group(1), match.group(2), match.group(3) or ''
+    if '*' not in metric:
+      if aggregate:
+        raise TableError(f'record {name}: {{{metric}|{aggregate}}} needs a pattern with * to aggregate')
+      if metric not in numbers:
+        raise TableError(f'record {name}: its text names {{{metric}}}, which is not among its numbers')
+      return format(numbers[metric], spec)
+    values = [numbers[key] for key in sorted(numbers) if fnmatch.fnmatchcase(key, metric)]
+    if not values:
+      raise TableError(f'record {name}: no number of its matches {{{metric}}}')
+    if aggregate == 'each':
+      return ', '.join(format(value, spec) for value in values)
+    if aggregate not in AGGREGATES:
+      raise TableError(f'record {name}: {{{metric}}} needs |mean, |sd or |each, got {aggregate!r}')
+    if aggregate == 'sd' and len(values) < 2:
+      raise TableError(f'record {name}: {{{metric}|sd}} matches one number only')
+    return format(AGGREGATES[aggregate](values), spec)
 
   return PLACEHOLDER.sub(number, template)
 

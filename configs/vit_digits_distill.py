@@ -11,7 +11,7 @@ The student is ``vit_digits`` at half the width and depth (32 wide, 2 layers, 2 
 teacher's recipe otherwise; the teacher (``runs/vit_digits``, its latest checkpoint) sees the same
 augmented batches inside the same compiled step. The distillation settings (soft, T=2, alpha=0.5)
 are a first choice, not tuned. DeiT's distillation token: ``--config.model.distill_token=True``.
-Result: docs/results.md, "Round four: first measurements, not yet records".
+Result: docs/results.md, "Round four: the recipes" (record ``recipes_distill``).
 """
 
 from configs import vit_digits

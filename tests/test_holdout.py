@@ -3,6 +3,7 @@
 import ml_collections
 import pytest
 
+from ablation import sweep, tables
 from seq2seq.sources import HOLDOUT_SPLIT, open_source
 from seq2seq.task import Translation
 from tests.translation_test_configs import tiny_translation_config
@@ -54,3 +55,28 @@ def test_the_task_trains_without_the_held_out_pairs_and_evaluates_on_them():
   assert len(task.eval_pairs('holdout')) == 48  # max_eval_examples
   held = set(open_source(config.data).read(HOLDOUT_SPLIT))
   assert len(held) == 200 and not held & set(task.train_pairs)
+
+
+def test_a_sweep_with_eval_splits_shows_the_first_split_and_keeps_the_others():
+  config = tiny_translation_config(eval_split='test', eval_splits=('holdout', 'test'))
+  config.data.holdout = 200
+  metrics = {'holdout_exact_match': 0.9, 'holdout_loss': 0.1, 'test_exact_match': 0.8, 'test_loss': 0.2}
+  record = sweep._metrics_record(config, 4, metrics)
+  assert record == dict(exact_match=0.9, loss=0.1, test_exact_match=0.8, test_loss=0.2, step=4) | dict(
+    split='holdout', checkpoint='latest'
+  )
+
+
+@pytest.mark.slow  # trains a tiny translator
+def test_a_sweep_chooses_on_the_held_out_split_and_reports_test_beside_it(tmp_path):
+  config = tiny_translation_config(eval_split='test', eval_splits=('holdout', 'test'))
+  config.data.holdout = 200
+  summary = sweep.run_sweep(sweep.plan_sweep(config, ['total_steps=2'], 1, tmp_path), log=lambda _: None)
+  assert summary['eval_split'] == 'holdout' and summary['best_metric'] == 'exact_match'
+  for run in summary['runs']:
+    assert {'exact_match', 'bleu', 'test_exact_match', 'test_bleu'} <= set(run['metrics'])
+  table = tables.markdown(summary)
+  assert (
+    'Translation: holdout metrics' in table and '| exact_match |' in table and '| test_exact_match |' in table
+  )
+  assert 'not run' not in table

@@ -1,6 +1,7 @@
 """Result records (benchmarks/records.py), their runner and rerunner, and the tables made from them."""
 
 import json
+import re
 
 import pytest
 
@@ -146,6 +147,26 @@ def test_a_cell_names_only_numbers_of_its_record():
   assert results_tables.render('**{accuracy:.2%}**, {a.b:.1f}', {'accuracy': 0.9917, 'a.b': 2.0}, 'r') == (
     '**99.17%**, 2.0'
   )
+
+
+def test_a_cell_aggregates_the_numbers_a_pattern_matches():
+  numbers = {
+    f'runs.a=1,seed={seed}.metrics.accuracy': value for seed, value in enumerate((0.9889, 0.9778, 0.9806))
+  }
+  numbers['runs.a=1,seed=0.metrics.loss'] = 0.3
+  pattern = 'runs.a=1,seed=*.metrics.accuracy'
+  assert results_tables.render(f'{{{pattern}|each:.2%}}', numbers, 'r') == '98.89%, 97.78%, 98.06%'
+  assert results_tables.render(f'{{{pattern}|mean:.2%}} ± {{{pattern}|sd:.2%}}', numbers, 'r') == (
+    '98.24% ± 0.58%'
+  )
+  with pytest.raises(results_tables.TableError, match='no number of its matches'):
+    results_tables.render('{runs.b=*.metrics.accuracy|mean}', numbers, 'r')
+  with pytest.raises(results_tables.TableError, match=re.escape('needs |mean, |sd or |each')):
+    results_tables.render(f'{{{pattern}}}', numbers, 'r')
+  with pytest.raises(results_tables.TableError, match='needs a pattern'):
+    results_tables.render('{runs.a=1,seed=0.metrics.loss|mean}', numbers, 'r')
+  with pytest.raises(results_tables.TableError, match='matches one number only'):
+    results_tables.render('{runs.a=1,seed=*.metrics.loss|sd}', numbers, 'r')
 
 
 def test_a_page_without_a_tables_end_marker_is_an_error():
