@@ -110,6 +110,7 @@ def default_data_config() -> ml_collections.ConfigDict:
       src_lang=_optional_text(),
       tgt_lang=_optional_text(),
       train_split='train',
+      holdout=0,
       max_source_length=64,
       max_target_length=64,
       pad_to_multiple=8,
