@@ -131,7 +131,7 @@ TABLES = {
   'recipes': Table(
     'docs/results.md',
     ('what', 'command', 'without', 'with', 'time', 'machine', 'recorded at'),
-    ('recipes_ema', 'recipes_cutmix', 'recipes_erasing', 'recipes_repeats'),
+    ('recipes_ema', 'recipes_cutmix', 'recipes_erasing', 'recipes_repeats', 'recipes_distill'),
   ),
   'recipe-step': Table(
     'docs/results.md',
