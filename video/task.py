@@ -114,7 +114,7 @@ class VideoClassification(Task):
     """The config's model, or that of another ``model`` section (``check_scanned_layers`` builds both
     forms of a scanned one)."""
     return make_video_model(
-      model or self.config.model,
+      self.config.model if model is None else model,
       num_classes=self.sizes.num_classes,
       clip_shape=self.sizes.clip_shape,
       rngs=rngs,

@@ -154,7 +154,7 @@ class ImageClassification(Task):
     """The config's model, or that of another ``model`` section (``check_scanned_layers`` builds both
     forms of a scanned one)."""
     return make_vit(
-      model or self.config.model,
+      self.config.model if model is None else model,
       num_classes=self.sizes.num_classes,
       image_shape=self.sizes.image_shape,
       rngs=rngs,
