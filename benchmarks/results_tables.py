@@ -71,7 +71,12 @@ TABLES = {
     )
     + ('vit_mnist_0.2', 'transformer_scan', 'transformer_scan_b2ea671', 'transformer_scan_c77cbdf')
     + ('transformer_scan_0.2_cpu_a',)
-    + ('transformer_scan_0.2_cpu_b', 'transformer_multi30k_0.2', 'transformer_multi30k_0.1')
+    + (
+      'transformer_scan_0.2_cpu_b',
+      'transformer_multi30k',
+      'transformer_multi30k_0.2',
+      'transformer_multi30k_0.1',
+    )
     + (
       'transformer_multi30k_long_0.2',
       'rnn_scan_0.2',
@@ -138,7 +143,7 @@ TABLES = {
     ('command', 'the student alone', 'with EMA', 'with its teacher', 'machine', 'recorded at'),
     ('recipe_step',),
   ),
-  'packing': Table('docs/results.md', STANDARD, ('packing_multi30k',)),
+  'packing': Table('docs/results.md', STANDARD, ('packing_multi30k', 'transformer_multi30k')),
   'video-first-recipe': Table(
     'docs/results.md',
     ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
