@@ -184,7 +184,7 @@ def _metrics_record(config: ml_collections.ConfigDict, step: int, metrics: dict[
   split = sweep_split(config)
   chosen_by = f'{split}_' if observe_config.eval_splits(config) else ''
   scalars = {
-    name.removeprefix(chosen_by) if chosen_by and name.startswith(chosen_by) else name: value
+    name.removeprefix(chosen_by): value
     for name, value in metrics.items()
     if name not in ('step', 'split') and isinstance(value, (int, float))
   }
