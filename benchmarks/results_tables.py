@@ -146,6 +146,12 @@ TABLES = {
   'packing': Table(
     'docs/results.md', STANDARD, ('packing_multi30k', 'transformer_multi30k', 'transformer_multi30k_packed')
   ),
+  'scan-recipe': Table(
+    'docs/results.md',
+    ('what', 'command', 'held-out exact match, seeds 0, 1, 2', 'test exact match, seeds 0, 1, 2')
+    + ('time', 'machine', 'recorded at'),
+    ('transformer_scan_steps',),
+  ),
   'video-first-recipe': Table(
     'docs/results.md',
     ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
