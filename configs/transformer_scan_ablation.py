@@ -3,7 +3,7 @@
   python ablate.py --config configs/transformer_scan_ablation.py --workdir runs/ablation_scan \
       --axis model.posemb=none,learn1d,sincos1d,relative,rope --axis data.split=simple,length
 
-This is transformer_scan with 1,200 steps instead of 2,400 (it trains what ``--config
+This is transformer_scan with 1,200 steps instead of 4,800 (it trains what ``--config
 configs/transformer_scan.py --config.total_steps=1200`` trains), evaluated with greedy decoding on
 each split's test set. The length split trains on action sequences of at most 22 actions and tests
 on longer ones (24 to 48). The table and its comparison with the papers: docs/ablations.md, "The
