@@ -37,7 +37,7 @@ SOURCES = ('run', 'transcribed')
 SIMD_FLAG = re.compile(r'^(avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sse4_\d|neon|asimd\w*|sve\w*)$')
 LOAD_SAMPLE_SECONDS = 5.0
 # What a new run of a record's command keeps of the record it replaces: how it is shown, and its spread.
-CARRIED_ON_RERUN = ('what', 'cells', 'spread', 'numbers_file')
+CARRIED_ON_RERUN = ('what', 'cells', 'parts', 'spread', 'numbers_file')
 NAME = re.compile(r'^[a-z0-9][a-z0-9_.-]*$')
 
 

@@ -13,6 +13,10 @@ as an ablation's seeds: ``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the
 columns every record can fill, made from its fields: ``what``, ``command``, ``time`` (wall and CPU
 seconds, load), ``machine`` and ``recorded at`` (commit and date; "transcribed" where the record was
 copied from the page of before records).
+
+One command may measure several rows (a chain such as benchmarks/mnist_to_digits.py): its record's
+``parts`` maps a part's name to that row's own ``what`` and ``cells``, and a table names the row
+``RECORD/PART``.
 """
 
 import argparse
@@ -244,12 +248,25 @@ def cell(record: dict[str, Any], column: str) -> str:
   return text.replace('|', '\\|').replace('\n', ' ')
 
 
+def row_record(row: str, by_name: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  """The record a row shows: ``NAME``, or ``NAME/PART`` with that part's ``what`` and ``cells``."""
+  name, _, part = row.partition('/')
+  if name not in by_name:
+    raise TableError(f'a table names the record {name}, which is not in {records.RESULTS}')
+  record = by_name[name]
+  if not part:
+    return record
+  parts = record.get('parts') or {}
+  if part not in parts:
+    raise TableError(f'a table names the part {part!r} of record {name}, which has parts {sorted(parts)}')
+  return dict(record, what=parts[part].get('what'), cells=parts[part].get('cells') or {})
+
+
 def markdown(table: Table, by_name: dict[str, dict[str, Any]]) -> str:
   lines = ['| ' + ' | '.join(table.columns) + ' |', '|' + '---|' * len(table.columns)]
-  for name in table.rows:
-    if name not in by_name:
-      raise TableError(f'a table names the record {name}, which is not in {records.RESULTS}')
-    lines.append('| ' + ' | '.join(cell(by_name[name], column) for column in table.columns) + ' |')
+  for row in table.rows:
+    record = row_record(row, by_name)
+    lines.append('| ' + ' | '.join(cell(record, column) for column in table.columns) + ' |')
   return '\n'.join(lines)
 
 

@@ -174,3 +174,24 @@ def test_a_page_without_a_tables_end_marker_is_an_error():
     results_tables.with_tables('<!-- results table: t -->\n| a |\n', {'t': '| b |'}, 'page.md')
   text = 'x\n<!-- results table: t (note) -->\n| old |\n<!-- end of results table -->\ny'
   assert results_tables.with_tables(text, {'t': '| new |'}, 'p') == text.replace('| old |', '| new |')
+
+
+def test_a_row_may_show_one_part_of_a_record_that_measured_several():
+  record = {
+    'name': 'chain',
+    'what': 'the whole chain',
+    'cells': {'result': 'both'},
+    'numbers': {'first.accuracy': 0.5, 'second.accuracy': 0.75},
+    'parts': {
+      'first': {'what': 'the first run', 'cells': {'result': '{first.accuracy:.0%}'}},
+      'second': {'what': 'the second run', 'cells': {'result': '{second.accuracy:.0%}'}},
+    },
+  }
+  table = results_tables.Table('page.md', ('what', 'result'), ('chain', 'chain/second', 'chain/first'))
+  assert results_tables.markdown(table, {'chain': record}).split('\n')[2:] == [
+    '| the whole chain | both |',
+    '| the second run | 75% |',
+    '| the first run | 50% |',
+  ]
+  with pytest.raises(results_tables.TableError, match="part 'third' of record chain"):
+    results_tables.markdown(results_tables.Table('page.md', ('what',), ('chain/third',)), {'chain': record})

@@ -1,0 +1,113 @@
+"""The ViT page's MNIST-to-digits demonstration end to end, as one record: ``python -m benchmarks.mnist_to_digits``.
+
+  python -m benchmarks.mnist_to_digits                      # needs data/mnist (python -m pipelines.download mnist)
+  python -m benchmarks.record mnist_to_digits -- python -m benchmarks.mnist_to_digits
+
+It runs the commands of docs/vit.md ("A demonstration: MNIST to digits at another resolution"), each
+as its own process, in this order: pre-train on MNIST and evaluate; export the official ``.npz``;
+few-shot linear accuracy of the frozen pre-trained features on the digits and on MNIST; fine-tune
+on the digits from the export, the same from scratch, and the linear probe, each evaluated, with
+the periodic few-shot evaluation its config runs at its last step. Every step's numbers and
+seconds go, prefixed by the step's name, into one JSON object on the last line of stdout (what
+``benchmarks.record`` reads), so the one pre-training serves every row of the results page's
+"Pretrained ViTs" tables. A step that fails stops the chain with its command and exit status.
+
+``--steps N`` trains every run N steps instead of its config's (a quick check of the chain; the
+numbers then mean nothing).
+"""
+
+import json
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+from typing import Any
+
+from absl import app, flags
+
+_WORKDIR = flags.DEFINE_string(
+  'workdir', 'runs/mnist_to_digits', 'the folder that holds every run of the chain'
+)
+_STEPS = flags.DEFINE_integer('steps', None, 'train each run this many steps (a quick check of the chain)')
+
+FEWSHOT_SHOTS = '1,5,10,25'
+PROBE = ("'--config.optimizer.frozen=^(?!head\\.)'", '--config.optimizer.learning_rate=0.1')
+
+
+def run_step(name: str, command: str) -> tuple[dict[str, Any], float]:
+  """Runs one command; returns the JSON object on its last stdout line (or {}) and its seconds."""
+  print(f'--- {name}: {command}', flush=True)
+  start = time.perf_counter()
+  process = subprocess.run(
+    [sys.executable, *shlex.split(command)[1:]], stdout=subprocess.PIPE, text=True, check=False
+  )
+  seconds = time.perf_counter() - start
+  sys.stdout.write(process.stdout)
+  if process.returncode:
+    raise SystemExit(f'{name}: `{command}` exited with status {process.returncode}')
+  lines = process.stdout.strip().splitlines()
+  try:
+    numbers = json.loads(lines[-1]) if lines else {}
+  except json.JSONDecodeError:
+    numbers = {}
+  return (numbers if isinstance(numbers, dict) else {}), seconds
+
+
+def last_fewshot(workdir: pathlib.Path) -> dict[str, float]:
+  """The few-shot numbers of the last evaluation that logged them in ``metrics.jsonl``."""
+  found = {}
+  for line in (workdir / 'metrics.jsonl').read_text().splitlines():
+    entry = json.loads(line)
+    fewshot = {key: value for key, value in entry.items() if key.startswith('fewshot_')}
+    if fewshot:
+      found = fewshot
+  if not found:
+    raise SystemExit(f'{workdir}/metrics.jsonl logged no few-shot evaluation')
+  return found
+
+
+def chain(root: pathlib.Path, steps: int | None) -> dict[str, Any]:
+  override = f' --config.total_steps={steps}' if steps else ''
+  pretrain, export = root / 'vit_mnist_pretrain', root / 'vit_mnist_pretrain.npz'
+  numbers: dict[str, Any] = {}
+
+  def step(name: str, command: str, keep: tuple[str, ...] = ()) -> None:
+    result, seconds = run_step(name, command)
+    numbers[f'{name}.seconds'] = round(seconds, 1)
+    measured = {key: value for key, value in result.items() if isinstance(value, (int, float))}
+    numbers.update({f'{name}.{key}': value for key, value in measured.items() if not keep or key in keep})
+
+  step('pretrain', f'python train.py --config configs/vit_mnist_pretrain.py --workdir {pretrain}{override}')
+  step('pretrain_eval', f'python evaluate.py --workdir {pretrain}', ('accuracy', 'loss', 'step'))
+  step('export', f'python -m vit.export_npz --workdir {pretrain} --out {export}')
+  for source, name in (('digits', 'fewshot_digits'), ('same', 'fewshot_mnist')):
+    step(name, f'python -m vit.fewshot --workdir {pretrain} --source {source} --shots {FEWSHOT_SHOTS}')
+  finetune = 'python train.py --config configs/vit_digits_finetune.py'
+  runs = {
+    'finetune': f'--config.init_from.path={export}',
+    'scratch': '--config.init_from.path=',
+    'probe': f'--config.init_from.path={export} {" ".join(PROBE)}',
+  }
+  for name, flags_text in runs.items():
+    workdir = root / f'vit_digits_{name}'
+    step(name, f'{finetune} --workdir {workdir} {flags_text}{override}')
+    step(f'{name}_eval', f'python evaluate.py --workdir {workdir}', ('accuracy', 'loss', 'step'))
+    numbers.update({f'{name}_fewshot.{key}': value for key, value in last_fewshot(workdir).items()})
+  return numbers
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if _STEPS.value is not None and _STEPS.value < 1:
+    raise app.UsageError(f'--steps must be at least 1, got {_STEPS.value}')
+  root = pathlib.Path(_WORKDIR.value)
+  if root.exists() and any(root.iterdir()):
+    raise app.UsageError(f'--workdir {root} is not empty; the chain starts every run afresh')
+  numbers = chain(root, _STEPS.value)
+  print(json.dumps(numbers, sort_keys=True))  # the numbers for benchmarks.record
+
+
+if __name__ == '__main__':
+  app.run(main)
