@@ -60,10 +60,10 @@ from seq2seq.text_metrics import corpus_scores
 from seq2seq.tokenizer import Tokenizer
 from seq2seq.workdir_tokenizers import (
   check_tokenizer_config,
-  default_tokenizer_config,
   load_saved_tokenizers,
   prepare_tokenizers,
 )
+from trainer.config_sections import to_section
 from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, WorkdirError
 from trainer.io import storage
@@ -95,34 +95,14 @@ class TranslationEvalMetrics(clu_metrics.Collection):
   perplexity: Perplexity.from_output('nll')
 
 
-def _optional_text() -> ml_collections.FieldReference:
-  return ml_collections.FieldReference(None, field_type=str)
-
-
 def default_data_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(
-    dict(
-      source='scan',
-      split='simple',
-      path=_optional_text(),
-      name=_optional_text(),
-      data_dir=_optional_text(),
-      src_lang=_optional_text(),
-      tgt_lang=_optional_text(),
-      train_split='train',
-      holdout=0,
-      max_source_length=64,
-      max_target_length=64,
-      pad_to_multiple=8,
-      max_eval_examples=0,
-      packing=False,
-      tokenizer=default_tokenizer_config(),
-    )
-  )
+  """Every ``data`` field with its default (``seq2seq.config_sections.TextData``)."""
+  return to_section(sections.TextData())
 
 
 def default_decode_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(beam_size=4, alpha=0.6, max_extra_length=50, num_samples=5))
+  """Every ``decode`` field with its default (``seq2seq.config_sections.Decode``)."""
+  return to_section(sections.Decode())
 
 
 def _sample_text(sources, hypotheses, references, count: int) -> str:
