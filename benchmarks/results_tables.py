@@ -73,7 +73,7 @@ TABLES = {
       'vit_digits_finetune_0.2',
       'vit_digits_scratch_0.2',
     )
-    + ('vit_mnist_0.2', 'transformer_scan', 'transformer_scan_b2ea671', 'transformer_scan_c77cbdf')
+    + ('vit_mnist_0.2', 'transformer_scan', 'transformer_scan_550de58', 'transformer_scan_b2ea671', 'transformer_scan_c77cbdf')
     + ('transformer_scan_0.2_cpu_a',)
     + (
       'transformer_scan_0.2_cpu_b',
