@@ -29,6 +29,7 @@ from trainer.evaluation import restore_checkpoint
 from trainer.io import storage
 from trainer.io import workdir as workdir_lib
 from trainer.io.metrics_io import read_metrics
+from trainer.observe import observe_config
 from trainer.observe.reporting import reporting_of
 from trainer.task import task_class
 
@@ -124,9 +125,15 @@ def _curve(records: list[dict[str, Any]], split: str, metric: str) -> tuple[list
 
 
 def plot_training_curves(
-  runs: list[tuple[pathlib.Path, str]], metric: str, split: str, path: pathlib.Path, percent: bool = False
+  runs: list[tuple[pathlib.Path, str]],
+  metric: str,
+  logged: str,
+  split: str,
+  path: pathlib.Path,
+  percent: bool = False,
 ) -> pathlib.Path:
-  """``runs``: (workdir, group); the runs of a group (its seeds) share a colour and a legend entry."""
+  """``runs``: (workdir, group); the runs of a group (its seeds) share a colour and a legend entry.
+  ``logged`` is the name ``metrics.jsonl`` gives ``metric`` (``<split>_<metric>`` with ``eval_splits``)."""
   figure = Figure(figsize=(11, 4))
   loss_ax, metric_ax = figure.subplots(1, 2)
   colors = matplotlib.colormaps['tab10'].colors
@@ -145,8 +152,6 @@ def plot_training_curves(
       marker='.' if len(steps) < 30 else None,
       label=group if first else None,
     )
-    # a run with eval_splits logs the chosen split's metric as <split>_<metric>
-    logged = metric if any(metric in record for record in records) else f'{split}_{metric}'
     steps, values = _curve(records, 'eval', logged)
     scaled = [value * (100.0 if percent else 1.0) for value in values]
     metric_ax.plot(
@@ -186,6 +191,7 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
       plot_training_curves(
         runs,
         summary['best_metric'],
+        summary.get('logged_metric', summary['best_metric']),  # results.json of before it was kept
         summary['eval_split'],
         out_dir / 'training_curves.png',
         _is_percent(summary['task'], summary['best_metric']),
@@ -200,6 +206,7 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
       plot_training_curves(
         [(workdir, workdir.name)],
         config.best_metric,
+        observe_config.checkpoint_metric(config),
         sweep_split(config),
         out_dir / 'training_curves.png',
         _is_percent(config.task, config.best_metric),

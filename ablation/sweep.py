@@ -247,6 +247,7 @@ def summarize(plan: Plan, records: list[dict[str, Any]]) -> dict[str, Any]:
     task=plan.config.task,
     eval_split=sweep_split(plan.config),
     best_metric=plan.config.best_metric,
+    logged_metric=observe_config.checkpoint_metric(plan.config),
     axes={axis.path: list(axis.values) for axis in plan.axes},
     seeds=plan.seeds,
     not_applicable=plan.not_applicable,

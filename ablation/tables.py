@@ -1,7 +1,8 @@
 """A sweep's results: ``results.json`` (every run), ``results.csv`` (one row per run) and ``results.md``.
 
 ``results.json`` is the summary ``ablation.sweep.run_sweep`` returns: ``task``, ``eval_split``,
-``best_metric``, ``axes`` (field path -> values), ``seeds``, ``not_applicable`` (the combinations
+``best_metric``, ``logged_metric`` (its name in ``metrics.jsonl``: ``<split>_<metric>`` with
+``eval_splits``), ``axes`` (field path -> values), ``seeds``, ``not_applicable`` (the combinations
 that do not exist) and ``runs``, each ``{"overrides": {path: value, ..., "seed": s}, "name",
 "workdir", "metrics"}`` with the metrics ``evaluate.py`` prints.
 

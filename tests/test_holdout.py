@@ -8,6 +8,7 @@ from seq2seq.sources import HOLDOUT_SPLIT, open_source
 from seq2seq.task import Translation
 from tests.translation_test_configs import tiny_translation_config
 from trainer.errors import ConfigError
+from trainer.io.metrics_io import read_metrics
 
 
 def scan_data(**fields):
@@ -73,8 +74,11 @@ def test_a_sweep_chooses_on_the_held_out_split_and_reports_test_beside_it(tmp_pa
   config.data.holdout = 200
   summary = sweep.run_sweep(sweep.plan_sweep(config, ['total_steps=2'], 1, tmp_path), log=lambda _: None)
   assert summary['eval_split'] == 'holdout' and summary['best_metric'] == 'exact_match'
+  assert summary['logged_metric'] == 'holdout_exact_match'  # the name the curves read
   for run in summary['runs']:
     assert {'exact_match', 'bleu', 'test_exact_match', 'test_bleu'} <= set(run['metrics'])
+    logged = [record for record in read_metrics(tmp_path / run['name']) if record.get('split') == 'eval']
+    assert logged and all(summary['logged_metric'] in record for record in logged)
   table = tables.markdown(summary)
   assert (
     'Translation: holdout metrics' in table and '| exact_match |' in table and '| test_exact_match |' in table
