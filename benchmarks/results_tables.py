@@ -74,6 +74,7 @@ TABLES = {
       'vit_digits_scratch_0.2',
     )
     + (
+      'vit_mnist',
       'vit_mnist_0.2',
       'transformer_scan',
       'transformer_scan_550de58',
@@ -96,7 +97,14 @@ TABLES = {
       'video_digits_b2ea671',
       'video_digits_d3fc74a',
     )
-    + ('video_digits_0.2', 'video_digits_0.2_shared', 'decode_speed_beam_0.2', 'decode_speed_greedy_0.2'),
+    + (
+      'video_digits_0.2',
+      'video_digits_0.2_shared',
+      'decode_speed_beam',
+      'decode_speed_greedy',
+      'decode_speed_beam_0.2',
+      'decode_speed_greedy_0.2',
+    ),
   ),
   'predict-startup': Table(
     'docs/results.md',
