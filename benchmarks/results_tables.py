@@ -53,7 +53,7 @@ TABLES = {
   'readme': Table(
     'README.md',
     ('model and data', 'result', 'time', 'machine', 'more'),
-    ('vit_digits', 'vit_digits_finetune_0.2', 'vit_digits_scratch_0.2', 'transformer_scan')
+    ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'transformer_scan')
     + ('transformer_multi30k_long_0.2', 'rnn_scan', 'rnn_multi30k_0.2', 'video_digits'),
   ),
   'headline': Table(
@@ -70,6 +70,8 @@ TABLES = {
     + (
       'vit_digits_old_decay',
       'vit_digits_old_decay_1d94d24',
+      'mnist_to_digits/finetune',
+      'mnist_to_digits/scratch',
       'vit_digits_finetune_0.2',
       'vit_digits_scratch_0.2',
     )
@@ -133,13 +135,20 @@ TABLES = {
   'pretrained': Table(
     'docs/results.md',
     STANDARD,
-    ('vit_mnist_pretrain', 'vit_mnist_pretrain_0.2', 'vit_mnist_export', 'vit_digits_finetune_0.2')
+    ('mnist_to_digits', 'mnist_to_digits/pretrain', 'mnist_to_digits/export', 'mnist_to_digits/finetune')
+    + ('mnist_to_digits/scratch', 'mnist_to_digits/probe')
+    + ('vit_mnist_pretrain', 'vit_mnist_pretrain_0.2', 'vit_mnist_export', 'vit_digits_finetune_0.2')
     + ('vit_digits_scratch_0.2', 'vit_digits_probe', 'vit_digits_probe_0.2'),
   ),
   'fewshot': Table(
     'docs/results.md',
     ('what', '1-shot', '5-shot', '10-shot', '25-shot', 'machine', 'recorded at'),
     (
+      'mnist_to_digits/fewshot_digits',
+      'mnist_to_digits/fewshot_mnist',
+      'mnist_to_digits/fewshot_finetuned',
+      'mnist_to_digits/fewshot_scratch',
+      'mnist_to_digits/fewshot_probe',
       'fewshot_mnist_to_digits_0.2',
       'fewshot_mnist_0.2',
       'fewshot_finetuned_0.2',
