@@ -127,13 +127,14 @@ def _curve(records: list[dict[str, Any]], split: str, metric: str) -> tuple[list
 def plot_training_curves(
   runs: list[tuple[pathlib.Path, str]],
   metric: str,
-  logged: str,
+  logged: str | None,
   split: str,
   path: pathlib.Path,
   percent: bool = False,
 ) -> pathlib.Path:
   """``runs``: (workdir, group); the runs of a group (its seeds) share a colour and a legend entry.
-  ``logged`` is the name ``metrics.jsonl`` gives ``metric`` (``<split>_<metric>`` with ``eval_splits``)."""
+  ``logged`` is the name ``metrics.jsonl`` gives ``metric`` (``<split>_<metric>`` with ``eval_splits``);
+  ``None`` (a sweep's ``results.json`` written before it kept the name) looks for either."""
   figure = Figure(figsize=(11, 4))
   loss_ax, metric_ax = figure.subplots(1, 2)
   colors = matplotlib.colormaps['tab10'].colors
@@ -152,7 +153,8 @@ def plot_training_curves(
       marker='.' if len(steps) < 30 else None,
       label=group if first else None,
     )
-    steps, values = _curve(records, 'eval', logged)
+    name = logged or (metric if any(metric in record for record in records) else f'{split}_{metric}')
+    steps, values = _curve(records, 'eval', name)
     scaled = [value * (100.0 if percent else 1.0) for value in values]
     metric_ax.plot(
       steps, scaled, color=color, linewidth=1, marker='.', alpha=0.8, label=group if first else None
@@ -191,7 +193,7 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
       plot_training_curves(
         runs,
         summary['best_metric'],
-        summary.get('logged_metric', summary['best_metric']),  # results.json of before it was kept
+        summary.get('logged_metric'),
         summary['eval_split'],
         out_dir / 'training_curves.png',
         _is_percent(summary['task'], summary['best_metric']),

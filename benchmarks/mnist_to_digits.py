@@ -26,22 +26,26 @@ from typing import Any
 
 from absl import app, flags
 
+from trainer.io.metrics_io import read_metrics
+
 _WORKDIR = flags.DEFINE_string(
   'workdir', 'runs/mnist_to_digits', 'the folder that holds every run of the chain'
 )
 _STEPS = flags.DEFINE_integer('steps', None, 'train each run this many steps (a quick check of the chain)')
 
 FEWSHOT_SHOTS = '1,5,10,25'
-PROBE = ("'--config.optimizer.frozen=^(?!head\\.)'", '--config.optimizer.learning_rate=0.1')
+PROBE = ('--config.optimizer.frozen=^(?!head\\.)', '--config.optimizer.learning_rate=0.1')
+EVALUATED = ('accuracy', 'loss', 'step')
 
 
-def run_step(name: str, command: str) -> tuple[dict[str, Any], float]:
-  """Runs one command; returns the JSON object on its last stdout line (or {}) and its seconds."""
+def run_step(name: str, args: list[str], needs: tuple[str, ...] = ()) -> tuple[dict[str, Any], float]:
+  """Runs ``python ARGS``; returns the JSON object on its last stdout line and its seconds.
+
+  A step that fails, or that was to print ``needs`` and did not, stops the chain naming it."""
+  command = shlex.join(['python', *args])
   print(f'--- {name}: {command}', flush=True)
   start = time.perf_counter()
-  process = subprocess.run(
-    [sys.executable, *shlex.split(command)[1:]], stdout=subprocess.PIPE, text=True, check=False
-  )
+  process = subprocess.run([sys.executable, *args], stdout=subprocess.PIPE, text=True, check=False)
   seconds = time.perf_counter() - start
   sys.stdout.write(process.stdout)
   if process.returncode:
@@ -51,14 +55,17 @@ def run_step(name: str, command: str) -> tuple[dict[str, Any], float]:
     numbers = json.loads(lines[-1]) if lines else {}
   except json.JSONDecodeError:
     numbers = {}
-  return (numbers if isinstance(numbers, dict) else {}), seconds
+  numbers = numbers if isinstance(numbers, dict) else {}
+  missing = [key for key in needs if key not in numbers]
+  if missing:
+    raise SystemExit(f'{name}: `{command}` printed no JSON object with {", ".join(missing)} on its last line')
+  return numbers, seconds
 
 
 def last_fewshot(workdir: pathlib.Path) -> dict[str, float]:
   """The few-shot numbers of the last evaluation that logged them in ``metrics.jsonl``."""
   found = {}
-  for line in (workdir / 'metrics.jsonl').read_text().splitlines():
-    entry = json.loads(line)
+  for entry in read_metrics(workdir):
     fewshot = {key: value for key, value in entry.items() if key.startswith('fewshot_')}
     if fewshot:
       found = fewshot
@@ -68,31 +75,35 @@ def last_fewshot(workdir: pathlib.Path) -> dict[str, float]:
 
 
 def chain(root: pathlib.Path, steps: int | None) -> dict[str, Any]:
-  override = f' --config.total_steps={steps}' if steps else ''
-  pretrain, export = root / 'vit_mnist_pretrain', root / 'vit_mnist_pretrain.npz'
+  override = [f'--config.total_steps={steps}'] if steps else []
+  pretrain, export = str(root / 'vit_mnist_pretrain'), str(root / 'vit_mnist_pretrain.npz')
   numbers: dict[str, Any] = {}
 
-  def step(name: str, command: str, keep: tuple[str, ...] = ()) -> None:
-    result, seconds = run_step(name, command)
+  def step(name: str, args: list[str], keep: tuple[str, ...] = (), needs: tuple[str, ...] = ()) -> None:
+    result, seconds = run_step(name, args, needs or keep)
     numbers[f'{name}.seconds'] = round(seconds, 1)
     measured = {key: value for key, value in result.items() if isinstance(value, (int, float))}
     numbers.update({f'{name}.{key}': value for key, value in measured.items() if not keep or key in keep})
 
-  step('pretrain', f'python train.py --config configs/vit_mnist_pretrain.py --workdir {pretrain}{override}')
-  step('pretrain_eval', f'python evaluate.py --workdir {pretrain}', ('accuracy', 'loss', 'step'))
-  step('export', f'python -m vit.export_npz --workdir {pretrain} --out {export}')
+  step(
+    'pretrain', ['train.py', '--config', 'configs/vit_mnist_pretrain.py', '--workdir', pretrain, *override]
+  )
+  step('pretrain_eval', ['evaluate.py', '--workdir', pretrain], EVALUATED)
+  step('export', ['-m', 'vit.export_npz', '--workdir', pretrain, '--out', export])
+  shots = tuple(f'fewshot_{k}shot' for k in FEWSHOT_SHOTS.split(','))
   for source, name in (('digits', 'fewshot_digits'), ('same', 'fewshot_mnist')):
-    step(name, f'python -m vit.fewshot --workdir {pretrain} --source {source} --shots {FEWSHOT_SHOTS}')
-  finetune = 'python train.py --config configs/vit_digits_finetune.py'
+    fewshot_args = ['-m', 'vit.fewshot', '--workdir', pretrain, '--source', source, '--shots', FEWSHOT_SHOTS]
+    step(name, fewshot_args, needs=shots)
+  finetune = ['train.py', '--config', 'configs/vit_digits_finetune.py']
   runs = {
-    'finetune': f'--config.init_from.path={export}',
-    'scratch': '--config.init_from.path=',
-    'probe': f'--config.init_from.path={export} {" ".join(PROBE)}',
+    'finetune': [f'--config.init_from.path={export}'],
+    'scratch': ['--config.init_from.path='],
+    'probe': [f'--config.init_from.path={export}', *PROBE],
   }
-  for name, flags_text in runs.items():
+  for name, run_flags in runs.items():
     workdir = root / f'vit_digits_{name}'
-    step(name, f'{finetune} --workdir {workdir} {flags_text}{override}')
-    step(f'{name}_eval', f'python evaluate.py --workdir {workdir}', ('accuracy', 'loss', 'step'))
+    step(name, [*finetune, '--workdir', str(workdir), *run_flags, *override])
+    step(f'{name}_eval', ['evaluate.py', '--workdir', str(workdir)], EVALUATED)
     numbers.update({f'{name}_fewshot.{key}': value for key, value in last_fewshot(workdir).items()})
   return numbers
 
@@ -103,6 +114,8 @@ def main(argv: list[str]) -> None:
   if _STEPS.value is not None and _STEPS.value < 1:
     raise app.UsageError(f'--steps must be at least 1, got {_STEPS.value}')
   root = pathlib.Path(_WORKDIR.value)
+  if root.exists() and not root.is_dir():
+    raise app.UsageError(f"--workdir {root} is a file; give a folder for the chain's runs")
   if root.exists() and any(root.iterdir()):
     raise app.UsageError(f'--workdir {root} is not empty; the chain starts every run afresh')
   numbers = chain(root, _STEPS.value)

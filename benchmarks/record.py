@@ -11,7 +11,7 @@ so a workdir left from an earlier run cannot make it resume. Its numbers are the
 last line of its stdout, or the JSON file ``--numbers_file`` names (relative to the checkout).
 ``results/NAME.json`` (benchmarks/records.py) then holds the command, commit, date, machine, wall and
 CPU seconds, load average and numbers; a record of the same name that it replaces passes on what it
-says about presentation and spread (``what``, ``cells``, ``spread``, ``numbers_file``).
+says about presentation and spread (``what``, ``cells``, ``parts``, ``spread``, ``numbers_file``).
 """
 
 import argparse

@@ -283,7 +283,7 @@ def row_record(row: str, by_name: dict[str, dict[str, Any]]) -> dict[str, Any]:
   parts = record.get('parts') or {}
   if part not in parts:
     raise TableError(f'a table names the part {part!r} of record {name}, which has parts {sorted(parts)}')
-  return dict(record, what=parts[part].get('what'), cells=parts[part].get('cells') or {})
+  return dict(record, what=parts[part].get('what') or row, cells=parts[part].get('cells') or {})
 
 
 def markdown(table: Table, by_name: dict[str, dict[str, Any]]) -> str:
