@@ -54,7 +54,7 @@ TABLES = {
     'README.md',
     ('model and data', 'result', 'time', 'machine', 'more'),
     ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'transformer_scan')
-    + ('transformer_multi30k_long_0.2', 'rnn_scan', 'rnn_multi30k_0.2', 'video_digits'),
+    + ('transformer_multi30k_long_0.2', 'rnn_scan', 'rnn_multi30k', 'video_digits'),
   ),
   'headline': Table(
     'docs/results.md',
@@ -94,6 +94,7 @@ TABLES = {
       'transformer_multi30k_long_0.2',
       'rnn_scan',
       'rnn_scan_0.2',
+      'rnn_multi30k',
       'rnn_multi30k_0.2',
       'video_digits',
       'video_digits_b2ea671',
@@ -179,6 +180,17 @@ TABLES = {
     ('what', 'command', 'held-out exact match, seeds 0, 1, 2', 'test exact match, seeds 0, 1, 2')
     + ('time', 'machine', 'recorded at'),
     ('transformer_scan_steps',),
+  ),
+  'one-reduction': Table(
+    'docs/results.md',
+    (
+      'mesh',
+      'command',
+      'collectives in the compiled step (one reduction per step)',
+      'machine',
+      'recorded at',
+    ),
+    ('compile_one_reduction_data', 'compile_one_reduction_fsdp'),
   ),
   'video-first-recipe': Table(
     'docs/results.md',
