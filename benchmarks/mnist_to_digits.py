@@ -28,11 +28,6 @@ from absl import app, flags
 
 from trainer.io.metrics_io import read_metrics
 
-_WORKDIR = flags.DEFINE_string(
-  'workdir', 'runs/mnist_to_digits', 'the folder that holds every run of the chain'
-)
-_STEPS = flags.DEFINE_integer('steps', None, 'train each run this many steps (a quick check of the chain)')
-
 FEWSHOT_SHOTS = '1,5,10,25'
 PROBE = ('--config.optimizer.frozen=^(?!head\\.)', '--config.optimizer.learning_rate=0.1')
 EVALUATED = ('accuracy', 'loss', 'step')
@@ -108,6 +103,15 @@ def chain(root: pathlib.Path, steps: int | None) -> dict[str, Any]:
   return numbers
 
 
+def _define_flags() -> None:
+  """The command's flags, defined only when it runs as a command (tests import this module beside others)."""
+  global _WORKDIR, _STEPS  # pylint: disable=global-statement
+  _WORKDIR = flags.DEFINE_string(
+    'workdir', 'runs/mnist_to_digits', 'the folder that holds every run of the chain'
+  )
+  _STEPS = flags.DEFINE_integer('steps', None, 'train each run this many steps (a quick check of the chain)')
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -123,4 +127,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
+  _define_flags()
   app.run(main)
