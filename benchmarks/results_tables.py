@@ -192,6 +192,11 @@ TABLES = {
     ),
     ('compile_one_reduction_data', 'compile_one_reduction_fsdp'),
   ),
+  'rnn-scores-scan': Table(
+    'docs/ablations.md',
+    ('model.attention_score', 'test PPL', 'test BLEU', 'test exact match', 'seeds 0, 1, 2 (exact match)'),
+    tuple(f'rnn_scores_scan/{score}' for score in ('none', 'dot', 'scaled_dot', 'cosine', 'additive')),
+  ),
   'video-first-recipe': Table(
     'docs/results.md',
     ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
