@@ -197,6 +197,11 @@ TABLES = {
     ('model.attention_score', 'test PPL', 'test BLEU', 'test exact match', 'seeds 0, 1, 2 (exact match)'),
     tuple(f'rnn_scores_scan/{score}' for score in ('none', 'dot', 'scaled_dot', 'cosine', 'additive')),
   ),
+  'rnn-scores-scan-length': Table(
+    'docs/ablations.md',
+    ('model.attention_score', 'test PPL', 'test BLEU', 'test exact match'),
+    tuple(f'rnn_scores_scan_length/{score}' for score in ('none', 'dot', 'scaled_dot', 'cosine', 'additive')),
+  ),
   'video-first-recipe': Table(
     'docs/results.md',
     ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
