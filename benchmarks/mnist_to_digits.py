@@ -26,6 +26,7 @@ from typing import Any
 
 from absl import app, flags
 
+from benchmarks import records
 from trainer.io.metrics_io import read_metrics
 
 FEWSHOT_SHOTS = '1,5,10,25'
@@ -45,12 +46,10 @@ def run_step(name: str, args: list[str], needs: tuple[str, ...] = ()) -> tuple[d
   sys.stdout.write(process.stdout)
   if process.returncode:
     raise SystemExit(f'{name}: `{command}` exited with status {process.returncode}')
-  lines = process.stdout.strip().splitlines()
   try:
-    numbers = json.loads(lines[-1]) if lines else {}
-  except json.JSONDecodeError:
+    numbers = records.numbers_from_stdout(process.stdout)
+  except records.RecordError:
     numbers = {}
-  numbers = numbers if isinstance(numbers, dict) else {}
   missing = [key for key in needs if key not in numbers]
   if missing:
     raise SystemExit(f'{name}: `{command}` printed no JSON object with {", ".join(missing)} on its last line')

@@ -49,6 +49,7 @@ class Table:
 
 
 STANDARD = ('what', 'command', 'result', 'time', 'machine', 'recorded at')
+RNN_SCORES = ('none', 'dot', 'scaled_dot', 'cosine', 'additive')  # the parts of the RNN score sweeps' records
 TABLES = {
   'readme': Table(
     'README.md',
@@ -195,12 +196,12 @@ TABLES = {
   'rnn-scores-scan': Table(
     'docs/ablations.md',
     ('model.attention_score', 'test PPL', 'test BLEU', 'test exact match', 'seeds 0, 1, 2 (exact match)'),
-    tuple(f'rnn_scores_scan/{score}' for score in ('none', 'dot', 'scaled_dot', 'cosine', 'additive')),
+    tuple(f'rnn_scores_scan/{score}' for score in RNN_SCORES),
   ),
   'rnn-scores-scan-length': Table(
     'docs/ablations.md',
     ('model.attention_score', 'test PPL', 'test BLEU', 'test exact match'),
-    tuple(f'rnn_scores_scan_length/{score}' for score in ('none', 'dot', 'scaled_dot', 'cosine', 'additive')),
+    tuple(f'rnn_scores_scan_length/{score}' for score in RNN_SCORES),
   ),
   'video-first-recipe': Table(
     'docs/results.md',
