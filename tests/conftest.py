@@ -7,11 +7,25 @@
   the 8-device worker, the two-process runs, the tutorial's kernel) compile the same way.
 - The longest test files are collected first (``LONGEST_FILES``), so that ``--dist loadfile`` hands
   them out before the short ones.
+- A compilation cache shared by the session's processes (``JAX_COMPILATION_CACHE_DIR``, a fresh
+  folder removed at the end): many tests train the same tiny configs in processes of their own, and
+  each would otherwise compile the same steps again. Set the variable to an empty string to turn it
+  off, or to a folder to keep the cache across sessions.
 - ``eight_devices``: runs a test's 8-device half in one worker process shared by the session's
   tests (``tests/eight_devices.py``).
 """
 
+import atexit
 import os
+import shutil
+import tempfile
+
+# Before jax is imported, so that this process and every process it starts read it.
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  _cache_dir = tempfile.mkdtemp(prefix='jax-compilation-cache-')
+  atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = _cache_dir
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 
 import jax
 import pytest

@@ -4,7 +4,8 @@
 
 KIND is the write that finds the disk full: ``meta`` (orbax's JSON item of a checkpoint, from the
 first checkpoint on: it fails while the arrays are still being written), ``metrics``
-(``metrics.jsonl``, from step 3 on) or ``tensorboard`` (the TensorBoard writer, from step 3 on).
+(``metrics.jsonl``, from step 3 on) or ``tensorboard`` (the training split's TensorBoard event file,
+from step 3 on).
 """
 
 import errno
@@ -70,14 +71,15 @@ def _fill_disk_at(kind: str) -> None:
 
     pathlib.Path.open = open_
   elif kind == 'tensorboard':
-    import tensorflow as tf
-    from clu.metric_writers import summary_writer
+    original_open = pathlib.Path.open
 
-    def tensorflow_full():  # as TensorFlow's file writer reports it
-      raise tf.errors.ResourceExhaustedError(None, None, 'events file: No space left on device')
+    def open_(self, mode='r', *args, **kwargs):
+      # The training split's event file, once it holds its header: each logged step appends once.
+      if self.name.startswith('events.out.tfevents') and self.parent.name == 'train' and self.exists():
+        return after_two(original_open)(self, mode, *args, **kwargs)
+      return original_open(self, mode, *args, **kwargs)
 
-    writer = summary_writer.SummaryWriter
-    writer.write_scalars = after_two(writer.write_scalars, tensorflow_full)
+    pathlib.Path.open = open_
   else:
     raise ValueError(kind)
 

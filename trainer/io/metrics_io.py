@@ -1,63 +1,79 @@
-"""Where metrics go: clu's TensorBoard and logging writers, plus ``metrics.jsonl``.
+"""Where metrics go: TensorBoard event files, ``metrics.jsonl`` and the log.
 
 ``metrics.jsonl`` holds one JSON object per logged step (``{"step": ..., "split":
-"train" | "eval", ...}``) so scripts and plots need no TensorBoard.
+"train" | "eval", ...}``) so scripts and plots need no TensorBoard. The event files are in
+``<workdir>/tensorboard/train`` and ``<workdir>/tensorboard/eval``.
+
+The writers are our own rather than ``clu.metric_writers``: importing that package imports
+TensorFlow (for its summary writer), which would cost every process that trains seconds of
+start-up, and the trainer writes only scalars and texts, which TensorBoard's own record writer and
+protobufs (the ``tensorboard`` package, no TensorFlow) write as they are.
 
 In a bucket (a ``gs://`` workdir) objects cannot be appended to: ``metrics.jsonl`` and
-the TensorBoard event file are each rewritten whole at every write (they are small), and
-the event file is written here rather than by TensorFlow's writer.
+the event file are each rewritten whole at every write (they are small).
 
 A full disk or bucket at any of these writes is ``storage.NoSpace`` naming the file.
 """
 
 import io
 import json
+import os
 import socket
 import time
 from typing import Any, Mapping
 
 import numpy as np
-from clu import metric_writers
+from absl import logging
 
 from trainer.io import storage
 
 
-class ScalarsOnly(metric_writers.MetricWriter):
-  """Drops every kind of value but scalars; a writer subclasses it and writes what it overrides."""
+class MetricWriter:
+  """What the trainer writes each logged step; each method does nothing here, and a writer
+  overrides what it writes."""
 
-  def write_summaries(self, step, values, metadata=None):
+  def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     pass
 
-  def write_images(self, step, images):
+  def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
     pass
 
-  def write_videos(self, step, videos):
+  def close(self) -> None:
     pass
 
-  def write_audios(self, step, audios, *, sample_rate):
-    pass
+
+class Writers(MetricWriter):
+  """Writes to each of ``writers`` in turn."""
+
+  def __init__(self, writers: list[MetricWriter]):
+    self.writers = writers
+
+  def write_scalars(self, step, scalars):
+    for writer in self.writers:
+      writer.write_scalars(step, scalars)
 
   def write_texts(self, step, texts):
-    pass
-
-  def write_histograms(self, step, arrays, num_buckets=None):
-    pass
-
-  def write_pointcloud(self, step, point_clouds, *, point_colors=None, configs=None):
-    pass
-
-  def write_hparams(self, hparams):
-    pass
-
-  def flush(self):
-    pass
+    for writer in self.writers:
+      writer.write_texts(step, texts)
 
   def close(self):
-    pass
+    for writer in self.writers:
+      writer.close()
 
 
-class JsonLinesWriter(ScalarsOnly):
-  """A clu writer that appends scalars to ``metrics.jsonl`` (clu has none for JSON)."""
+class LoggingWriter(MetricWriter):
+  """Logs each step's scalars at INFO (shown with ``--verbose``); every process has one."""
+
+  def __init__(self, split: str):
+    self.split = split
+
+  def write_scalars(self, step, scalars):
+    values = ', '.join(f'{name}={float(np.asarray(value)):.6g}' for name, value in sorted(scalars.items()))
+    logging.info('[%d] %s %s', step, self.split, values)
+
+
+class JsonLinesWriter(MetricWriter):
+  """Appends scalars to ``metrics.jsonl``."""
 
   def __init__(self, path: storage.Path, split: str):
     self.path = path
@@ -80,119 +96,69 @@ class JsonLinesWriter(ScalarsOnly):
       raise
 
 
-class BucketEventsWriter(ScalarsOnly):
-  """TensorBoard scalars and texts in one event file in a bucket, rewritten whole at each write."""
+class EventsWriter(MetricWriter):
+  """TensorBoard scalars and texts in one event file of ``logdir``: appended to on a local disk,
+  rewritten whole in a bucket."""
 
   def __init__(self, logdir: storage.Path):
     from tensorboard.summary.writer import record_writer  # pylint: disable=g-import-not-at-top
 
-    self.path = logdir / f'events.out.tfevents.{time.time():.0f}.{socket.gethostname()}'
+    self.logdir = logdir
+    self.path = logdir / f'events.out.tfevents.{time.time():.0f}.{socket.gethostname()}.{os.getpid()}'
+    self._remote = storage.is_remote(logdir)
     self._buffer = io.BytesIO()
     self._records = record_writer.RecordWriter(self._buffer)
+    self._written = 0  # bytes of the buffer already appended to the local file
     self._add(file_version='brain.Event:2')
+    self._publish()
 
   def _add(self, summary=None, **fields) -> None:
     from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
 
-    event = event_pb2.Event(wall_time=time.time(), **fields)
-    if summary is not None:  # TensorFlow's Summary class where TensorFlow is installed: copied as bytes
-      event.summary.ParseFromString(summary.SerializeToString())
+    event = event_pb2.Event(wall_time=time.time(), summary=summary, **fields)
     self._records.write(event.SerializeToString())
 
   def _publish(self) -> None:
     try:
-      self.path.write_bytes(self._buffer.getvalue())
+      if self._remote:
+        self.path.write_bytes(self._buffer.getvalue())
+        return
+      self.logdir.mkdir(parents=True, exist_ok=True)
+      with self.path.open('ab') as file:
+        file.write(self._buffer.getvalue()[self._written :])
+      self._written = self._buffer.tell()
     except Exception as error:
       if storage.is_disk_full(error):
-        raise storage.NoSpace(self.path) from error
+        raise storage.NoSpace(f'the TensorBoard events in {self.logdir}') from error
       raise
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
-    from tensorboard.plugins.scalar import summary as scalar_summary  # pylint: disable=g-import-not-at-top
+    from tensorboard.plugins.scalar.summary_v2 import scalar_pb  # pylint: disable=g-import-not-at-top
 
     for name, value in scalars.items():
-      self._add(step=int(step), summary=scalar_summary.pb(name, float(np.asarray(value))))
+      self._add(step=int(step), summary=scalar_pb(name, float(np.asarray(value))))
     self._publish()
 
   def write_texts(self, step: int, texts: Mapping[str, str]) -> None:
-    from tensorboard.plugins.text import summary as text_summary  # pylint: disable=g-import-not-at-top
+    from tensorboard.plugins.text.summary_v2 import text_pb  # pylint: disable=g-import-not-at-top
 
     for name, text in texts.items():
-      self._add(step=int(step), summary=text_summary.pb(name, text))
+      self._add(step=int(step), summary=text_pb(name, text))
     self._publish()
 
 
-class _NamingFullDisk(metric_writers.MetricWriter):
-  """Passes every call to ``writer``; a full disk there is ``storage.NoSpace`` naming ``where``."""
-
-  def __init__(self, writer: metric_writers.MetricWriter, where: str):
-    self._writer, self._where = writer, where
-
-  def _call(self, name: str, *args, **kwargs):
-    try:
-      return getattr(self._writer, name)(*args, **kwargs)
-    except Exception as error:
-      if storage.is_disk_full(error) and not isinstance(error, storage.NoSpace):
-        raise storage.NoSpace(self._where) from error
-      raise
-
-  def write_summaries(self, step, values, metadata=None):
-    self._call('write_summaries', step, values, metadata)
-
-  def write_scalars(self, step, scalars):
-    self._call('write_scalars', step, scalars)
-
-  def write_images(self, step, images):
-    self._call('write_images', step, images)
-
-  def write_videos(self, step, videos):
-    self._call('write_videos', step, videos)
-
-  def write_audios(self, step, audios, *, sample_rate):
-    self._call('write_audios', step, audios, sample_rate=sample_rate)
-
-  def write_texts(self, step, texts):
-    self._call('write_texts', step, texts)
-
-  def write_histograms(self, step, arrays, num_buckets=None):
-    self._call('write_histograms', step, arrays, num_buckets)
-
-  def write_hparams(self, hparams):
-    self._call('write_hparams', hparams)
-
-  def flush(self):
-    self._call('flush')
-
-  def close(self):
-    self._call('close')
-
-
-def _tensorboard_writer(logdir, split: str, is_main_process: bool) -> metric_writers.MetricWriter:
-  if is_main_process and storage.is_remote(logdir):
-    logging_writer = metric_writers.LoggingWriter(collection=split)
-    return metric_writers.MultiWriter([logging_writer, BucketEventsWriter(logdir)])
-  base = metric_writers.create_default_writer(
-    str(logdir), just_logging=not is_main_process, asynchronous=False, collection=split
-  )
-  return _NamingFullDisk(base, f'the TensorBoard events in {logdir}')
-
-
 def make_writers(
-  workdir: storage.Path, is_main_process: bool, also: Mapping[str, metric_writers.MetricWriter] | None = None
-) -> dict[str, metric_writers.MetricWriter]:
-  """``{'train': writer, 'eval': writer}``; only the main process writes files, and writes to ``also``'s
-  writer of each split too (W&B's, ``trainer.observe.wandb_log``)."""
+  workdir: storage.Path, is_main_process: bool, also: Mapping[str, MetricWriter] | None = None
+) -> dict[str, MetricWriter]:
+  """``{'train': writer, 'eval': writer}``; every process logs, and only the main process writes
+  files, and writes to ``also``'s writer of each split too (W&B's, ``trainer.observe.wandb_log``)."""
   writers = {}
   for split in ('train', 'eval'):
-    logdir = workdir / 'tensorboard' / split
-    base = _tensorboard_writer(logdir, split, is_main_process)
+    split_writers = [LoggingWriter(split)]
     if is_main_process:
-      extra = [also[split]] if also and split in also else []
-      writers[split] = metric_writers.MultiWriter(
-        [base, JsonLinesWriter(workdir / 'metrics.jsonl', split), *extra]
-      )
-    else:
-      writers[split] = base
+      split_writers += [EventsWriter(workdir / 'tensorboard' / split), JsonLinesWriter(workdir / 'metrics.jsonl', split)]
+      split_writers += [also[split]] if also and split in also else []
+    writers[split] = Writers(split_writers)
   return writers
 
 

@@ -18,7 +18,7 @@ import secrets
 
 from trainer.errors import ConfigError
 from trainer.io import storage
-from trainer.io.metrics_io import ScalarsOnly
+from trainer.io.metrics_io import MetricWriter
 from trainer.observe.observe_config import wandb_project
 
 PIP_COMMAND = 'pip install wandb==0.31.0'
@@ -58,8 +58,8 @@ class _Run:
       self.run.finish()
 
 
-class WandbWriter(ScalarsOnly):
-  """A clu writer that logs one split's scalars to a W&B run, each as ``<split>/<name>``."""
+class WandbWriter(MetricWriter):
+  """A writer that logs one split's scalars to a W&B run, each as ``<split>/<name>``."""
 
   def __init__(self, run: _Run, split: str):
     self._run, self.split = run, split
