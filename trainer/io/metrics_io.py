@@ -156,7 +156,10 @@ def make_writers(
   for split in ('train', 'eval'):
     split_writers = [LoggingWriter(split)]
     if is_main_process:
-      split_writers += [EventsWriter(workdir / 'tensorboard' / split), JsonLinesWriter(workdir / 'metrics.jsonl', split)]
+      split_writers += [
+        EventsWriter(workdir / 'tensorboard' / split),
+        JsonLinesWriter(workdir / 'metrics.jsonl', split),
+      ]
       split_writers += [also[split]] if also and split in also else []
     writers[split] = Writers(split_writers)
   return writers
