@@ -97,8 +97,8 @@ class JsonLinesWriter(MetricWriter):
 
 
 class EventsWriter(MetricWriter):
-  """TensorBoard scalars and texts in one event file of ``logdir``: appended to on a local disk,
-  rewritten whole in a bucket."""
+  """TensorBoard scalars and texts in one event file of ``logdir``: on a local disk each write
+  appends the new events; in a bucket the buffer holds every event and each write rewrites the file."""
 
   def __init__(self, logdir: storage.Path):
     from tensorboard.summary.writer import record_writer  # pylint: disable=g-import-not-at-top
@@ -108,7 +108,6 @@ class EventsWriter(MetricWriter):
     self._remote = storage.is_remote(logdir)
     self._buffer = io.BytesIO()
     self._records = record_writer.RecordWriter(self._buffer)
-    self._written = 0  # bytes of the buffer already appended to the local file
     self._add(file_version='brain.Event:2')
     self._publish()
 
@@ -125,8 +124,9 @@ class EventsWriter(MetricWriter):
         return
       self.logdir.mkdir(parents=True, exist_ok=True)
       with self.path.open('ab') as file:
-        file.write(self._buffer.getvalue()[self._written :])
-      self._written = self._buffer.tell()
+        file.write(self._buffer.getvalue())
+      self._buffer.seek(0)
+      self._buffer.truncate()
     except Exception as error:
       if storage.is_disk_full(error):
         raise storage.NoSpace(f'the TensorBoard events in {self.logdir}') from error
