@@ -50,6 +50,9 @@ class Table:
 
 STANDARD = ('what', 'command', 'result', 'time', 'machine', 'recorded at')
 RNN_SCORES = ('none', 'dot', 'scaled_dot', 'cosine', 'additive')  # the parts of the RNN score sweeps' records
+# The rows and columns of the ViT Table 8 sweep's two tables (record table8_digits).
+TABLE8_POSEMBS = ('none', 'learn1d', 'learn2d', 'sincos2d', 'relative')
+TABLE8_INJECTIONS = ('stem', 'every_layer', 'every_layer_shared')
 TABLES = {
   'readme': Table(
     'README.md',
@@ -192,6 +195,16 @@ TABLES = {
       'recorded at',
     ),
     ('compile_one_reduction_data', 'compile_one_reduction_fsdp'),
+  ),
+  'table8-accuracy': Table(
+    'docs/ablations.md',
+    ('model.posemb', *TABLE8_INJECTIONS),
+    tuple(f'table8_digits/{posemb}' for posemb in TABLE8_POSEMBS),
+  ),
+  'table8-5shot': Table(
+    'docs/ablations.md',
+    ('model.posemb', *TABLE8_INJECTIONS),
+    tuple(f'table8_digits/{posemb}_5shot' for posemb in TABLE8_POSEMBS),
   ),
   'rnn-scores-scan': Table(
     'docs/ablations.md',
