@@ -5,8 +5,10 @@
   cost more than running them unoptimised (about 40% of the fast tier's CPU time). It is also set in
   the environment, so that the processes the tests start (``train.py`` and the other command lines,
   the 8-device worker, the two-process runs, the tutorial's kernel) compile the same way.
-- The longest test files are collected first (``LONGEST_FILES``), so that ``--dist loadfile`` hands
-  them out before the short ones.
+- The longest test files are collected first, longest first (``LONGEST_FILES``), and
+  ``--no-loadscope-reorder`` (``pyproject.toml``) keeps that order when ``--dist loadfile`` hands
+  the files out (by default it hands out the files with the most tests first), so the two workers
+  end together.
 - A compilation cache shared by the session's processes (``JAX_COMPILATION_CACHE_DIR``, a fresh
   folder removed at the end): many tests train the same tiny configs in processes of their own, and
   each would otherwise compile the same steps again. Set the variable to an empty string to turn it
@@ -33,8 +35,29 @@ import pytest
 from tests.eight_devices import EightDevices
 from trainer.command_line import log_filters
 
-# The test files that take longest (the notebook, processes that train), run first.
-LONGEST_FILES = ('test_tutorial.py', 'test_multihost.py', 'test_tensor_parallel.py')
+# The test files that take longest (the notebook, processes that train, 8-device runs), longest first.
+LONGEST_FILES = (
+  'test_multihost.py',
+  'test_bad_config.py',
+  'test_predict.py',
+  'test_vit_training.py',
+  'test_video_scanned_layers.py',
+  'test_tutorial.py',
+  'test_scanned_layers.py',
+  'test_ablation.py',
+  'test_distillation.py',
+  'test_translation_training.py',
+  'test_tensor_parallel.py',
+  'test_packing.py',
+  'test_benchmarks.py',
+  'test_checkpoints.py',
+  'test_loop_faults.py',
+  'test_rnn_model.py',
+  'test_full_disk.py',
+  'test_one_gradient_reduction.py',
+  'test_video_training.py',
+  'test_vit_weights.py',
+)
 
 log_filters.install()
 os.environ['JAX_DISABLE_MOST_OPTIMIZATIONS'] = '1'

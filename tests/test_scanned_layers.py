@@ -51,7 +51,7 @@ def _loss_and_grads(model, *inputs):
     logits, _ = model(*inputs)
     return jnp.sum(jnp.sin(logits))
 
-  value, grads = nnx.value_and_grad(loss)(model)
+  value, grads = nnx.jit(nnx.value_and_grad(loss))(model)  # compiled once: faster than op by op
   return value, nnx.to_pure_dict(grads)
 
 
