@@ -7,8 +7,8 @@
   the 8-device worker, the two-process runs, the tutorial's kernel) compile the same way.
 - The longest test files are collected first, longest first (``LONGEST_FILES``), and
   ``--no-loadscope-reorder`` (``pyproject.toml``) keeps that order when ``--dist loadfile`` hands
-  the files out (by default it hands out the files with the most tests first), so the two workers
-  end together.
+  the files out (by default it hands out the files with the most tests first), so that no long
+  file is handed out last.
 - A compilation cache shared by the session's processes (``JAX_COMPILATION_CACHE_DIR``, a fresh
   folder removed at the end): many tests train the same tiny configs in processes of their own, and
   each would otherwise compile the same steps again. Set the variable to an empty string to turn it
