@@ -39,18 +39,22 @@ def _full(*args, **kwargs):
   raise OSError(errno.ENOSPC, 'No space left on device')
 
 
-def _fill_disk_at(kind: str) -> None:
+def _fail_opens_after_two(is_target) -> None:
+  """Every open of a file for which ``is_target(path, mode)`` holds, from the third on, finds the disk full."""
+  original_open = pathlib.Path.open
   calls = {'count': 0}
 
-  def after_two(original, fail=_full):
-    def write(*args, **kwargs):
+  def open_(self, mode='r', *args, **kwargs):
+    if is_target(self, mode):
       calls['count'] += 1
       if calls['count'] > 2:
-        fail()
-      return original(*args, **kwargs)
+        _full()
+    return original_open(self, mode, *args, **kwargs)
 
-    return write
+  pathlib.Path.open = open_
 
+
+def _fill_disk_at(kind: str) -> None:
   if kind == 'meta':
     from orbax.checkpoint._src.handlers import json_checkpoint_handler
 
@@ -62,24 +66,14 @@ def _fill_disk_at(kind: str) -> None:
 
     handler._save_fn = save
   elif kind == 'metrics':
-    original_open = pathlib.Path.open
-
-    def open_(self, mode='r', *args, **kwargs):
-      if self.name == 'metrics.jsonl' and 'a' in mode:
-        return after_two(original_open)(self, mode, *args, **kwargs)
-      return original_open(self, mode, *args, **kwargs)
-
-    pathlib.Path.open = open_
+    _fail_opens_after_two(lambda path, mode: path.name == 'metrics.jsonl' and 'a' in mode)
   elif kind == 'tensorboard':
-    original_open = pathlib.Path.open
-
-    def open_(self, mode='r', *args, **kwargs):
-      # The training split's event file, once it holds its header: each logged step appends once.
-      if self.name.startswith('events.out.tfevents') and self.parent.name == 'train' and self.exists():
-        return after_two(original_open)(self, mode, *args, **kwargs)
-      return original_open(self, mode, *args, **kwargs)
-
-    pathlib.Path.open = open_
+    # The training split's event file, once it holds its header: each logged step appends once.
+    _fail_opens_after_two(
+      lambda path, mode: (
+        path.name.startswith('events.out.tfevents') and path.parent.name == 'train' and path.exists()
+      )
+    )
   else:
     raise ValueError(kind)
 
