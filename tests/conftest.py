@@ -5,6 +5,8 @@
   cost more than running them unoptimised (about 40% of the fast tier's CPU time). It is also set in
   the environment, so that the processes the tests start (``train.py`` and the other command lines,
   the 8-device worker, the two-process runs, the tutorial's kernel) compile the same way.
+- XLA:CPU's older fusion emitters, in ``XLA_FLAGS`` for the same processes (``tests/xla_flags.py``):
+  compiling is most of what the slow tier does, and they compile faster.
 - The longest test files are collected first, longest first (``LONGEST_FILES``), and
   ``--no-loadscope-reorder`` (``pyproject.toml``) keeps that order when ``--dist loadfile`` hands
   the files out (by default it hands out the files with the most tests first), so that no long
@@ -22,12 +24,16 @@ import os
 import shutil
 import tempfile
 
+from tests.xla_flags import with_fast_compile
+
 # Before jax is imported, so that this process and every process it starts read it.
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   _cache_dir = tempfile.mkdtemp(prefix='jax-compilation-cache-')
   atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
   os.environ['JAX_COMPILATION_CACHE_DIR'] = _cache_dir
   os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+
+os.environ['XLA_FLAGS'] = with_fast_compile(os.environ.get('XLA_FLAGS', ''))
 
 import jax
 import pytest

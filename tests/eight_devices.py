@@ -17,6 +17,8 @@ import subprocess
 import sys
 import traceback
 
+from tests.xla_flags import with_host_devices
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEVICES = 8
 # The longest one function may take on a loaded 2-core CPU before the worker is given up for hung.
@@ -60,7 +62,7 @@ class EightDevices:
     self._process = None
 
   def _start(self):
-    env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={DEVICES}', JAX_PLATFORMS='cpu')
+    env = dict(os.environ, XLA_FLAGS=with_host_devices(DEVICES), JAX_PLATFORMS='cpu')
     with open(self._log_path, 'a') as log:
       self._process = subprocess.Popen(
         [sys.executable, '-m', 'tests.eight_devices'],

@@ -17,6 +17,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
+from tests.xla_flags import with_host_devices
 from trainer import validation
 from trainer.command_line import cli
 from trainer.errors import ConfigError, UserError, WorkdirError
@@ -155,7 +156,7 @@ def test_a_bad_field_is_one_user_error_before_anything_is_written(tmp_path, conf
 @pytest.mark.slow
 def test_micro_batches_must_divide_each_devices_rows(tmp_path):
   """8 rows over 4 devices is 2 a device: 4 micro-batches would take rows from two devices."""
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=4', JAX_PLATFORMS='cpu')
+  env = dict(os.environ, XLA_FLAGS=with_host_devices(4), JAX_PLATFORMS='cpu')
   workdir = tmp_path / 'run'
   overrides = ['--config.batch_size=8', '--config.grad_accum_steps=4', '--config.eval_batch_size=8']
   command = [sys.executable, 'train.py', f'--config={VIT}', *overrides, f'--workdir={workdir}']

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 from benchmarks.step_cost import compiled_flops, peak_tflops, summarise_trace, utilisation
+from tests.xla_flags import as_users_run
 
 
 def test_compiled_flops_of_a_matmul_are_two_multiply_adds_per_product():
@@ -84,8 +85,7 @@ def test_on_a_cpu_an_asynchronous_op_counts_until_its_end_event(tmp_path):
 
 
 def _run(module, *args):
-  env = dict(os.environ)
-  env.pop('JAX_DISABLE_MOST_OPTIMIZATIONS', None)  # the benchmark compiles as its users run it
+  env = as_users_run(os.environ)  # the benchmark compiles as its users run it
   result = subprocess.run(
     [sys.executable, '-m', module, *args], env=env, capture_output=True, text=True, timeout=300, check=False
   )

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.vit_test_configs import tiny_vit_config
+from tests.xla_flags import FAST_COMPILE, with_host_devices
 from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
 
@@ -57,10 +58,10 @@ def test_two_processes_train_like_one(tmp_path, fsdp, model):
       print('fewshot', result.eval_metrics['fewshot_2shot'])
       print('accuracy', result.eval_metrics['accuracy'])
   """)
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
-  env.pop('XLA_FLAGS', None)
-  if model > 1:  # the model axis stays within a process: each gets that many devices
-    env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={model}'
+  # the model axis stays within a process: each gets that many devices
+  env = dict(
+    os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=with_host_devices(model) if model > 1 else FAST_COMPILE
+  )
   workers = [
     subprocess.Popen(
       [sys.executable, '-c', script, str(i)],
@@ -115,8 +116,7 @@ def test_a_stop_signal_on_one_process_stops_both_at_the_same_step(tmp_path):
       result = train_and_evaluate(config, {str(workdir)!r})
       print('stopped', result.interrupted, result.step)
   """)
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
-  env.pop('XLA_FLAGS', None)
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=FAST_COMPILE)
   workers = [
     subprocess.Popen(
       [sys.executable, '-c', script, str(i)],
@@ -163,8 +163,7 @@ def test_a_locked_workdir_stops_every_process(tmp_path):
       except WorkdirError as error:
         print('refused:', error)
   """)
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
-  env.pop('XLA_FLAGS', None)
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=FAST_COMPILE)
   try:
     workers = [
       subprocess.Popen(
