@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.vit_test_configs import tiny_vit_config
-from tests.xla_flags import FAST_COMPILE, with_host_devices
+from tests.xla_flags import with_host_devices
 from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
 
@@ -59,9 +59,7 @@ def test_two_processes_train_like_one(tmp_path, fsdp, model):
       print('accuracy', result.eval_metrics['accuracy'])
   """)
   # the model axis stays within a process: each gets that many devices
-  env = dict(
-    os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=with_host_devices(model) if model > 1 else FAST_COMPILE
-  )
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=with_host_devices(model))
   workers = [
     subprocess.Popen(
       [sys.executable, '-c', script, str(i)],
@@ -116,7 +114,7 @@ def test_a_stop_signal_on_one_process_stops_both_at_the_same_step(tmp_path):
       result = train_and_evaluate(config, {str(workdir)!r})
       print('stopped', result.interrupted, result.step)
   """)
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=FAST_COMPILE)
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=with_host_devices(1))
   workers = [
     subprocess.Popen(
       [sys.executable, '-c', script, str(i)],
@@ -163,7 +161,7 @@ def test_a_locked_workdir_stops_every_process(tmp_path):
       except WorkdirError as error:
         print('refused:', error)
   """)
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=FAST_COMPILE)
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=with_host_devices(1))
   try:
     workers = [
       subprocess.Popen(
