@@ -121,7 +121,9 @@ TABLES = {
   'throughput': Table(
     'docs/results.md',
     ('what', 'command', 'images/s', 'machine', 'recorded at'),
-    ('vit_throughput', 'timm_vit_throughput', 'vit_throughput_0.2', 'vit_throughput_accum4_0.2')
+    ('vit_throughput', 'timm_vit_throughput', 'vit_throughput_defaults', 'vit_throughput_accum4')
+    + ('vit_throughput_eigen', 'vit_throughput_eigen_accum4', 'vit_throughput_no_huge_pages')
+    + ('vit_throughput_0.2', 'vit_throughput_accum4_0.2')
     + ('vit_throughput_eigen_0.2', 'vit_throughput_eigen_accum4_0.2', 'vit_throughput_no_huge_pages_0.2')
     + ('timm_vit_throughput_0.2',),
   ),
