@@ -16,6 +16,7 @@ import types
 import pytest
 
 from benchmarks import compile_for
+from tests.xla_flags import as_users_run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBTPU = os.environ.get('LIBTPU_DIR') or compile_for.REPOSITORY_LIBTPU
@@ -219,8 +220,7 @@ def test_a_compiled_step_over_the_chips_memory_ends_with_the_does_not_fit_line()
 
 
 def _compile(*arguments) -> tuple[int, dict, str]:
-  env = dict(os.environ, LIBTPU_DIR=LIBTPU)
-  env.pop('JAX_DISABLE_MOST_OPTIMIZATIONS', None)  # the command compiles as its users run it
+  env = dict(as_users_run(os.environ), LIBTPU_DIR=LIBTPU)  # the command compiles as its users run it
   done = subprocess.run(
     [sys.executable, '-m', 'benchmarks.compile_for', *arguments],
     cwd=ROOT,

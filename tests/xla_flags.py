@@ -2,9 +2,10 @@
 
 ``conftest`` adds ``FAST_COMPILE`` to ``XLA_FLAGS`` for the test session, so that the processes it
 starts inherit it: XLA:CPU's older fusion emitters (``--xla_cpu_use_fusion_emitters=false``) compile
-the tests' small programs faster than its MLIR ones. A process that needs host
-devices gets both (``with_host_devices``); the commands tested as their users run them (the
-throughput benchmarks) get neither (``as_users_run``).
+the tests' small programs faster than its MLIR ones. A process that needs host devices gets the
+flag and the device count (``with_host_devices``); the commands tested as their users run them (the
+throughput benchmarks, ``compile_for``) get neither the flag nor ``JAX_DISABLE_MOST_OPTIMIZATIONS``
+(``as_users_run``).
 """
 
 FAST_COMPILE = '--xla_cpu_use_fusion_emitters=false'
