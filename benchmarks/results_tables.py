@@ -220,6 +220,11 @@ TABLES = {
     ('model.attention_score', 'test PPL', 'test BLEU', 'test exact match'),
     tuple(f'rnn_scores_scan_length/{score}' for score in RNN_SCORES),
   ),
+  'rnn-scores-multi30k': Table(
+    'docs/ablations.md',
+    ('model.attention_score', 'val PPL', 'val BLEU', 'val exact match'),
+    tuple(f'rnn_scores_multi30k/{score}' for score in RNN_SCORES),
+  ),
   'video-first-recipe': Table(
     'docs/results.md',
     ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
