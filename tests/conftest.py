@@ -2,9 +2,9 @@
 
 - The trainer's log filters, as the command lines install them (``trainer.command_line.log_filters``).
 - ``jax_disable_most_optimizations``: the tests' programs are tiny, and XLA's optimisation passes
-  cost more than running them unoptimised. It is also set in
-  the environment, so that the processes the tests start (``train.py`` and the other command lines,
-  the 8-device worker, the two-process runs, the tutorial's kernel) compile the same way.
+  cost more than running them unoptimised. It is also set in the environment, so that the processes
+  the tests start (``train.py`` and the other command lines, the 8-device worker, the two-process
+  runs, the tutorial's kernel) compile the same way.
 - XLA:CPU's older fusion emitters, in ``XLA_FLAGS`` for the same processes (``tests/xla_flags.py``):
   compiling is most of what the slow tier does, and they compile faster.
 - The longest test files are collected first, longest first (``LONGEST_FILES``), and

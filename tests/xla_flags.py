@@ -5,7 +5,7 @@ starts inherit it: XLA:CPU's older fusion emitters (``--xla_cpu_use_fusion_emitt
 the tests' small programs faster than its MLIR ones. A process that needs host devices gets the
 flag and the device count (``with_host_devices``); the commands tested as their users run them (the
 throughput benchmarks, ``compile_for``) get neither the flag nor ``JAX_DISABLE_MOST_OPTIMIZATIONS``
-(``as_users_run``), and the Eigen-flag test sets ``XLA_FLAGS`` itself.
+(``as_users_run``); the Eigen-flag test then sets ``XLA_FLAGS`` to the flags it compares.
 """
 
 FAST_COMPILE = '--xla_cpu_use_fusion_emitters=false'
