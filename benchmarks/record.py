@@ -8,16 +8,41 @@
 
 The command runs in a scratch copy of the checkout's layout (links to its files, an empty ``runs/``),
 so a workdir left from an earlier run cannot make it resume. Its numbers are the JSON object on the
-last line of its stdout, or the JSON file ``--numbers_file`` names (relative to the checkout).
+last line of its stdout, or the JSON file ``--numbers_file`` names (relative to the checkout). Named
+files, ``--numbers_file NAME=PATH`` repeated, give several measurements of one command, each one's
+numbers prefixed with its name:
+
+  python -m benchmarks.record long --numbers_file end=runs/end.json --numbers_file average=runs/avg.json \\
+      -- 'python train.py --config C --workdir runs/long && python evaluate.py --workdir runs/long > runs/end.json &&
+          python evaluate.py --workdir runs/long --average_last 5 > runs/avg.json'
+
 ``results/NAME.json`` (benchmarks/records.py) then holds the command, commit, date, machine, wall and
 CPU seconds, load average and numbers; a record of the same name that it replaces passes on what it
 says about presentation and spread (``what``, ``cells``, ``parts``, ``spread``, ``numbers_file``).
 """
 
 import argparse
+import re
 import sys
 
 from benchmarks import records
+
+NAMED_FILE = re.compile(r'^(?P<name>[a-z0-9_]+)=(?P<path>[^=].*)$')
+
+
+def parse_numbers_files(texts: list[str]) -> str | dict[str, str] | None:
+  """One ``PATH``, or ``NAME=PATH`` for each of several files."""
+  if len(texts) <= 1 and not any(NAMED_FILE.match(text) for text in texts):
+    return texts[0] if texts else None
+  named = {}
+  for text in texts:
+    match = NAMED_FILE.match(text)
+    if not match:
+      raise SystemExit(f'--numbers_file {text!r}: with several files, name each one: NAME=PATH')
+    if match['name'] in named:
+      raise SystemExit(f'--numbers_file {text!r}: the name {match["name"]!r} is given twice')
+    named[match['name']] = match['path']
+  return named
 
 
 def parse_spread(texts: list[str], why: str | None) -> dict[str, dict]:
@@ -39,7 +64,12 @@ def main(argv: list[str]) -> None:
   )
   parser.add_argument('name', help='the record, results/NAME.json')
   parser.add_argument('command', nargs='+', help='the command; one quoted word may hold && and VAR=value')
-  parser.add_argument('--numbers_file', help='a JSON file the command writes, read for the numbers')
+  parser.add_argument(
+    '--numbers_file',
+    action='append',
+    default=[],
+    help='a JSON file the command writes, read for the numbers; NAME=PATH, repeated, for several',
+  )
   parser.add_argument('--spread', action='append', default=[], help='METRIC=VALUE a rerun may move by')
   parser.add_argument('--spread_why', help='what the spread is (e.g. "seeds 0-2")')
   parser.add_argument('--machine_label', help='a short name for this machine in the tables (e.g. CPU-A)')
@@ -51,7 +81,7 @@ def main(argv: list[str]) -> None:
     carried = {
       key: value for key, value in records.load(args.name).items() if key in records.CARRIED_ON_RERUN
     }
-  numbers_file = args.numbers_file or carried.get('numbers_file')
+  numbers_file = parse_numbers_files(args.numbers_file) or carried.get('numbers_file')
   command = records.command_text(args.command)
   try:
     measured = records.measure(command, numbers_file)

@@ -4,7 +4,10 @@ A record holds the exact command, the commit, the date, the machine (CPU model a
 accelerator), the wall and CPU seconds, the load average sampled during the run and the numbers, named
 as the command printed them. A command gives its numbers as one JSON object on the last line of its
 stdout (``evaluate.py``, ``benchmarks/*``), or in a JSON file it writes (``ablate.py``'s
-``results.json``, named with ``numbers_file``).
+``results.json``, named with ``numbers_file``). A command that measures several things one after
+another (a training run, then two evaluations of it) may write each one's JSON to a file of its own:
+``numbers_file`` then maps a name to each file, and the numbers of each are prefixed with its name
+(``end.bleu``, ``average_last_5.bleu``).
 
 Records written by a run have ``"source": "run"``. Records made from docs/results.md before records
 existed have ``"source": "transcribed"``: their numbers are the page's, and a field the page did not
@@ -208,9 +211,26 @@ def numbers_from_stdout(stdout: str) -> dict[str, Any]:
 
 
 def numbers_from_file(path: pathlib.Path) -> dict[str, Any]:
+  """The numbers of a JSON file, or of its last line that is a JSON object (a command's stdout saved
+  with ``>``)."""
   if not path.exists():
     raise RecordError(f'the command wrote no {path}, the file its numbers are read from')
-  return flatten(json.loads(path.read_text()))
+  text = path.read_text()
+  try:
+    return flatten(json.loads(text))
+  except json.JSONDecodeError:
+    return numbers_from_stdout(text)
+
+
+def numbers_from_files(scratch: pathlib.Path, numbers_file: str | dict[str, str]) -> dict[str, Any]:
+  """The numbers of one file, or of several named files, each one's numbers prefixed with its name."""
+  if isinstance(numbers_file, str):
+    return numbers_from_file(scratch / numbers_file)
+  return {
+    f'{name}.{metric}': value
+    for name, path in numbers_file.items()
+    for metric, value in numbers_from_file(scratch / path).items()
+  }
 
 
 def flatten(value: Any, prefix: str = '') -> dict[str, Any]:
@@ -230,7 +250,9 @@ def flatten(value: Any, prefix: str = '') -> dict[str, Any]:
   return flat
 
 
-def measure(command: str, numbers_file: str | None = None, echo: bool = True) -> dict[str, Any]:
+def measure(
+  command: str, numbers_file: str | dict[str, str] | None = None, echo: bool = True
+) -> dict[str, Any]:
   """Runs ``command`` in a scratch checkout (fresh ``runs/``) and returns what a record needs of the run."""
   scratch = scratch_checkout()
   try:
@@ -238,7 +260,7 @@ def measure(command: str, numbers_file: str | None = None, echo: bool = True) ->
     if ran['status'] != 0:
       raise RecordError(f'the command exited with status {ran["status"]}: nothing recorded')
     numbers = (
-      numbers_from_file(scratch / numbers_file) if numbers_file else numbers_from_stdout(ran['stdout'])
+      numbers_from_files(scratch, numbers_file) if numbers_file else numbers_from_stdout(ran['stdout'])
     )
   finally:
     shutil.rmtree(scratch, ignore_errors=True)

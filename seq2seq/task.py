@@ -29,7 +29,7 @@ returns the sum and the token count; the trainer adds them over micro-batches an
 ``accuracy`` is the token accuracy. The training ``loss`` metric is that smoothed loss; the
 evaluation ``loss`` is the unsmoothed negative log-likelihood per target token, as in every
 family. Evaluation adds ``perplexity`` (exp of that evaluation loss) and, by decoding the
-split, sacreBLEU's ``bleu``, ``bleu_lowercase`` and ``chrf`` on detokenised text
+split, sacreBLEU's ``bleu``, ``bleu_lowercase``, ``chrf`` and ``length_ratio`` on detokenised text
 (``seq2seq.text_metrics``), ``exact_match`` (whole sentences), the signatures, sample
 translations, and every hypothesis in ``<output_dir>/hypotheses_<split>.txt`` (in the split's
 order, rewritten at each evaluation).
@@ -300,7 +300,14 @@ class Translation(Task):
     return self.source.split_names()
 
   def eval_metric_names(self) -> tuple[str, ...]:
-    return (*self.eval_metrics.__annotations__, 'bleu', 'bleu_lowercase', 'chrf', 'exact_match')
+    return (
+      *self.eval_metrics.__annotations__,
+      'bleu',
+      'bleu_lowercase',
+      'chrf',
+      'length_ratio',
+      'exact_match',
+    )
 
   def eval_pairs(self, split: str) -> list[tuple[str, str]]:
     check_split_name(split, 'split')

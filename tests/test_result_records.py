@@ -114,6 +114,32 @@ def test_a_command_runs_with_an_empty_runs_folder(tmp_path, monkeypatch):
   assert records.load('fresh', tmp_path)['numbers'] == {'n': 1}
 
 
+@pytest.mark.slow
+def test_named_numbers_files_give_one_command_several_measurements(tmp_path, monkeypatch):
+  monkeypatch.setattr(records, 'RESULTS', tmp_path)
+  command = (
+    'mkdir -p runs/long && echo \'{"bleu": 40.5}\' > runs/long/end.json && '
+    '(echo evaluating; echo \'{"bleu": 40.25}\') > runs/long/average.json'
+  )
+  files = ['--numbers_file', 'end=runs/long/end.json', '--numbers_file', 'average=runs/long/average.json']
+  record.main(['long', *files, '--', command])
+  written = records.load('long', tmp_path)
+  assert written['numbers'] == {'end.bleu': 40.5, 'average.bleu': 40.25}
+  assert written['numbers_file'] == {'end': 'runs/long/end.json', 'average': 'runs/long/average.json'}
+  assert records.measure(command, written['numbers_file'], echo=False)['numbers'] == written['numbers']
+
+
+def test_several_numbers_files_are_each_named_once():
+  assert record.parse_numbers_files([]) is None
+  assert record.parse_numbers_files(['runs/sweep/posemb=none/results.json']) == (
+    'runs/sweep/posemb=none/results.json'
+  )
+  with pytest.raises(SystemExit, match='name each one'):
+    record.parse_numbers_files(['end=runs/end.json', 'runs/average.json'])
+  with pytest.raises(SystemExit, match="'end' is given twice"):
+    record.parse_numbers_files(['end=runs/a.json', 'end=runs/b.json'])
+
+
 # --- the committed records and tables ---------------------------------------------------------------
 
 

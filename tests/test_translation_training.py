@@ -104,6 +104,9 @@ def test_bleu_and_chrf_are_sacrebleus():
   scores = corpus_scores(hypotheses, references)
   assert scores['bleu'] == sacrebleu.corpus_bleu(hypotheses, [references]).score
   assert scores['chrf'] == sacrebleu.corpus_chrf(hypotheses, [references]).score
+  reference_bleu = sacrebleu.corpus_bleu(hypotheses, [references])
+  assert scores['length_ratio'] == reference_bleu.sys_len / reference_bleu.ref_len
+  assert scores['length_ratio'] < 1  # two hypotheses are shorter than their references
   assert scores['exact_match'] == 0.25
   assert scores['bleu_signature'].startswith('nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:')
 
