@@ -13,7 +13,8 @@ weights) with ``vit.export_weights`` and our logits on two random images. ``torc
 loading warnings, then writes folders with timm's ``save_for_hf`` and transformers' ``save_pretrained``
 (random weights; transformers' folders twice, with the hub's names and, ``save_original_format=False``,
 with the names transformers 5 holds in memory) with their outputs. ``read`` reads those with ``vit.weights`` and prints the largest
-difference of our outputs from theirs. Not part of the test suite (it needs PyTorch).
+difference of our outputs from theirs, then all the numbers as one JSON object on its last line (for
+``python -m benchmarks.record``). Not part of the test suite (it needs PyTorch).
 """
 
 import json
@@ -69,6 +70,7 @@ def against_torch(root: pathlib.Path) -> None:
   from timm.models._hub import save_for_hf  # pylint: disable=g-import-not-at-top
 
   print('torch', torch.__version__, 'timm', timm.__version__, 'transformers', transformers.__version__)
+  measured = {'timm_loads_ours': {}, 'transformers_loads_ours': {}}
   cases = json.loads((root / 'cases.json').read_text())
   images = torch.from_numpy(np.load(root / 'images.npy')).permute(0, 3, 1, 2)
   for arch, out in cases['timm'].items():
@@ -80,15 +82,21 @@ def against_torch(root: pathlib.Path) -> None:
     with torch.no_grad():
       logits = model.eval()(images).numpy()
     ours = np.load(out / 'ours_logits.npy')
-    print(
-      f'timm loads ours, {arch}: max |timm - ours| {np.abs(logits - ours).max():.1e}; warnings {len(caught)}'
-    )
+    difference = float(np.abs(logits - ours).max())
+    measured['timm_loads_ours'][arch] = {'max_abs_difference': difference, 'warnings': len(caught)}
+    print(f'timm loads ours, {arch}: max |timm - ours| {difference:.1e}; warnings {len(caught)}')
   for name, class_name in HF_CLASSES.items():
     model, info = getattr(transformers, class_name).from_pretrained(cases[name], output_loading_info=True)
     with torch.no_grad():
       logits = model.eval()(pixel_values=images).logits.numpy()
     ours = np.load(pathlib.Path(cases[name]) / 'ours_logits.npy')
-    print(f'transformers loads ours, {class_name}: max |hf - ours| {np.abs(logits - ours).max():.1e}; {info}')
+    difference = float(np.abs(logits - ours).max())
+    keys = {
+      kind: len(info.get(kind) or ()) for kind in ('missing_keys', 'unexpected_keys', 'mismatched_keys')
+    }
+    measured['transformers_loads_ours'][class_name] = {'max_abs_difference': difference, **keys}
+    print(f'transformers loads ours, {class_name}: max |hf - ours| {difference:.1e}; {info}')
+  (root / 'torch_side.json').write_text(json.dumps(measured))
   real = root / 'real'
   torch.manual_seed(0)
 
@@ -134,6 +142,7 @@ def read(root: pathlib.Path) -> None:
   from vit.model import make_vit  # pylint: disable=g-import-not-at-top
 
   images = np.load(root / 'images.npy')
+  measured = json.loads((root / 'torch_side.json').read_text()) | {'we_read_theirs': {}}
   for folder in sorted((root / 'real').iterdir()):
     source = weights.read_weights(folder)
     shape = (*source.image_size, source.channels)
@@ -145,7 +154,19 @@ def read(root: pathlib.Path) -> None:
     ours = np.asarray(logits if source.num_classes else intermediates['pre_logits'])
     theirs = np.load(folder / 'torch_outputs.npy')
     what = 'logits' if source.num_classes else 'pooled features'
-    print(f'we read theirs, {folder.name}: max |ours - theirs| {what} {np.abs(ours - theirs).max():.1e}')
+    difference = float(np.abs(ours - theirs).max())
+    measured['we_read_theirs'][folder.name] = {'max_abs_difference': difference}
+    print(f'we read theirs, {folder.name}: max |ours - theirs| {what} {difference:.1e}')
+  for direction, cases in list(measured.items()):
+    measured[f'largest_difference_{direction}'] = max(case['max_abs_difference'] for case in cases.values())
+    measured[f'cases_{direction}'] = len(cases)
+  measured['loading_warnings'] = sum(case.get('warnings', 0) for case in measured['timm_loads_ours'].values())
+  measured['transformers_key_problems'] = sum(
+    case[kind]
+    for case in measured['transformers_loads_ours'].values()
+    for kind in ('missing_keys', 'unexpected_keys', 'mismatched_keys')
+  )
+  print(json.dumps(measured))  # the numbers, on the last line, for benchmarks.record
 
 
 if __name__ == '__main__':
