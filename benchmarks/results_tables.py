@@ -225,6 +225,11 @@ TABLES = {
     ('model.attention_score', 'val PPL', 'val BLEU', 'val exact match'),
     tuple(f'rnn_scores_multi30k/{score}' for score in RNN_SCORES),
   ),
+  'video-tubelet-time': Table(
+    'docs/ablations.md',
+    ('model.temporal_posemb', 'accuracy', 'digit accuracy', 'direction accuracy'),
+    ('video_tubelet_time/sincos1d', 'video_tubelet_time/none'),
+  ),
   'video-first-recipe': Table(
     'docs/results.md',
     ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
