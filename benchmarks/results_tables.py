@@ -7,9 +7,9 @@ A table sits in its page between ``<!-- results table: NAME ... -->`` and ``<!--
 everything else on the page is written by hand. ``TABLES`` says, for each table, its columns and its
 records (``results/*.json``, benchmarks/records.py), one row each. A cell is the record's own text for
 that column (``cells``, in which ``{metric}`` and ``{metric:format}`` stand for its numbers, and
-``{pattern|mean:format}``, ``{pattern|sd:format}`` and ``{pattern|each:format}`` for the mean, the
-sample standard deviation and the list of the numbers whose names match a pattern with ``*``, such
-as an ablation's seeds: ``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the
+``{pattern|mean:format}``, ``{pattern|median:format}``, ``{pattern|sd:format}`` and
+``{pattern|each:format}`` for the mean, the median, the sample standard deviation and the list of
+the numbers whose names match a pattern with ``*``, such as an ablation's seeds: ``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the
 columns every record can fill, made from its fields: ``what``, ``command``, ``time`` (wall and CPU
 seconds, load), ``machine`` and ``recorded at`` (commit and date; "transcribed" where the record was
 copied from the page of before records).
@@ -37,6 +37,7 @@ END = '<!-- end of results table -->'
 PLACEHOLDER = re.compile(r'\{([\w.\-/=,*]+)(?:\|(\w+))?(?::([^{}]*))?\}')
 AGGREGATES = {
   'mean': statistics.mean,
+  'median': statistics.median,
   'sd': statistics.stdev,
 }
 
@@ -121,7 +122,8 @@ TABLES = {
   'throughput': Table(
     'docs/results.md',
     ('what', 'command', 'images/s', 'machine', 'recorded at'),
-    ('vit_throughput', 'timm_vit_throughput', 'vit_throughput_defaults', 'vit_throughput_accum4')
+    ('vit_timm_rounds/ours', 'vit_timm_rounds/timm')
+    + ('vit_throughput', 'timm_vit_throughput', 'vit_throughput_defaults', 'vit_throughput_accum4')
     + ('vit_throughput_eigen', 'vit_throughput_eigen_accum4', 'vit_throughput_no_huge_pages')
     + ('vit_throughput_0.2', 'vit_throughput_accum4_0.2')
     + ('vit_throughput_eigen_0.2', 'vit_throughput_eigen_accum4_0.2', 'vit_throughput_no_huge_pages_0.2')
@@ -225,6 +227,7 @@ TABLES = {
     ('model.attention_score', 'val PPL', 'val BLEU', 'val exact match'),
     tuple(f'rnn_scores_multi30k/{score}' for score in RNN_SCORES),
   ),
+  'weights-against-torch': Table('docs/results.md', STANDARD, ('weights_against_torch',)),
   'video-tubelet-time': Table(
     'docs/ablations.md',
     ('model.temporal_posemb', 'accuracy', 'digit accuracy', 'direction accuracy'),
@@ -257,7 +260,7 @@ def render(template: str, numbers: dict[str, Any], name: str) -> str:
     if aggregate == 'each':
       return ', '.join(format(value, spec) for value in values)
     if aggregate not in AGGREGATES:
-      raise TableError(f'record {name}: {{{metric}}} needs |mean, |sd or |each, got {aggregate!r}')
+      raise TableError(f'record {name}: {{{metric}}} needs |mean, |median, |sd or |each, got {aggregate!r}')
     if aggregate == 'sd' and len(values) < 2:
       raise TableError(f'record {name}: {{{metric}|sd}} matches one number only')
     return format(AGGREGATES[aggregate](values), spec)

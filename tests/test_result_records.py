@@ -182,12 +182,13 @@ def test_a_cell_aggregates_the_numbers_a_pattern_matches():
   numbers['runs.a=1,seed=0.metrics.loss'] = 0.3
   pattern = 'runs.a=1,seed=*.metrics.accuracy'
   assert results_tables.render(f'{{{pattern}|each:.2%}}', numbers, 'r') == '98.89%, 97.78%, 98.06%'
+  assert results_tables.render(f'{{{pattern}|median:.2%}}', numbers, 'r') == '98.06%'
   assert results_tables.render(f'{{{pattern}|mean:.2%}} ± {{{pattern}|sd:.2%}}', numbers, 'r') == (
     '98.24% ± 0.58%'
   )
   with pytest.raises(results_tables.TableError, match='no number of its matches'):
     results_tables.render('{runs.b=*.metrics.accuracy|mean}', numbers, 'r')
-  with pytest.raises(results_tables.TableError, match=re.escape('needs |mean, |sd or |each')):
+  with pytest.raises(results_tables.TableError, match=re.escape('needs |mean, |median, |sd or |each')):
     results_tables.render(f'{{{pattern}}}', numbers, 'r')
   with pytest.raises(results_tables.TableError, match='needs a pattern'):
     results_tables.render('{runs.a=1,seed=0.metrics.loss|mean}', numbers, 'r')
