@@ -21,6 +21,7 @@ import itertools
 import pathlib
 import re
 import shlex
+import statistics
 import time
 from typing import Any, Callable
 
@@ -238,8 +239,34 @@ def run_sweep(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any] 
       metrics = _metrics_record(run.config, result.step, result.eval_metrics)
       log(f'{prefix}: trained in {time.perf_counter() - start:.0f} s: {_shown(metrics)}')
     run.task = None  # its data is freed once the combination's last seed is done
-    records.append(dict(overrides=run.overrides, name=run.name, workdir=str(run.workdir), metrics=metrics))
+    records.append(
+      dict(
+        overrides=run.overrides,
+        name=run.name,
+        workdir=str(run.workdir),
+        metrics=metrics,
+        cost=run_cost(run.workdir, run.config.batch_size),
+      )
+    )
   return summarize(plan, records)
+
+
+def run_cost(workdir: storage.Path, batch_size: int) -> dict[str, float]:
+  """What a run cost, from its workdir: ``train_examples_per_second`` (the median of the logged
+  steps/s, which count training time only, times the batch) and the model's numeric facts
+  (``model.json``, such as a video model's ``gflops_per_clip``). Either is left out where the workdir
+  does not have it."""
+  workdir = storage.as_path(workdir)
+  facts = workdir_lib.load_model_facts(workdir) if (workdir / workdir_lib.MODEL_FACTS_FILE).exists() else {}
+  cost = {
+    name: float(value)
+    for name, value in facts.items()
+    if isinstance(value, (int, float)) and not isinstance(value, bool)
+  }
+  rates = [record['steps_per_sec'] for record in read_metrics(workdir) if 'steps_per_sec' in record]
+  if rates:
+    cost['train_examples_per_second'] = float(statistics.median(rates)) * batch_size
+  return cost
 
 
 def summarize(plan: Plan, records: list[dict[str, Any]]) -> dict[str, Any]:

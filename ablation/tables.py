@@ -4,7 +4,9 @@
 ``best_metric``, ``logged_metric`` (its name in ``metrics.jsonl``: ``<split>_<metric>`` with
 ``eval_splits``), ``axes`` (field path -> values), ``seeds``, ``not_applicable`` (the combinations
 that do not exist) and ``runs``, each ``{"overrides": {path: value, ..., "seed": s}, "name",
-"workdir", "metrics"}`` with the metrics ``evaluate.py`` prints.
+"workdir", "metrics", "cost"}`` with the metrics ``evaluate.py`` prints and what the run cost
+(``ablation.sweep.run_cost``: training examples a second, and the model's facts such as a video
+model's GFLOPs per clip), so that a record of the sweep keeps its cost columns.
 
 ``results.md`` holds the table the task draws for the sweep (``Reporting.ablation_table``: a family
 knows the axes of the paper tables it reproduces) or else the generic one: one row per

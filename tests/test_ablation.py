@@ -85,6 +85,9 @@ def test_sweep_writes_results_json_csv_and_markdown(sweep_dir):
     sweep_dir / 'posemb=none,seed=0',
     sweep_dir / 'posemb=learn2d,seed=0',
   ]
+  for run in runs:  # the cost columns of a sweep's record: training examples a second, the model's facts
+    assert run['cost']['train_examples_per_second'] > 0
+    assert all(isinstance(value, float) for value in run['cost'].values())
   evaluated = evaluate_workdir(runs[1]['workdir'])
   assert set(runs[1]['metrics']) == set(evaluated)
   assert runs[1]['metrics']['step'] == 3 and runs[1]['metrics']['accuracy'] == pytest.approx(
