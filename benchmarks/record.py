@@ -10,7 +10,8 @@ The command runs in a scratch copy of the checkout's layout (links to its files,
 so a workdir left from an earlier run cannot make it resume. Its numbers are the JSON object on the
 last line of its stdout, or the JSON file ``--numbers_file`` names (relative to the checkout). Named
 files, ``--numbers_file NAME=PATH`` repeated, give several measurements of one command, each one's
-numbers prefixed with its name:
+numbers prefixed with its name (a lowercase name of letters, digits and ``_``; a single path that
+starts so, ``seed=0/results.json``, is written ``./seed=0/results.json``):
 
   python -m benchmarks.record long --numbers_file end=runs/end.json --numbers_file average=runs/avg.json \\
       -- 'python train.py --config C --workdir runs/long && python evaluate.py --workdir runs/long > runs/end.json &&
@@ -18,7 +19,8 @@ numbers prefixed with its name:
 
 ``results/NAME.json`` (benchmarks/records.py) then holds the command, commit, date, machine, wall and
 CPU seconds, load average and numbers; a record of the same name that it replaces passes on what it
-says about presentation and spread (``what``, ``cells``, ``parts``, ``spread``, ``numbers_file``).
+says about presentation, spread and comparison (``what``, ``cells``, ``parts``, ``spread``, ``compared``,
+``numbers_file``).
 """
 
 import argparse
@@ -38,7 +40,9 @@ def parse_numbers_files(texts: list[str]) -> str | dict[str, str] | None:
   for text in texts:
     match = NAMED_FILE.match(text)
     if not match:
-      raise SystemExit(f'--numbers_file {text!r}: with several files, name each one: NAME=PATH')
+      raise SystemExit(
+        f'--numbers_file {text!r}: with several files, name each one: NAME=PATH, NAME of a-z, 0-9 and _'
+      )
     if match['name'] in named:
       raise SystemExit(f'--numbers_file {text!r}: the name {match["name"]!r} is given twice')
     named[match['name']] = match['path']

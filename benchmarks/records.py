@@ -7,7 +7,7 @@ stdout (``evaluate.py``, ``benchmarks/*``), or in a JSON file it writes (``ablat
 ``results.json``, named with ``numbers_file``). A command that measures several things one after
 another (a training run, then two evaluations of it) may write each one's JSON to a file of its own:
 ``numbers_file`` then maps a name to each file, and the numbers of each are prefixed with its name
-(``end.bleu``, ``average_last_5.bleu``).
+(``end.bleu``, ``average.bleu``).
 
 Records written by a run have ``"source": "run"``. Records made from docs/results.md before records
 existed have ``"source": "transcribed"``: their numbers are the page's, and a field the page did not
@@ -42,7 +42,7 @@ SOURCES = ('run', 'transcribed')
 SIMD_FLAG = re.compile(r'^(avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sse4_\d|neon|asimd\w*|sve\w*)$')
 LOAD_SAMPLE_SECONDS = 5.0
 # What a new run of a record's command keeps of the record it replaces: how it is shown, and its spread.
-CARRIED_ON_RERUN = ('what', 'cells', 'parts', 'spread', 'numbers_file')
+CARRIED_ON_RERUN = ('what', 'cells', 'parts', 'spread', 'compared', 'numbers_file')
 NAME = re.compile(r'^[a-z0-9][a-z0-9_.-]*$')
 
 
@@ -219,7 +219,11 @@ def numbers_from_file(path: pathlib.Path) -> dict[str, Any]:
   try:
     return flatten(json.loads(text))
   except json.JSONDecodeError:
+    pass
+  try:
     return numbers_from_stdout(text)
+  except RecordError:
+    raise RecordError(f'{path} is neither JSON nor ends with a line that is a JSON object') from None
 
 
 def numbers_from_files(scratch: pathlib.Path, numbers_file: str | dict[str, str]) -> dict[str, Any]:

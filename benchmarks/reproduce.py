@@ -7,10 +7,11 @@
 
 A rerun runs the record's command as ``benchmarks.record`` does (a scratch checkout, fresh ``runs/``)
 and prints each of the record's numbers beside the new one (those its ``compared`` field names, when
-it has one, are the ones compared: a median of several runs, not their range). A number is flagged (``OUTSIDE``) when it
-moved by more than the spread the record states for it (a seed spread, the difference between CPU
-kinds), or, where the record states none, when it differs at the digits the record gives. The exit
-status is 1 when a number is flagged or a command failed. ``--override FLAG`` adds FLAG to every part
+it has one, are the ones compared: a median of several runs, not their range; without one, all
+but a sweep's timings, ``*.cost.train_examples_per_second``). A number is flagged (``OUTSIDE``)
+when it moved by more than the spread the record states for it (a seed spread, the difference
+between CPU kinds), or, where the record states none, when it differs at the digits the record
+gives. The exit status is 1 when a number is flagged or a command failed. ``--override FLAG`` adds FLAG to every part
 of the command that takes ``--config`` (a shorter run to check that the command still works; its
 numbers are not the record's). ``--write`` replaces the record with the rerun (not with ``--override``).
 """
@@ -65,10 +66,15 @@ def within(metric: str, old: Any, new: Any, spread: dict[str, Any]) -> bool:
   return math.isclose(round(new, stated_decimals(old)), old, rel_tol=0, abs_tol=1e-12)
 
 
+SWEEP_TIMING = '.cost.train_examples_per_second'  # a sweep run's examples/s (ablation.sweep.run_cost)
+
+
 def comparison(record: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], bool]:
   """The lines that set the record's numbers beside the new ones, and whether all are within spread."""
   spread = record.get('spread') or {}
-  compared = record.get('compared', list(record['numbers']))
+  compared = record.get(
+    'compared', [metric for metric in record['numbers'] if not metric.endswith(SWEEP_TIMING)]
+  )
   lines = [f'{"metric":<28} {"record":>14} {"rerun":>14}  spread']
   all_within = True
   for metric, old in record['numbers'].items():

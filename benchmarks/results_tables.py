@@ -9,8 +9,8 @@ records (``results/*.json``, benchmarks/records.py), one row each. A cell is the
 that column (``cells``, in which ``{metric}`` and ``{metric:format}`` stand for its numbers, and
 ``{pattern|mean:format}``, ``{pattern|median:format}``, ``{pattern|sd:format}`` and
 ``{pattern|each:format}`` for the mean, the median, the sample standard deviation and the list of
-the numbers whose names match a pattern with ``*``, such as an ablation's seeds: ``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the
-columns every record can fill, made from its fields: ``what``, ``command``, ``time`` (wall and CPU
+the numbers whose names match a pattern with ``*``, such as an ablation's seeds:
+``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the columns every record can fill, made from its fields: ``what``, ``command``, ``time`` (wall and CPU
 seconds, load), ``machine`` and ``recorded at`` (commit and date; "transcribed" where the record was
 copied from the page of before records).
 

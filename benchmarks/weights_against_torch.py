@@ -6,15 +6,16 @@
   python benchmarks/weights_against_torch.py read DIR              # our venv: read theirs, compare
 
 ``export`` writes, for each timm architecture family of the tests (the distilled DeiT included), for
-``ViTForImageClassification`` and for ``DeiTForImageClassificationWithTeacher``, a model of ours (random
-weights) with ``vit.export_weights`` and our logits on two random images. ``torch`` loads each with
-``timm.create_model(..., pretrained=True, pretrained_cfg_overlay=...)`` and the transformers class's
-``from_pretrained``, prints the largest difference from our logits and the
-loading warnings, then writes folders with timm's ``save_for_hf`` and transformers' ``save_pretrained``
-(random weights; transformers' folders twice, with the hub's names and, ``save_original_format=False``,
-with the names transformers 5 holds in memory) with their outputs. ``read`` reads those with ``vit.weights`` and prints the largest
-difference of our outputs from theirs, then all the numbers as one JSON object on its last line (for
-``python -m benchmarks.record``). Not part of the test suite (it needs PyTorch).
+``ViTForImageClassification`` and for ``DeiTForImageClassificationWithTeacher``, a model of ours
+(random weights) with ``vit.export_weights`` and our logits on two random images. ``torch`` loads
+each with ``timm.create_model(..., pretrained=True, pretrained_cfg_overlay=...)`` and the
+transformers class's ``from_pretrained``, prints the largest difference from our logits and the
+loading warnings (and keeps them in ``DIR/torch_side.json``), then writes folders with timm's
+``save_for_hf`` and transformers' ``save_pretrained`` (random weights; transformers' folders twice,
+with the hub's names and, ``save_original_format=False``, with the names transformers 5 holds in
+memory) with their outputs. ``read`` reads those with ``vit.weights``, prints the largest
+difference of our outputs from theirs, then all the numbers as one JSON object on its last line
+(for ``python -m benchmarks.record``). Not part of the test suite (it needs PyTorch).
 """
 
 import json
@@ -158,6 +159,8 @@ def read(root: pathlib.Path) -> None:
     measured['we_read_theirs'][folder.name] = {'max_abs_difference': difference}
     print(f'we read theirs, {folder.name}: max |ours - theirs| {what} {difference:.1e}')
   for direction, cases in list(measured.items()):
+    if not cases:
+      raise SystemExit(f'{root}: no case of {direction}; run the export and torch steps first')
     measured[f'largest_difference_{direction}'] = max(case['max_abs_difference'] for case in cases.values())
     measured[f'cases_{direction}'] = len(cases)
   measured['loading_warnings'] = sum(case.get('warnings', 0) for case in measured['timm_loads_ours'].values())

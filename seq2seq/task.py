@@ -300,14 +300,8 @@ class Translation(Task):
     return self.source.split_names()
 
   def eval_metric_names(self) -> tuple[str, ...]:
-    return (
-      *self.eval_metrics.__annotations__,
-      'bleu',
-      'bleu_lowercase',
-      'chrf',
-      'length_ratio',
-      'exact_match',
-    )
+    # ``length_ratio`` is reported too, but is no ``best_metric``: neither more nor less is better.
+    return (*self.eval_metrics.__annotations__, 'bleu', 'bleu_lowercase', 'chrf', 'exact_match')
 
   def eval_pairs(self, split: str) -> list[tuple[str, str]]:
     check_split_name(split, 'split')

@@ -69,6 +69,19 @@ def test_a_number_is_within_its_spread_or_equal_at_the_stated_digits():
   assert ok and 'not compared' in lines[2]
 
 
+def test_a_sweeps_timings_are_shown_but_not_compared():
+  run = 'runs.posemb=none,seed=0'
+  record = {'numbers': {f'{run}.metrics.accuracy': 0.9, f'{run}.cost.train_examples_per_second': 600.0}}
+  lines, ok = reproduce.comparison(
+    record, {f'{run}.metrics.accuracy': 0.9, f'{run}.cost.train_examples_per_second': 450.0}
+  )
+  assert ok and any('not compared' in line for line in lines)
+  _, ok = reproduce.comparison(
+    record, {f'{run}.metrics.accuracy': 0.8, f'{run}.cost.train_examples_per_second': 600.0}
+  )
+  assert not ok
+
+
 def test_durations_read_as_the_docs_write_them():
   assert [reproduce.duration(s) for s in (21, 96, 788, 2894, 3725, None)] == [
     '21 s',
@@ -134,6 +147,7 @@ def test_several_numbers_files_are_each_named_once():
   assert record.parse_numbers_files(['runs/sweep/posemb=none/results.json']) == (
     'runs/sweep/posemb=none/results.json'
   )
+  assert record.parse_numbers_files(['end=runs/end.json']) == {'end': 'runs/end.json'}
   with pytest.raises(SystemExit, match='name each one'):
     record.parse_numbers_files(['end=runs/end.json', 'runs/average.json'])
   with pytest.raises(SystemExit, match="'end' is given twice"):
