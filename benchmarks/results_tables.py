@@ -59,7 +59,7 @@ TABLES = {
     'README.md',
     ('model and data', 'result', 'time', 'machine', 'more'),
     ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'transformer_scan')
-    + ('transformer_multi30k_long_0.2', 'rnn_scan', 'rnn_multi30k', 'video_digits'),
+    + ('transformer_multi30k_long/end', 'rnn_scan', 'rnn_multi30k', 'video_digits'),
   ),
   'headline': Table(
     'docs/results.md',
@@ -96,6 +96,7 @@ TABLES = {
       'transformer_multi30k_0.1',
     )
     + (
+      'transformer_multi30k_long/end',
       'transformer_multi30k_long_0.2',
       'rnn_scan',
       'rnn_scan_0.2',
@@ -170,7 +171,8 @@ TABLES = {
   'multi30k-long': Table(
     'docs/results.md',
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio', 'perplexity', 'machine', 'recorded at'),
-    ('transformer_multi30k_long_0.2', 'transformer_multi30k_long_avg5_0.2'),
+    ('transformer_multi30k_long/end', 'transformer_multi30k_long/average_last_5')
+    + ('transformer_multi30k_long_0.2', 'transformer_multi30k_long_avg5_0.2'),
   ),
   'recipes': Table(
     'docs/results.md',

@@ -7,7 +7,7 @@ The same model, data and vocabulary; 12,000 steps of 64 pairs instead of 1,800, 
 run needs, chosen before it ran and not tuned on the validation split: dropout 0.3 instead of 0.1,
 a warm-up of 1,000 steps, and beam search with length penalty alpha 1.0 instead of 0.6.
 Checkpoints every 1,000 steps, the last 5 kept, for the averaged evaluation (second command).
-Results of both commands: docs/results.md, "Multi30k in an hour".
+Results of both commands: docs/results.md, "Multi30k for longer".
 """
 
 from configs import transformer_multi30k
