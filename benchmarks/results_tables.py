@@ -66,6 +66,7 @@ TABLES = {
     STANDARD,
     (
       'vit_digits',
+      'vit_digits_avx512',
       'vit_digits_b2ea671',
       'vit_digits_seed1',
       'vit_digits_seed2',
