@@ -21,13 +21,13 @@ import itertools
 import pathlib
 import re
 import shlex
-import statistics
 import time
 from typing import Any, Callable
 
 import ml_collections
 from absl import flags
 
+from ablation import tables
 from trainer.errors import ConfigError
 from trainer.io import storage
 from trainer.io import workdir as workdir_lib
@@ -263,9 +263,9 @@ def run_cost(workdir: storage.Path, batch_size: int) -> dict[str, float]:
     for name, value in facts.items()
     if isinstance(value, (int, float)) and not isinstance(value, bool)
   }
-  rates = [record['steps_per_sec'] for record in read_metrics(workdir) if 'steps_per_sec' in record]
-  if rates:
-    cost['train_examples_per_second'] = float(statistics.median(rates)) * batch_size
+  examples_per_second = tables.train_examples_per_second(workdir, batch_size)
+  if examples_per_second is not None:
+    cost['train_examples_per_second'] = examples_per_second
   return cost
 
 

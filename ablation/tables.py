@@ -24,6 +24,7 @@ import numpy as np
 
 from trainer.errors import WorkdirError
 from trainer.io import storage
+from trainer.io.metrics_io import read_metrics
 from trainer.observe.reporting import reporting_of
 from trainer.task import task_class
 
@@ -47,6 +48,13 @@ def group_runs(summary: dict[str, Any]) -> dict[tuple, list[dict[str, Any]]]:
 def is_not_applicable(summary: dict[str, Any], values: tuple) -> bool:
   axes = list(summary['axes'])
   return any(tuple(entry[path] for path in axes) == values for entry in summary['not_applicable'])
+
+
+def train_examples_per_second(workdir: storage.Path, batch_size: int) -> float | None:
+  """Training examples a second: the median logged steps/s (training steps on training time only,
+  without compilation, evaluations or saves) times the batch; ``None`` before the first log."""
+  rates = [record['steps_per_sec'] for record in read_metrics(workdir) if 'steps_per_sec' in record]
+  return float(np.median(rates)) * batch_size if rates else None
 
 
 def metric_values(runs: list[dict[str, Any]], metric: str) -> list[float]:

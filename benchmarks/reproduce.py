@@ -11,9 +11,10 @@ it has one, are the ones compared: a median of several runs, not their range; wi
 but a sweep's timings, ``*.cost.train_examples_per_second``). A number is flagged (``OUTSIDE``)
 when it moved by more than the spread the record states for it (a seed spread, the difference
 between CPU kinds), or, where the record states none, when it differs at the digits the record
-gives. The exit status is 1 when a number is flagged or a command failed. ``--override FLAG`` adds FLAG to every part
-of the command that takes ``--config`` (a shorter run to check that the command still works; its
-numbers are not the record's). ``--write`` replaces the record with the rerun (not with ``--override``).
+gives. The exit status is 1 when a number is flagged or a command failed. ``--override FLAG`` adds
+FLAG to every part of the command that takes ``--config`` (a shorter run to check that the command
+still works; its numbers are not the record's). ``--write`` replaces the record with the rerun (not
+with ``--override``).
 """
 
 import argparse

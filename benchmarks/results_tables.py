@@ -10,9 +10,9 @@ that column (``cells``, in which ``{metric}`` and ``{metric:format}`` stand for 
 ``{pattern|mean:format}``, ``{pattern|median:format}``, ``{pattern|sd:format}`` and
 ``{pattern|each:format}`` for the mean, the median, the sample standard deviation and the list of
 the numbers whose names match a pattern with ``*``, such as an ablation's seeds:
-``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the columns every record can fill, made from its fields: ``what``, ``command``, ``time`` (wall and CPU
-seconds, load), ``machine`` and ``recorded at`` (commit and date; "transcribed" where the record was
-copied from the page of before records).
+``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the columns every record can fill, made from
+its fields: ``what``, ``command``, ``time`` (wall and CPU seconds, load), ``machine`` and ``recorded
+at`` (commit and date; "transcribed" where the record was copied from the page of before records).
 
 One command may measure several rows (a chain such as benchmarks/mnist_to_digits.py): its record's
 ``parts`` maps a part's name to that row's own ``what`` and ``cells``, and a table names the row

@@ -23,12 +23,13 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
   if not references:
     raise ValueError('no sentences to score')
   bleu, bleu_lowercase, chrf = BLEU(), BLEU(lowercase=True), CHRF()
-  bleu_score = bleu.corpus_score(list(hypotheses), [list(references)])
+  hypotheses, reference_sets = list(hypotheses), [list(references)]
+  bleu_score = bleu.corpus_score(hypotheses, reference_sets)
   return {
     'bleu': float(bleu_score.score),
     'length_ratio': float(bleu_score.sys_len / bleu_score.ref_len) if bleu_score.ref_len else 0.0,
-    'bleu_lowercase': float(bleu_lowercase.corpus_score(list(hypotheses), [list(references)]).score),
-    'chrf': float(chrf.corpus_score(list(hypotheses), [list(references)]).score),
+    'bleu_lowercase': float(bleu_lowercase.corpus_score(hypotheses, reference_sets).score),
+    'chrf': float(chrf.corpus_score(hypotheses, reference_sets).score),
     'exact_match': sum(h == r for h, r in zip(hypotheses, references)) / len(references),
     'bleu_signature': str(bleu.get_signature()),
     'bleu_lowercase_signature': str(bleu_lowercase.get_signature()),

@@ -12,8 +12,6 @@ generic table.
 
 from typing import Any
 
-import numpy as np
-
 from ablation import tables
 from trainer.io import storage
 
@@ -55,10 +53,7 @@ def clip_gflops(workdir: storage.Path) -> float:
 def train_throughput(workdir: storage.Path) -> float:
   """Clips per second in training: the median logged steps/s (training steps on training time only,
   without compilation, evaluations or saves), times the batch."""
-  from trainer.io.metrics_io import read_metrics  # pylint: disable=g-import-not-at-top
-  from trainer.io.workdir import load_config
+  from trainer.io.workdir import load_config  # pylint: disable=g-import-not-at-top
 
-  rates = [record['steps_per_sec'] for record in read_metrics(workdir) if 'steps_per_sec' in record]
-  if not rates:
-    return float('nan')
-  return float(np.median(rates)) * load_config(workdir).batch_size
+  examples_per_second = tables.train_examples_per_second(workdir, load_config(workdir).batch_size)
+  return float('nan') if examples_per_second is None else examples_per_second
