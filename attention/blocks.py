@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention.dtypes import resolve_dtype
-from attention.multi_head import MultiHeadAttention
+from attention.multi_head import ATTENTION_KERNELS, MultiHeadAttention
 from attention.positional import Rotary
 from attention.scores import SCORES
 
@@ -41,7 +41,8 @@ class BlockOptions:
   ``score`` (``attention.scores``), ``dropout`` (on each residual branch and inside the MLP),
   ``attention_dropout`` (on the attention weights), ``activation`` (the MLP's), ``norm_placement``,
   ``layernorm_epsilon`` (of every LayerNorm), ``layer_scale`` (0: none), ``use_bias`` (of the
-  attention projections), ``dtype`` (computed in; ``None``: the inputs') and ``param_dtype``.
+  attention projections), ``attention_kernel`` (``attention.multi_head.ATTENTION_KERNELS``),
+  ``dtype`` (computed in; ``None``: the inputs') and ``param_dtype``.
   """
 
   score: str = 'scaled_dot'
@@ -52,6 +53,7 @@ class BlockOptions:
   layernorm_epsilon: float = LAYERNORM_EPSILON
   layer_scale: float = 0.0
   use_bias: bool = True
+  attention_kernel: str = 'auto'
   dtype: Any = None
   param_dtype: Any = jnp.float32
 
@@ -60,6 +62,7 @@ class BlockOptions:
       ('score', SCORES),
       ('activation', ACTIVATIONS),
       ('norm_placement', NORM_PLACEMENTS),
+      ('attention_kernel', tuple(ATTENTION_KERNELS)),
     ):
       if getattr(self, name) not in allowed:
         raise ValueError(f'Unknown {name} {getattr(self, name)!r}; allowed values: {", ".join(allowed)}.')
@@ -92,6 +95,7 @@ def attention_layer(num_heads: int, features: int, options: BlockOptions, **laye
     score=options.score,
     dropout_rate=options.attention_dropout,
     use_bias=options.use_bias,
+    fused_kernel=ATTENTION_KERNELS[options.attention_kernel],
     dtype=options.dtype,
     param_dtype=options.param_dtype,
     **layer,

@@ -9,7 +9,8 @@ takes the shapes and dtype (bfloat16 or float16, head size a multiple of 8, ...)
 XLA's fused attention otherwise (``fused_attention``); otherwise the explicit path
 computes the weights. Both give the same output. Elsewhere the fused call is only a
 reference implementation in the same einsums, so on the CPU the explicit path (heads-major
-matmuls) runs instead.
+matmuls) runs instead. A model's ``attention_kernel`` option (``ATTENTION_KERNELS``) forces
+either path: ``'auto'`` (the rule above), ``'fused'`` or ``'explicit'``.
 """
 
 import jax
@@ -19,6 +20,9 @@ from flax import nnx
 from attention.masks import Mask, causal_mask, combine_masks, has_any_key, masked_softmax
 from attention.positional import Rotary
 from attention.scores import AttentionScore
+
+# A model's ``attention_kernel`` option -> ``MultiHeadAttention``'s ``fused_kernel``.
+ATTENTION_KERNELS = {'auto': None, 'fused': True, 'explicit': False}
 
 
 def fused_attention(query, key, value, *, bias, mask, scale) -> jax.Array:

@@ -5,6 +5,11 @@
   dense peak (model FLOPs utilisation, MFU), as one line. The peaks (``peak_tflops``) are the
   vendors' dense (no sparsity) tensor-core numbers for bfloat16; other devices and dtypes need
   ``--peak_tflops``.
+- ``cudnn_attention_calls``: how many of cuDNN's fused attention kernels the compiled step calls,
+  forward and backward: whether cuDNN took the attention (``attention.multi_head.fused_attention``
+  falls back to XLA's einsums where it refuses). XLA's cost analysis counts no FLOPs for these
+  calls, so a step that makes them reports fewer FLOPs than the same step with
+  ``attention_kernel='explicit'``.
 - ``profile_and_summarise``: a ``jax.profiler`` trace of a few steps (open it in TensorBoard's
   profile plugin or Perfetto) and a table of the ops that took the most time
   (``summarise_trace``): device kernels on a GPU, XLA's thunks on a CPU.
@@ -14,6 +19,7 @@ the training loop's progress line and profiles use too; they are imported here b
 """
 
 import pathlib
+import re
 import time
 from collections.abc import Callable
 
@@ -24,6 +30,7 @@ from trainer.observe.step_cost import compiled_flops, peak_tflops, summarise_tra
 __all__ = [
   'CompiledSteps',
   'compiled_flops',
+  'cudnn_attention_calls',
   'peak_tflops',
   'profile_and_summarise',
   'summarise_trace',
@@ -48,6 +55,18 @@ class CompiledSteps:
     start = time.perf_counter()
     self.run(steps)
     return (time.perf_counter() - start) / steps
+
+
+# cuDNN's fused attention custom calls in optimised HLO: __cudnn$fmhaSoftmax, __cudnn$fmhaScaleBiasSoftmax,
+# __cudnn$fmhaSoftmaxBackward, ... (XLA's names; FP8 variants spell it fhma).
+_CUDNN_ATTENTION_TARGET = re.compile(r'custom_call_target="__cudnn\$\w*(?:fmha|fhma)(\w*)"')
+
+
+def cudnn_attention_calls(compiled) -> dict[str, int]:
+  """The cuDNN fused attention kernels that ``compiled`` calls: ``{'forward': n, 'backward': m}``."""
+  targets = _CUDNN_ATTENTION_TARGET.findall(compiled.as_text())
+  backward = sum('Backward' in target for target in targets)
+  return {'forward': len(targets) - backward, 'backward': backward}
 
 
 def utilisation(

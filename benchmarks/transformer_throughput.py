@@ -28,7 +28,14 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from benchmarks.step_cost import CompiledSteps, compiled_flops, profile_and_summarise, utilisation
+from attention.multi_head import ATTENTION_KERNELS
+from benchmarks.step_cost import (
+  CompiledSteps,
+  compiled_flops,
+  cudnn_attention_calls,
+  profile_and_summarise,
+  utilisation,
+)
 from configs.common import trainer_config
 from seq2seq.architectures import make_translator
 from seq2seq.model import model_section
@@ -44,6 +51,12 @@ _BATCH = flags.DEFINE_integer('batch_size', 32, 'Sentence pairs per step (global
 _LENGTH = flags.DEFINE_integer('length', 64, 'Tokens per source and per target sentence.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps.')
+_ATTENTION_KERNEL = flags.DEFINE_enum(
+  'attention_kernel',
+  'auto',
+  list(ATTENTION_KERNELS),
+  "model.attention_kernel: 'auto' (cuDNN's fused kernel on a GPU), 'fused' or 'explicit' (XLA's einsums).",
+)
 _PEAK_TFLOPS = flags.DEFINE_float(
   'peak_tflops',
   0.0,
@@ -74,7 +87,11 @@ def main(argv):
   config.label_smoothing = 0.1
   config.model = model_section({})
   config.model.update(
-    variant=_VARIANT.value, share_embeddings=True, max_length=max(256, _LENGTH.value), dtype=_DTYPE.value
+    variant=_VARIANT.value,
+    share_embeddings=True,
+    max_length=max(256, _LENGTH.value),
+    dtype=_DTYPE.value,
+    attention_kernel=_ATTENTION_KERNEL.value,
   )
   config.batch_size = _BATCH.value
   task = _SyntheticTranslation(config, _VOCAB_SIZE.value)
@@ -95,6 +112,7 @@ def main(argv):
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   compiled = step.lower(state, metrics, batch).compile()
   flops = compiled_flops(compiled)
+  cudnn_calls = cudnn_attention_calls(compiled)
 
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   steps = CompiledSteps(compiled, state, metrics, batch)
@@ -103,7 +121,11 @@ def main(argv):
   device_kind = jax.devices()[0].device_kind
   print(
     f'model: Transformer {_VARIANT.value}, vocabulary {_VOCAB_SIZE.value}, {num_params / 1e6:.1f}M parameters, '
-    f'{_DTYPE.value}, batch {_BATCH.value} x ({_LENGTH.value} + {_LENGTH.value}) tokens'
+    f'{_DTYPE.value}, batch {_BATCH.value} x ({_LENGTH.value} + {_LENGTH.value}) tokens, '
+    f'attention_kernel {_ATTENTION_KERNEL.value}'
+  )
+  print(
+    f'cuDNN fused attention calls in the step: {cudnn_calls["forward"]} forward, {cudnn_calls["backward"]} backward'
   )
   print(f'devices: {jax.device_count()} x {device_kind}')
   print(f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
@@ -120,6 +142,8 @@ def main(argv):
     'parameters': num_params,
     'flops_per_step': flops,
     'tflops_per_second': flops / seconds / 1e12,
+    'cudnn_attention_forward_calls': cudnn_calls['forward'],
+    'cudnn_attention_backward_calls': cudnn_calls['backward'],
   }
   print(json.dumps(numbers))  # the numbers for benchmarks.record
 

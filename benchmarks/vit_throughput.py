@@ -38,7 +38,14 @@ import numpy as np
 from absl import app, flags
 
 from attention.layers import REMAT_POLICIES
-from benchmarks.step_cost import CompiledSteps, compiled_flops, profile_and_summarise, utilisation
+from attention.multi_head import ATTENTION_KERNELS
+from benchmarks.step_cost import (
+  CompiledSteps,
+  compiled_flops,
+  cudnn_attention_calls,
+  profile_and_summarise,
+  utilisation,
+)
 from configs.common import trainer_config
 from trainer.partitioning import global_batch, replicated
 from trainer.run_step import build_step
@@ -67,6 +74,12 @@ _GRAD_ACCUM = flags.DEFINE_integer(
 )
 _EMA_DECAY = flags.DEFINE_float(
   'ema_decay', 0.0, 'Keep a moving average of the parameters in the step (config.ema.decay; 0 = off).'
+)
+_ATTENTION_KERNEL = flags.DEFINE_enum(
+  'attention_kernel',
+  'auto',
+  list(ATTENTION_KERNELS),
+  "model.attention_kernel: 'auto' (cuDNN's fused kernel on a GPU), 'fused' or 'explicit' (XLA's einsums).",
 )
 _PEAK_TFLOPS = flags.DEFINE_float(
   'peak_tflops',
@@ -108,6 +121,7 @@ def main(argv):
     dtype=_DTYPE.value,
     scan_layers=_SCAN.value,
     remat=_REMAT.value,
+    attention_kernel=_ATTENTION_KERNEL.value,
   )
   config.update(batch_size=_BATCH.value, grad_accum_steps=_GRAD_ACCUM.value)
   config.ema.decay = _EMA_DECAY.value
@@ -128,6 +142,7 @@ def main(argv):
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   compiled = step.lower(state, metrics, batch).compile()
   flops = compiled_flops(compiled)
+  cudnn_calls = cudnn_attention_calls(compiled)
 
   steps = CompiledSteps(compiled, state, metrics, batch)
   seconds = steps.seconds_per_step(_STEPS.value)
@@ -142,11 +157,14 @@ def main(argv):
   print(
     f'model: {shape}, {_IMAGE_SIZE.value}x{_IMAGE_SIZE.value}x3, {num_params / 1e6:.2f}M parameters, '
     f'{_DTYPE.value}, batch {_BATCH.value}, scan_layers {_SCAN.value}, remat {_REMAT.value}, '
-    f'ema_decay {_EMA_DECAY.value:g}'
+    f'ema_decay {_EMA_DECAY.value:g}, attention_kernel {_ATTENTION_KERNEL.value}'
   )
   device_kind = jax.devices()[0].device_kind
   print(f'devices: {jax.device_count()} x {device_kind}')
   print(f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
+  print(
+    f'cuDNN fused attention calls in the step: {cudnn_calls["forward"]} forward, {cudnn_calls["backward"]} backward'
+  )
   print(f'scratch memory of the step: {compiled.memory_analysis().temp_size_in_bytes / 1e9:.2f} GB')
   print(f'train step: {seconds * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
   if _PROFILE_DIR.value:
@@ -158,6 +176,8 @@ def main(argv):
     'parameters': num_params,
     'flops_per_step': flops,
     'tflops_per_second': flops / seconds / 1e12,
+    'cudnn_attention_forward_calls': cudnn_calls['forward'],
+    'cudnn_attention_backward_calls': cudnn_calls['backward'],
   }
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()

@@ -9,6 +9,7 @@ recipe is ``norm_placement='post'`` (``x = LN(x + sublayer(x))``, no final Layer
 ``activation='relu'``. ``use_bias=False`` drops the biases of the attention projections (as
 in the Flax WMT example). ``scan_layers`` and ``remat`` (``attention.layers``) scan both stacks
 over depth and rematerialise their blocks; decoding runs the layers one by one either way.
+``attention_kernel`` chooses the fused attention call or the explicit einsums, as in the ViT.
 Token embeddings are scaled by sqrt(features); the source and
 target may share one embedding table (``share_embeddings``, which needs one vocabulary),
 and the output projection may reuse the target embedding (``tie_output``). Any 1-D
@@ -48,6 +49,7 @@ from attention import (
   sequence_lengths,
 )
 from attention.layers import REMAT_POLICIES
+from attention.multi_head import ATTENTION_KERNELS
 from attention.positional import INJECTIONS, POSEMB_KINDS
 from attention.scores import SCORES
 from seq2seq.tokenizer import PAD_ID
@@ -104,6 +106,7 @@ class TransformerOptions:
   use_bias: bool = True
   scan_layers: bool = False
   remat: Literal[tuple(REMAT_POLICIES)] = 'none'
+  attention_kernel: Literal[tuple(ATTENTION_KERNELS)] = 'auto'
 
   def __post_init__(self):
     if self.variant != 'custom':

@@ -11,7 +11,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from benchmarks.step_cost import compiled_flops, peak_tflops, summarise_trace, utilisation
+from benchmarks.step_cost import (
+  compiled_flops,
+  cudnn_attention_calls,
+  peak_tflops,
+  summarise_trace,
+  utilisation,
+)
 from tests.xla_flags import as_users_run
 
 
@@ -32,6 +38,27 @@ def test_compiled_flops_of_a_matmul_are_two_multiply_adds_per_product():
 )
 def test_peaks_are_known_only_for_named_devices_in_bfloat16(device_kind, dtype, peak):
   assert peak_tflops(device_kind, dtype) == peak
+
+
+class _CompiledText:
+  def __init__(self, text):
+    self.text = text
+
+  def as_text(self):
+    return self.text
+
+
+def test_cudnn_attention_calls_count_the_fused_attention_custom_calls_forward_and_backward():
+  text = """
+    %fmha = custom-call(%q, %k, %v), custom_call_target="__cudnn$fmhaSoftmax", backend_config={}
+    %fmha.1 = custom-call(%q, %k, %v, %b), custom_call_target="__cudnn$fmhaScaleBiasSoftmax"
+    %grad = custom-call(%q, %k, %v, %o, %do), custom_call_target="__cudnn$fmhaSoftmaxBackward"
+    %conv = custom-call(%x, %w), custom_call_target="__cudnn$convForward"
+    %dot = f32[4,4] dot(%a, %b)
+  """
+  assert cudnn_attention_calls(_CompiledText(text)) == {'forward': 2, 'backward': 1}
+  step = jax.jit(lambda q: jax.nn.dot_product_attention(q, q, q)).lower(jnp.ones((1, 4, 2, 8))).compile()
+  assert cudnn_attention_calls(step) == {'forward': 0, 'backward': 0}  # XLA's einsums on this CPU
 
 
 def test_utilisation_is_achieved_over_peak():
@@ -105,6 +132,7 @@ def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_to
   tokens = 4 * (16 + 1)  # 4 images of 4 x 4 patches and a class token
   assert 0.8 < flops / (6 * params * tokens) < 1.5, out  # forward 2 and backward 4 FLOPs per weight and token
   assert re.search(r'[\d.]+ images/s', out)
+  assert 'cuDNN fused attention calls in the step: 0 forward, 0 backward' in out  # none on a CPU
   assert 'where the time goes (host ops' in out and 'in all' in out
   numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
   assert numbers['parameters'] == pytest.approx(params, rel=0.01)
@@ -121,8 +149,10 @@ def test_transformer_benchmark_reports_tokens_per_second():
     '--batch_size=4',
     '--length=8',
     '--steps=1',
+    '--attention_kernel=explicit',
   )
-  assert 'batch 4 x (8 + 8) tokens' in out
+  assert 'batch 4 x (8 + 8) tokens, attention_kernel explicit' in out
+  assert 'cuDNN fused attention calls in the step: 0 forward, 0 backward' in out
   assert re.search(r'[\d,]+ tokens/s \(source \+ target\)', out)
   assert float(re.search(r'([\d.]+) GFLOPs/step', out).group(1)) > 0
   numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record

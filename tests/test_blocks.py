@@ -161,6 +161,11 @@ def test_decoder_block_post_norm_is_the_residual_sum_normalised():
     ('dropout', 1.0, r'^dropout must be in \[0, 1\), got 1.0.$'),
     ('attention_dropout', -0.1, r'^attention_dropout must be in \[0, 1\), got -0.1.$'),
     ('layernorm_epsilon', 0.0, '^layernorm_epsilon must be positive, got 0.0.$'),
+    (
+      'attention_kernel',
+      'flash',
+      "^Unknown attention_kernel 'flash'; allowed values: auto, fused, explicit.$",
+    ),
     ('param_dtype', jnp.int32, '^param_dtype must be a floating-point dtype'),
   ],
 )
@@ -237,3 +242,15 @@ def test_block_options_of_a_models_options_take_the_fields_of_the_same_name():
   translator = BlockOptions.of(TransformerOptions(norm_placement='post', use_bias=False, dropout=0.1))
   assert translator == BlockOptions(norm_placement='post', use_bias=False, dropout=0.1, dtype=jnp.float32)
   assert BlockOptions.of(VideoOptions(score='cosine')).score == 'cosine'
+
+
+@pytest.mark.parametrize(
+  ('attention_kernel', 'fused_kernel'), [('auto', None), ('fused', True), ('explicit', False)]
+)
+def test_the_attention_kernel_option_reaches_every_attention_layer(attention_kernel, fused_kernel):
+  from seq2seq.model import model_options
+
+  decoder = _stack('decoder', attention_kernel=attention_kernel)
+  assert {block.self_attention.fused_kernel for block in decoder.blocks} == {fused_kernel}
+  assert {block.cross_attention.fused_kernel for block in decoder.blocks} == {fused_kernel}
+  assert model_options({'attention_kernel': attention_kernel}).block().attention_kernel == attention_kernel

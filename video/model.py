@@ -11,6 +11,7 @@ the temporal encoder, as in ViViT). Heads: ``cls`` or ``gap`` as in the ViT. The
 ``video.layouts``; the forward pass returns ``(logits, intermediates)``. ``scan_layers`` and
 ``remat`` (``attention.layers``) scan every stack of blocks over depth and rematerialise its
 blocks, as in the ViT; ``STACKS`` names the stacks for ``stack_blocks`` / ``unstack_blocks``.
+``attention_kernel`` chooses the fused attention call or the explicit einsums, as in the ViT.
 ``VideoOptions`` are the fields of a config's ``model`` section and the one place their defaults live;
 ``make_video_model`` builds the model from a section (or from options), and ``model_section`` gives
 a section back complete.
@@ -27,6 +28,7 @@ from flax.nnx.nn.dtypes import promote_dtype
 
 from attention import DTYPES, BlockOptions
 from attention.layers import REMAT_POLICIES
+from attention.multi_head import ATTENTION_KERNELS
 from attention.positional import AdditiveTable
 from attention.scores import SCORES
 from trainer.config_sections import from_section, to_section
@@ -98,6 +100,7 @@ class VideoOptions:
   dtype: Literal[tuple(DTYPES)] = 'float32'
   scan_layers: bool = False
   remat: Literal[tuple(REMAT_POLICIES)] = 'none'
+  attention_kernel: Literal[tuple(ATTENTION_KERNELS)] = 'auto'
 
   def __post_init__(self):
     check_options(

@@ -16,7 +16,9 @@ ImageNet-21k ViT checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_
 ``'big_vision'``: ``[sin(x w), cos(x w), sin(y w), cos(y w)]``, ``w_i = 10000^(-i/(D/4-1))``;
 ``attention.positional``). Each is handed to the modules that use it when they are built.
 ``scan_layers`` and ``remat`` (``attention.layers``) scan the encoder over depth and
-rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``.
+rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``. ``attention_kernel``
+(``'auto'``, ``'fused'``, ``'explicit'``; ``attention.multi_head``) chooses between the fused
+attention call (cuDNN's kernel on a GPU) and the explicit einsums; ``'auto'`` fuses on a GPU only.
 
 The architectures of timm's and Hugging Face's ViTs are options too, each off by default:
 ``reg_tokens`` (learned register tokens after the class token, left out of the pooling; DINOv2),
@@ -48,6 +50,7 @@ from flax.nnx.nn.dtypes import promote_dtype
 from attention import ACTIVATIONS, DTYPES, BlockOptions, Encoder, Mlp
 from attention.blocks import attention_layer, layer_norm
 from attention.layers import REMAT_POLICIES
+from attention.multi_head import ATTENTION_KERNELS
 from attention.positional import INJECTIONS, POSEMB_KINDS, SINCOS2D_LAYOUTS, check_sincos2d_layout
 from attention.scores import SCORES
 from trainer.config_sections import from_section, to_section
@@ -109,6 +112,7 @@ class ViTOptions:
   distill_token: bool = False
   scan_layers: bool = False
   remat: Literal[tuple(REMAT_POLICIES)] = 'none'
+  attention_kernel: Literal[tuple(ATTENTION_KERNELS)] = 'auto'
   dtype: Literal[tuple(DTYPES)] = 'float32'
 
   def __post_init__(self):
