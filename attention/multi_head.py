@@ -15,6 +15,7 @@ either path: ``'auto'`` (the rule above), ``'fused'`` or ``'explicit'``.
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 from flax import nnx
 
 from attention.masks import Mask, causal_mask, combine_masks, has_any_key, masked_softmax
@@ -33,7 +34,8 @@ def fused_attention(query, key, value, *, bias, mask, scale) -> jax.Array:
   part (cuDNN's fast paths take the first two; a dense mask costs a ``[B, H, T, S]`` tensor).
   JAX's default implementation is XLA's, even on a GPU; cuDNN must be asked for by name, and
   it refuses (while tracing, with ``ValueError`` or ``NotImplementedError``) dtypes, head sizes
-  and masks it has no kernel for, such as float32 inputs. Those fall back to XLA.
+  and masks it has no kernel for, such as float32 inputs. Those fall back to XLA, and the first
+  refusal is logged with cuDNN's reason.
   """
   options = dict(bias=bias, mask=mask, scale=scale)
   if isinstance(mask, Mask):
@@ -50,8 +52,10 @@ def fused_attention(query, key, value, *, bias, mask, scale) -> jax.Array:
   if jax.default_backend() == 'gpu':
     try:
       return jax.nn.dot_product_attention(query, key, value, implementation='cudnn', **options)
-    except (ValueError, NotImplementedError):
-      pass
+    except (ValueError, NotImplementedError) as refusal:
+      logging.log_first_n(
+        logging.WARNING, 'cuDNN has no fused attention for these inputs (%s); XLA computes it', 1, refusal
+      )
   return jax.nn.dot_product_attention(query, key, value, **options)
 
 

@@ -1,7 +1,10 @@
 """What a compiled train step costs, for the benchmark commands: its time, the utilisation, where its time goes.
 
 - ``CompiledSteps``: a compiled train step and its state, run and timed.
-- ``utilisation``: XLA's FLOPs per step (``compiled_flops``) per second against the device's
+- ``model_flops``: the FLOPs of a train step as the model computes them: XLA's count of the
+  lowered step (``program_flops``) with the attention as einsums (``attention_kernel='explicit'``),
+  whichever kernels the timed step runs.
+- ``utilisation``: the model's FLOPs per step per second against the device's
   dense peak (model FLOPs utilisation, MFU), as one line. The peaks (``peak_tflops``) are the
   vendors' dense (no sparsity) tensor-core numbers for bfloat16; other devices and dtypes need
   ``--peak_tflops``.
@@ -9,13 +12,13 @@
   forward and backward: whether cuDNN took the attention (``attention.multi_head.fused_attention``
   falls back to XLA's einsums where it refuses). XLA's cost analysis counts no FLOPs for these
   calls, so a step that makes them reports fewer FLOPs than the same step with
-  ``attention_kernel='explicit'``.
+  ``attention_kernel='explicit'``; ``model_flops`` counts them.
 - ``profile_and_summarise``: a ``jax.profiler`` trace of a few steps (open it in TensorBoard's
   profile plugin or Perfetto) and a table of the ops that took the most time
   (``summarise_trace``): device kernels on a GPU, XLA's thunks on a CPU.
 
-``compiled_flops``, ``peak_tflops`` and ``summarise_trace`` live in ``trainer/observe/step_cost.py``, which
-the training loop's progress line and profiles use too; they are imported here by their old names.
+``compiled_flops``, ``program_flops``, ``peak_tflops`` and ``summarise_trace`` live in
+``trainer/observe/step_cost.py``, which the training loop's progress line and profiles use too.
 """
 
 import pathlib
@@ -25,14 +28,17 @@ from collections.abc import Callable
 
 import jax
 
-from trainer.observe.step_cost import compiled_flops, peak_tflops, summarise_trace
+from trainer.observe.step_cost import compiled_flops, peak_tflops, program_flops, summarise_trace
+from trainer.run_step import build_step
 
 __all__ = [
   'CompiledSteps',
   'compiled_flops',
   'cudnn_attention_calls',
+  'model_flops',
   'peak_tflops',
   'profile_and_summarise',
+  'program_flops',
   'summarise_trace',
   'utilisation',
 ]
@@ -69,12 +75,23 @@ def cudnn_attention_calls(compiled) -> dict[str, int]:
   return {'forward': len(targets) - backward, 'backward': backward}
 
 
+def model_flops(config, make_task: Callable, metrics, batch) -> float:
+  """FLOPs of one train step of ``config`` on ``batch``: XLA's count of the lowered step of the same
+  model with ``model.attention_kernel='explicit'`` (``make_task(config)`` gives its task). It is
+  lowered for the abstract state, so nothing is allocated or compiled."""
+  explicit = config.copy_and_resolve_references()
+  explicit.model.attention_kernel = 'explicit'
+  run_step = build_step(explicit, make_task(explicit), num_steps=1000)
+  parts = run_step.init.parts(run_step.init.rest())
+  return program_flops(run_step.train_step(parts).lower(run_step.init.abstract_state, metrics, batch))
+
+
 def utilisation(
   flops_per_step: float, seconds_per_step: float, device_kind: str, dtype: str, peak_override: float = 0.0
 ) -> str:
   """One line: achieved TFLOP/s, and the MFU when the peak is known (``peak_override`` > 0 sets it)."""
   achieved = flops_per_step / seconds_per_step / 1e12
-  line = f'{flops_per_step / 1e9:.1f} GFLOPs/step (XLA cost analysis), {achieved:.2f} TFLOP/s'
+  line = f'{flops_per_step / 1e9:.1f} GFLOPs/step (XLA cost analysis of the model), {achieved:.2f} TFLOP/s'
   peak = peak_override or peak_tflops(device_kind, dtype)
   if peak:
     line += f', model FLOPs utilisation {100 * achieved / peak:.1f}% of {peak:g} TFLOP/s'

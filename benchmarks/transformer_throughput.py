@@ -10,10 +10,11 @@ Vaswani et al.'s base model (``seq2seq.model.VARIANTS['base']``: 512 wide, 6 + 6
 WMT14 English-German), trained with the real translation task's loss on random token ids,
 every sentence ``--length`` tokens on both sides (no padding), AdamW, label smoothing 0.1.
 The step is compiled once and timed after 3 warm-up steps; it prints source + target tokens
-per second, the step's FLOPs from XLA's cost analysis and, on a device whose peak
+per second, the step's FLOPs from XLA's cost analysis (``benchmarks.step_cost.model_flops``), the
+cuDNN fused attention calls of the step (``--attention_kernel`` chooses) and, on a device whose peak
 ``benchmarks/step_cost.py`` knows (or with ``--peak_tflops``), the model FLOPs utilisation.
 Vaswani et al. trained on batches of about 25,000 source and 25,000 target tokens.
-No accelerator numbers have been measured yet; decoding speed is ``benchmarks.decode_speed``.
+Its numbers on a GPU: ``benchmarks/gpu_records.sh``; decoding speed is ``benchmarks.decode_speed``.
 """
 
 from trainer.command_line import host_memory
@@ -31,8 +32,8 @@ from flax import nnx
 from attention.multi_head import ATTENTION_KERNELS
 from benchmarks.step_cost import (
   CompiledSteps,
-  compiled_flops,
   cudnn_attention_calls,
+  model_flops,
   profile_and_summarise,
   utilisation,
 )
@@ -111,7 +112,7 @@ def main(argv):
   )
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   compiled = step.lower(state, metrics, batch).compile()
-  flops = compiled_flops(compiled)
+  flops = model_flops(config, lambda c: _SyntheticTranslation(c, _VOCAB_SIZE.value), metrics, batch)
   cudnn_calls = cudnn_attention_calls(compiled)
 
   num_params = sum(p.size for p in jax.tree.leaves(state.params))

@@ -19,7 +19,8 @@ Times the compiled train step (forward, backward, AdamW update) on random images
 already on the device, so it measures the model, not the input pipeline; with
 ``--image_folder``, also times the input pipeline alone on that folder. The first
 steps (compilation) are excluded. It also prints the step's FLOPs from XLA's cost analysis
-and, on a device whose peak it knows (``benchmarks/step_cost.py``) or with ``--peak_tflops``,
+(``benchmarks.step_cost.model_flops``), how many of cuDNN's fused attention kernels the step
+calls (``--attention_kernel`` chooses), and, on a device whose peak it knows (``benchmarks/step_cost.py``) or with ``--peak_tflops``,
 the model FLOPs utilisation; ``--profile_dir`` writes a ``jax.profiler`` trace of a few more
 steps and prints where their time went, op by op. Like ``train.py``, it re-executes itself once
 with glibc's huge-page malloc (``trainer/command_line/host_memory.py``).
@@ -41,8 +42,8 @@ from attention.layers import REMAT_POLICIES
 from attention.multi_head import ATTENTION_KERNELS
 from benchmarks.step_cost import (
   CompiledSteps,
-  compiled_flops,
   cudnn_attention_calls,
+  model_flops,
   profile_and_summarise,
   utilisation,
 )
@@ -141,7 +142,9 @@ def main(argv):
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   compiled = step.lower(state, metrics, batch).compile()
-  flops = compiled_flops(compiled)
+  flops = model_flops(
+    config, lambda c: _SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value), metrics, batch
+  )
   cudnn_calls = cudnn_attention_calls(compiled)
 
   steps = CompiledSteps(compiled, state, metrics, batch)
