@@ -1,7 +1,7 @@
 """Result records: one JSON file per measured result under ``results/``, and running a command to make one.
 
 A record holds the exact command, the commit, the date, the machine (CPU model and SIMD flags, cores,
-accelerator), the wall and CPU seconds, the load average sampled during the run and the numbers, named
+accelerator), the versions of Python and the numerical libraries, the wall and CPU seconds, the load average sampled during the run and the numbers, named
 as the command printed them. A command gives its numbers as one JSON object on the last line of its
 stdout (``evaluate.py``, ``benchmarks/*``), or in a JSON file it writes (``ablate.py``'s
 ``results.json``, named with ``numbers_file``). A command that measures several things one after
@@ -21,6 +21,7 @@ rows (``benchmarks/mnist_to_digits.py``) has ``parts``: part name -> that row's 
 """
 
 import datetime
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -44,6 +45,8 @@ LOAD_SAMPLE_SECONDS = 5.0
 # What a new run of a record's command keeps of the record it replaces: how it is shown, and its spread.
 CARRIED_ON_RERUN = ('what', 'cells', 'parts', 'spread', 'compared', 'numbers_file')
 NAME = re.compile(r'^[a-z0-9][a-z0-9_.-]*$')
+# The libraries whose versions a record states: those that compute the numbers.
+LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy')
 
 
 class RecordError(ValueError):
@@ -115,6 +118,18 @@ def machine() -> dict[str, Any]:
     'accelerator': _accelerator(),
     'description': None,
   }
+
+
+def software() -> dict[str, str | None]:
+  """The versions of Python and of ``LIBRARIES`` (``None``: not installed)."""
+
+  def version(name):
+    try:
+      return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      return None
+
+  return {'python': platform.python_version(), **{name: version(name) for name in LIBRARIES}}
 
 
 def _accelerator() -> str | None:
@@ -286,6 +301,7 @@ def new_record(name: str, command: str, measured: dict[str, Any], **fields: Any)
     'uncommitted_changes': dirty,
     'date': datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ'),
     'machine': machine(),
+    'software': software(),
     **measured,
     **fields,
   }

@@ -14,11 +14,13 @@ between CPU kinds), or, where the record states none, when it differs at the dig
 gives. The exit status is 1 when a number is flagged or a command failed. ``--override FLAG`` adds
 FLAG to every part of the command that takes ``--config`` (a shorter run to check that the command
 still works; its numbers are not the record's). ``--write`` replaces the record with the rerun (not
-with ``--override``).
+with ``--override``). A record measured on an accelerator is rerun only on a machine with one:
+``--all`` leaves it out elsewhere, and naming it there is an error.
 """
 
 import argparse
 import math
+import re
 import sys
 from typing import Any
 
@@ -103,6 +105,23 @@ def list_records(all_records: list[dict[str, Any]]) -> None:
     )
 
 
+def accelerator_missing(record: dict[str, Any], here: dict[str, Any]) -> str | None:
+  """Why ``record`` cannot be rerun on the machine ``here`` (``records.machine()``): it was measured on an
+  accelerator and this machine has none; ``None`` when it can."""
+  recorded_on = record['machine'].get('accelerator')
+  if recorded_on and not here.get('accelerator'):
+    return f'measured on {accelerator_names(recorded_on)}; this machine has no accelerator'
+  return None
+
+
+def accelerator_names(listed: str) -> str:
+  """The devices of ``nvidia-smi -L``'s lines, without their numbers and UUIDs: ``NVIDIA H200``."""
+  names = [re.sub(r'^GPU \d+: | \(UUID: [^)]*\)$', '', line.strip()) for line in listed.split(';')]
+  return ', '.join(
+    f'{names.count(name)} x {name}' if names.count(name) > 1 else name for name in dict.fromkeys(names)
+  )
+
+
 def rerun(record: dict[str, Any], overrides: list[str], write: bool) -> bool:
   command = with_overrides(record['command'], overrides)
   print(f'=== {record["name"]}: {command}', flush=True)
@@ -141,19 +160,26 @@ def main(argv: list[str]) -> None:
   if args.list:
     list_records(all_records)
     return
+  here = records.machine()
   if args.all:
+    runnable = [record for record in all_records if not accelerator_missing(record, here)]
+    if len(runnable) < len(all_records):
+      print(f'{len(all_records) - len(runnable)} records need an accelerator, which this machine lacks')
     chosen, budget = [], args.max_minutes * 60
-    for record in sorted(all_records, key=lambda record: record['wall_seconds'] or math.inf):
+    for record in sorted(runnable, key=lambda record: record['wall_seconds'] or math.inf):
       if record['wall_seconds'] is not None and record['wall_seconds'] <= budget:
         chosen.append(record)
         budget -= record['wall_seconds']
-    skipped = len(all_records) - len(chosen)
+    skipped = len(runnable) - len(chosen)
     print(f'{len(chosen)} records fit {args.max_minutes:g} minutes by their recorded times; {skipped} do not')
   elif args.names:
     try:
       chosen = [records.load(name) for name in args.names]
     except records.RecordError as error:
       raise SystemExit(str(error)) from None
+    for record in chosen:
+      if why := accelerator_missing(record, here):
+        raise SystemExit(f'{record["name"]}: {why}')
   else:
     parser.error('give record names, --list or --all --max-minutes M')
   failed = []

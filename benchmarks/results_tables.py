@@ -30,7 +30,7 @@ import sys
 from typing import Any
 
 from benchmarks import records
-from benchmarks.reproduce import duration
+from benchmarks.reproduce import accelerator_names, duration
 
 START = re.compile(r'^<!-- results table: ([\w.-]+)\b.*-->$')
 END = '<!-- end of results table -->'
@@ -281,8 +281,8 @@ def machine_cell(machine: dict[str, Any]) -> str:
     'AVX-512' if any(flag.startswith('avx512') for flag in flags) else 'AVX2' if 'avx2' in flags else None
   )
   parts = [machine['cpu'], f'{machine["cores"]} cores' if machine.get('cores') else None, simd]
-  parts.append(machine.get('accelerator'))
-  return ', '.join(part for part in parts if part)
+  host = ', '.join(part for part in parts if part)
+  return f'{accelerator_names(machine["accelerator"])} (host: {host})' if machine.get('accelerator') else host
 
 
 def time_cell(record: dict[str, Any]) -> str:

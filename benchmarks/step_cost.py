@@ -2,8 +2,8 @@
 
 - ``CompiledSteps``: a compiled train step and its state, run and timed.
 - ``model_flops``: the FLOPs of a train step as the model computes them: XLA's count of the
-  lowered step (``program_flops``) with the attention as einsums (``attention_kernel='explicit'``),
-  whichever kernels the timed step runs.
+  step lowered for the CPU (``program_flops``) with the attention as einsums
+  (``attention_kernel='explicit'``), whichever device and kernels the timed step runs on.
 - ``utilisation``: the model's FLOPs per step per second against the device's
   dense peak (model FLOPs utilisation, MFU), as one line. The peaks (``peak_tflops``) are the
   vendors' dense (no sparsity) tensor-core numbers for bfloat16; other devices and dtypes need
@@ -36,6 +36,7 @@ __all__ = [
   'compiled_flops',
   'cudnn_attention_calls',
   'model_flops',
+  'model_flops_utilisation',
   'peak_tflops',
   'profile_and_summarise',
   'program_flops',
@@ -76,25 +77,44 @@ def cudnn_attention_calls(compiled) -> dict[str, int]:
 
 
 def model_flops(config, make_task: Callable, metrics, batch) -> float:
-  """FLOPs of one train step of ``config`` on ``batch``: XLA's count of the lowered step of the same
-  model with ``model.attention_kernel='explicit'`` (``make_task(config)`` gives its task). It is
-  lowered for the abstract state, so nothing is allocated or compiled."""
+  """FLOPs of one train step of ``config`` on ``batch``: XLA's count of the step of the same model
+  with ``model.attention_kernel='explicit'`` (``make_task(config)`` gives its task), lowered for one
+  CPU device, where JAX can analyse a program before optimisation. It is lowered for the abstract
+  state and arrays shaped as ``metrics`` and ``batch``, so nothing is allocated or compiled."""
   explicit = config.copy_and_resolve_references()
   explicit.model.attention_kernel = 'explicit'
-  run_step = build_step(explicit, make_task(explicit), num_steps=1000)
+  explicit.grad_accum_steps = 1  # XLA counts a loop's body once; a whole batch at once is the same count
+  run_step = build_step(explicit, make_task(explicit), num_steps=1000, devices=jax.devices('cpu')[:1])
   parts = run_step.init.parts(run_step.init.rest())
-  return program_flops(run_step.train_step(parts).lower(run_step.init.abstract_state, metrics, batch))
+  shaped = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)  # noqa: E731
+  lowered = run_step.train_step(parts).lower(run_step.init.abstract_state, shaped(metrics), shaped(batch))
+  return program_flops(lowered)
+
+
+def model_flops_utilisation(flops_per_step: float, seconds_per_step: float, peak: float, devices: int = 1):
+  """The MFU: the step's FLOPs per second over the peak (TFLOP/s) of ``devices`` devices."""
+  return flops_per_step / seconds_per_step / 1e12 / (peak * devices)
 
 
 def utilisation(
-  flops_per_step: float, seconds_per_step: float, device_kind: str, dtype: str, peak_override: float = 0.0
+  flops_per_step: float,
+  seconds_per_step: float,
+  device_kind: str,
+  dtype: str,
+  peak_override: float = 0.0,
+  devices: int = 1,
 ) -> str:
-  """One line: achieved TFLOP/s, and the MFU when the peak is known (``peak_override`` > 0 sets it)."""
+  """One line: achieved TFLOP/s, and the MFU when the peak of one device is known (``peak_override``
+  > 0 sets it); ``flops_per_step`` are the whole step's, on ``devices`` devices."""
   achieved = flops_per_step / seconds_per_step / 1e12
   line = f'{flops_per_step / 1e9:.1f} GFLOPs/step (XLA cost analysis of the model), {achieved:.2f} TFLOP/s'
+  if devices > 1:
+    line += f' on {devices} devices'
   peak = peak_override or peak_tflops(device_kind, dtype)
   if peak:
-    line += f', model FLOPs utilisation {100 * achieved / peak:.1f}% of {peak:g} TFLOP/s'
+    mfu = model_flops_utilisation(flops_per_step, seconds_per_step, peak, devices)
+    line += f', model FLOPs utilisation {100 * mfu:.1f}% of {peak:g} TFLOP/s'
+    line += ' per device' if devices > 1 else ''
   else:
     line += f' (no known peak for {device_kind!r} in {dtype}: pass --peak_tflops for the utilisation)'
   return line

@@ -34,6 +34,8 @@ from benchmarks.step_cost import (
   CompiledSteps,
   cudnn_attention_calls,
   model_flops,
+  model_flops_utilisation,
+  peak_tflops,
   profile_and_summarise,
   utilisation,
 )
@@ -57,6 +59,9 @@ _ATTENTION_KERNEL = flags.DEFINE_enum(
   'auto',
   list(ATTENTION_KERNELS),
   "model.attention_kernel: 'auto' (cuDNN's fused kernel on a GPU), 'fused' or 'explicit' (XLA's einsums).",
+)
+_FLOPS_ONLY = flags.DEFINE_boolean(
+  'flops_only', False, "Print the step's FLOPs and parameters as JSON, and time nothing (any machine)."
 )
 _PEAK_TFLOPS = flags.DEFINE_float(
   'peak_tflops',
@@ -111,11 +116,14 @@ def main(argv):
     mesh,
   )
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-  compiled = step.lower(state, metrics, batch).compile()
   flops = model_flops(config, lambda c: _SyntheticTranslation(c, _VOCAB_SIZE.value), metrics, batch)
+  num_params = sum(p.size for p in jax.tree.leaves(state.params))
+  if _FLOPS_ONLY.value:
+    print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
+    return
+  compiled = step.lower(state, metrics, batch).compile()
   cudnn_calls = cudnn_attention_calls(compiled)
 
-  num_params = sum(p.size for p in jax.tree.leaves(state.params))
   steps = CompiledSteps(compiled, state, metrics, batch)
   seconds = steps.seconds_per_step(_STEPS.value)
   tokens_per_step = 2 * _BATCH.value * _LENGTH.value
@@ -129,7 +137,9 @@ def main(argv):
     f'cuDNN fused attention calls in the step: {cudnn_calls["forward"]} forward, {cudnn_calls["backward"]} backward'
   )
   print(f'devices: {jax.device_count()} x {device_kind}')
-  print(f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
+  print(
+    f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value, jax.device_count())}'
+  )
   print(
     f'train step: {seconds * 1e3:.1f} ms/step, {tokens_per_step / seconds:,.0f} tokens/s '
     f'(source + target), {_BATCH.value / seconds:.1f} sentence pairs/s'
@@ -146,6 +156,9 @@ def main(argv):
     'cudnn_attention_forward_calls': cudnn_calls['forward'],
     'cudnn_attention_backward_calls': cudnn_calls['backward'],
   }
+  peak = _PEAK_TFLOPS.value or peak_tflops(device_kind, _DTYPE.value)
+  if peak:
+    numbers['model_flops_utilisation'] = model_flops_utilisation(flops, seconds, peak, jax.device_count())
   print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 

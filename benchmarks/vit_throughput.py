@@ -44,6 +44,8 @@ from benchmarks.step_cost import (
   CompiledSteps,
   cudnn_attention_calls,
   model_flops,
+  model_flops_utilisation,
+  peak_tflops,
   profile_and_summarise,
   utilisation,
 )
@@ -81,6 +83,9 @@ _ATTENTION_KERNEL = flags.DEFINE_enum(
   'auto',
   list(ATTENTION_KERNELS),
   "model.attention_kernel: 'auto' (cuDNN's fused kernel on a GPU), 'fused' or 'explicit' (XLA's einsums).",
+)
+_FLOPS_ONLY = flags.DEFINE_boolean(
+  'flops_only', False, "Print the step's FLOPs and parameters as JSON, and time nothing (any machine)."
 )
 _PEAK_TFLOPS = flags.DEFINE_float(
   'peak_tflops',
@@ -141,10 +146,13 @@ def main(argv):
   )
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-  compiled = step.lower(state, metrics, batch).compile()
   flops = model_flops(
     config, lambda c: _SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value), metrics, batch
   )
+  if _FLOPS_ONLY.value:
+    print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
+    return
+  compiled = step.lower(state, metrics, batch).compile()
   cudnn_calls = cudnn_attention_calls(compiled)
 
   steps = CompiledSteps(compiled, state, metrics, batch)
@@ -164,7 +172,9 @@ def main(argv):
   )
   device_kind = jax.devices()[0].device_kind
   print(f'devices: {jax.device_count()} x {device_kind}')
-  print(f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value)}')
+  print(
+    f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value, jax.device_count())}'
+  )
   print(
     f'cuDNN fused attention calls in the step: {cudnn_calls["forward"]} forward, {cudnn_calls["backward"]} backward'
   )
@@ -182,6 +192,9 @@ def main(argv):
     'cudnn_attention_forward_calls': cudnn_calls['forward'],
     'cudnn_attention_backward_calls': cudnn_calls['backward'],
   }
+  peak = _PEAK_TFLOPS.value or peak_tflops(device_kind, _DTYPE.value)
+  if peak:
+    numbers['model_flops_utilisation'] = model_flops_utilisation(flops, seconds, peak, jax.device_count())
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()
     data_config.update(source='folder', path=_IMAGE_FOLDER.value)

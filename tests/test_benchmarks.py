@@ -66,6 +66,8 @@ def test_utilisation_is_achieved_over_peak():
   assert '200.00 TFLOP/s' in line and 'utilisation 20.2% of 989.4' in line
   assert 'utilisation 50.0% of 400' in utilisation(100e12, 0.5, 'cpu', 'float32', peak_override=400.0)
   assert 'pass --peak_tflops' in utilisation(100e12, 0.5, 'cpu', 'float32')
+  two = utilisation(100e12, 0.5, 'cpu', 'float32', peak_override=400.0, devices=2)
+  assert '200.00 TFLOP/s on 2 devices, model FLOPs utilisation 25.0% of 400 TFLOP/s per device' in two
 
 
 def _write_trace(directory, events):
@@ -157,3 +159,40 @@ def test_transformer_benchmark_reports_tokens_per_second():
   assert float(re.search(r'([\d.]+) GFLOPs/step', out).group(1)) > 0
   numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
   assert numbers['tokens_per_second'] == pytest.approx(numbers['sentence_pairs_per_second'] * 16)
+  flops_only = _run(
+    'benchmarks.transformer_throughput',
+    '--variant=tiny',
+    '--vocab_size=64',
+    '--batch_size=4',
+    '--length=8',
+    '--flops_only',
+  )
+  assert json.loads(flops_only) == {
+    'flops_per_step': numbers['flops_per_step'],
+    'parameters': numbers['parameters'],
+  }
+
+
+def test_model_flops_count_the_whole_batch_whatever_the_micro_batches_and_the_attention_kernel():
+  """XLA counts a loop's body once and no custom call at all, so the model's FLOPs come from one
+  lowering of the whole batch with the attention as einsums, whichever step is timed."""
+  from benchmarks.step_cost import model_flops
+  from benchmarks.transformer_throughput import _SyntheticTranslation as Task
+  from configs.common import trainer_config
+  from seq2seq.model import model_section
+  from trainer.partitioning import global_batch, make_mesh, replicated
+  from trainer.state import train_metrics
+
+  config = trainer_config()
+  config.model = model_section({'variant': 'tiny'})
+  config.batch_size = 4
+  tokens = jnp.ones((4, 8), jnp.int32)
+  counts = []
+  for accumulate, kernel in ((1, 'explicit'), (2, 'explicit'), (1, 'fused')):
+    config.grad_accum_steps, config.model.attention_kernel = accumulate, kernel
+    task = Task(config, 64)
+    mesh = make_mesh(devices=jax.devices()[:1])
+    batch = global_batch({'src': tokens, 'tgt_in': tokens, 'tgt_out': tokens}, mesh)
+    metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
+    counts.append(model_flops(config, lambda c: Task(c, 64), metrics, batch))
+  assert counts[0] > 0 and counts == [counts[0]] * 3, counts

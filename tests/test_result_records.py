@@ -1,5 +1,6 @@
 """Result records (benchmarks/records.py), their runner and rerunner, and the tables made from them."""
 
+import importlib.metadata
 import json
 import re
 
@@ -103,6 +104,7 @@ def test_record_then_reproduce_runs_the_command_and_compares(tmp_path, monkeypat
   assert written['wall_seconds'] >= 0 and written['cpu_seconds'] >= 0
   assert set(written['load_average']) == {'min', 'mean', 'max'} and written['machine']['cores'] >= 1
   assert written['commit'] and written['date'].endswith('Z')
+  assert written['software']['python'] and written['software']['jax'] == importlib.metadata.version('jax')
   reproduce.main(['demo'])
   assert 'accuracy' in capsys.readouterr().out
   written['numbers']['nested.loss'] = 0.25  # as if the code had changed
@@ -140,6 +142,36 @@ def test_named_numbers_files_give_one_command_several_measurements(tmp_path, mon
   assert written['numbers'] == {'end.bleu': 40.5, 'average.bleu': 40.25}
   assert written['numbers_file'] == {'end': 'runs/long/end.json', 'average': 'runs/long/average.json'}
   assert records.measure(command, written['numbers_file'], echo=False)['numbers'] == written['numbers']
+
+
+def test_a_record_of_an_accelerator_is_rerun_only_where_there_is_one(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(records, 'RESULTS', tmp_path)
+  gpu = 'GPU 0: NVIDIA H200 (UUID: GPU-8); GPU 1: NVIDIA H200 (UUID: GPU-9)'
+  cpu_here = dict(records.machine(), accelerator=None)
+  monkeypatch.setattr(records, 'machine', lambda: cpu_here)
+  on_gpu = {**_written('on_gpu', 'exit 7', 60.0), 'machine': dict(cpu_here, accelerator=gpu)}
+  records.write(on_gpu, tmp_path)
+  with pytest.raises(
+    SystemExit, match='^on_gpu: measured on 2 x NVIDIA H200; this machine has no accelerator$'
+  ):
+    reproduce.main(['on_gpu'])
+  reproduce.main(['--all', '--max-minutes', '5'])
+  assert '1 records need an accelerator' in capsys.readouterr().out  # and 'exit 7' never ran
+  cell = results_tables.machine_cell(on_gpu['machine'])
+  assert cell.startswith('2 x NVIDIA H200 (host: ') and 'UUID' not in cell
+
+
+def _written(name, command, wall_seconds):
+  return {
+    'name': name,
+    'source': 'run',
+    'command': command,
+    'commit': None,
+    'date': None,
+    'machine': records.machine(),
+    'wall_seconds': wall_seconds,
+    'numbers': {'n': 1},
+  }
 
 
 def test_several_numbers_files_are_each_named_once():

@@ -1,14 +1,15 @@
 """What a compiled step costs: its FLOPs, the device's peak, the utilisation, and where a trace's time went.
 
-- ``program_flops``: the floating-point operations of one call of a jitted function, from XLA's
-  own cost analysis of the lowered program (every matmul, convolution and elementwise op as
-  written, the backward pass and the optimizer update included), not from a formula; for all
-  devices together. It is the count the utilisation uses. On a GPU, XLA turns the matmuls of
-  the optimised program into cuBLAS calls whose FLOPs its analysis leaves out, so the compiled
-  program's count is too low there. Neither counts cuDNN's fused attention calls (custom calls
-  too), nor more than one iteration of a loop (``scan_layers``, micro-batches).
-- ``compiled_flops``: the same analysis of the compiled (optimised) program; for a program
-  partitioned over devices, one device's part. Right on a CPU, too low on a GPU.
+- ``compiled_flops``: the floating-point operations of one call of a compiled function, from
+  XLA's own cost analysis of the optimised program (every matmul, convolution and elementwise
+  op it will run, the backward pass and the optimizer update included), not from a formula. For
+  a program partitioned over devices it is the FLOPs of one device's part. On a GPU it is too
+  low: XLA turns the matmuls into cuBLAS calls and the attention into cuDNN calls (custom calls),
+  whose FLOPs its analysis leaves out.
+- ``program_flops``: the same analysis of a lowered program, before optimisation, for all devices
+  together: every matmul as written. JAX offers it for the CPU only (``jax.stages.Lowered``), so the
+  benchmarks lower a CPU copy of the step to count a GPU's (``benchmarks.step_cost.model_flops``).
+  Neither count goes through a loop more than once (``scan_layers``, micro-batches).
 - ``peak_tflops``: the vendors' dense (no sparsity) tensor-core peaks for bfloat16; other devices
   and dtypes need the peak given (``config.peak_tflops``, the benchmarks' ``--peak_tflops``).
 - ``Utilisation``: the model FLOPs utilisation (MFU) of training steps, for the progress line.
@@ -21,8 +22,6 @@ import gzip
 import json
 import pathlib
 import re
-
-import jax
 
 # Dense bfloat16 tensor-core peaks in TFLOP/s, from the vendors' data sheets (the SXM parts
 # unless the name says otherwise). Checked in order: the first key found in
@@ -54,11 +53,13 @@ def compiled_flops(compiled) -> float:
 
 
 def program_flops(lowered) -> float:
-  """FLOPs of one call of ``lowered`` (a ``jax.stages.Lowered``), all devices together, from XLA's
-  cost analysis of the program before optimisation."""
+  """FLOPs of one call of ``lowered`` (a ``jax.stages.Lowered`` for the CPU), all devices together,
+  from XLA's cost analysis of the program before optimisation."""
   flops = float((lowered.cost_analysis() or {}).get('flops', 0.0))
   if flops <= 0:
-    raise RuntimeError('XLA reported no FLOPs for the lowered step; this backend has no cost analysis.')
+    raise RuntimeError(
+      'XLA reported no FLOPs for the lowered program; JAX analyses lowered CPU programs only.'
+    )
   return flops
 
 
@@ -73,11 +74,12 @@ def peak_tflops(device_kind: str, dtype: str) -> float | None:
 
 
 class Utilisation:
-  """Model FLOPs utilisation of training steps: XLA's FLOPs of each step (``program_flops``) over the
-  time taken.
+  """Model FLOPs utilisation of training steps: XLA's FLOPs of each compiled step over the time taken
+  (too low on a GPU: ``compiled_flops``).
 
   ``flops_of`` is asked once per new batch shape, before that shape's first step runs; it lowers
-  the jitted step without compiling it, so nothing is compiled twice.
+  and compiles the jitted step, and JAX keeps that compilation for the call that follows, so
+  nothing is compiled twice.
   """
 
   def __init__(self, peak_tflops_per_device: float):
@@ -93,9 +95,8 @@ class Utilisation:
 
   @staticmethod
   def flops_of(jitted, *args) -> float:
-    """FLOPs of one device's part of ``jitted(*args)`` (the program's over the devices); the arguments
-    are not consumed."""
-    return program_flops(jitted.lower(*args)) / jax.device_count()
+    """FLOPs of one device's part of ``jitted(*args)``; the arguments are not consumed."""
+    return compiled_flops(jitted.lower(*args).compile())
 
   def fraction(self, flops_per_second_per_device: float) -> float:
     """The MFU: achieved FLOP/s of one device over its peak."""
