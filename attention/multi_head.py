@@ -2,15 +2,19 @@
 
 Inputs are ``[batch, length, features]``. A mask is a ``Mask`` or boolean, broadcastable to
 ``[batch, heads, q_len, k_len]`` (``True`` = may attend); a bias (relative
-positions) is added to the logits. When the score is (scaled) dot product, the
-weights are not requested and no dropout applies to them, the fused
-``jax.nn.dot_product_attention`` runs on GPU: cuDNN's flash attention where cuDNN
-takes the shapes and dtype (bfloat16 or float16, head size a multiple of 8, ...),
-XLA's fused attention otherwise (``fused_attention``); otherwise the explicit path
-computes the weights. Both give the same output. Elsewhere the fused call is only a
-reference implementation in the same einsums, so on the CPU the explicit path (heads-major
-matmuls) runs instead. A model's ``attention_kernel`` option (``ATTENTION_KERNELS``) forces
-either path: ``'auto'`` (the rule above), ``'fused'`` or ``'explicit'``.
+positions) is added to the logits. Two paths compute the same output: the explicit one
+(heads-major matmuls, the weights as an array) and the fused ``jax.nn.dot_product_attention``
+(``fused_attention``), which runs cuDNN's flash attention on a GPU where cuDNN takes the shapes
+and dtype (bfloat16 or float16, head size a multiple of 8, sequence lengths it supports, ...)
+and XLA's implementation of the same einsums otherwise. The fused path needs a (scaled) dot
+product score, no weights asked for and no dropout on them. A model's ``attention_kernel``
+option (``ATTENTION_KERNELS``) chooses:
+
+- ``'auto'`` (the default): cuDNN's kernel on a GPU where cuDNN takes the inputs, the explicit
+  path everywhere else. Where cuDNN refuses, and on a CPU, the explicit path is faster than
+  XLA's implementation of the fused call (docs/results.md, "On a GPU").
+- ``'fused'``: the fused call wherever the score allows it, XLA's implementation where cuDNN refuses.
+- ``'explicit'``: the explicit path.
 """
 
 import jax
@@ -22,20 +26,20 @@ from attention.masks import Mask, causal_mask, combine_masks, has_any_key, maske
 from attention.positional import Rotary
 from attention.scores import AttentionScore
 
-# A model's ``attention_kernel`` option -> ``MultiHeadAttention``'s ``fused_kernel``.
+# A model's ``attention_kernel`` option -> ``MultiHeadAttention``'s ``fused_kernel`` (the module docstring).
 ATTENTION_KERNELS = {'auto': None, 'fused': True, 'explicit': False}
 
 
-def fused_attention(query, key, value, *, bias, mask, scale) -> jax.Array:
+def fused_attention(query, key, value, *, bias, mask, scale, xla_fallback: bool = True) -> jax.Array | None:
   """``jax.nn.dot_product_attention`` with cuDNN's kernel where it takes the inputs, XLA's elsewhere.
 
   ``mask`` is a boolean array or a ``Mask``; a ``Mask`` is passed as what it is: ``is_causal``,
   ``query_seq_lengths`` / ``key_value_seq_lengths``, and a dense mask only for its ``dense``
   part (cuDNN's fast paths take the first two; a dense mask costs a ``[B, H, T, S]`` tensor).
   JAX's default implementation is XLA's, even on a GPU; cuDNN must be asked for by name, and
-  it refuses (while tracing, with ``ValueError`` or ``NotImplementedError``) dtypes, head sizes
-  and masks it has no kernel for, such as float32 inputs. Those fall back to XLA, and the first
-  refusal is logged with cuDNN's reason.
+  it refuses (while tracing, with ``ValueError`` or ``NotImplementedError``) dtypes, head sizes,
+  lengths and masks it has no kernel for, such as float32 inputs. The first refusal is logged
+  with cuDNN's reason; then XLA computes it, or, without ``xla_fallback``, ``None`` is returned.
   """
   options = dict(bias=bias, mask=mask, scale=scale)
   if isinstance(mask, Mask):
@@ -53,9 +57,9 @@ def fused_attention(query, key, value, *, bias, mask, scale) -> jax.Array:
     try:
       return jax.nn.dot_product_attention(query, key, value, implementation='cudnn', **options)
     except (ValueError, NotImplementedError) as refusal:
-      logging.log_first_n(
-        logging.WARNING, 'cuDNN has no fused attention for these inputs (%s); XLA computes it', 1, refusal
-      )
+      logging.log_first_n(logging.WARNING, 'cuDNN has no fused attention for these inputs (%s)', 1, refusal)
+      if not xla_fallback:
+        return None
   return jax.nn.dot_product_attention(query, key, value, **options)
 
 
@@ -177,12 +181,16 @@ class MultiHeadAttention(nnx.Module):
     """Heads-split q/k/v -> (``[batch, q_len, features]``, weights or ``None``)."""
     weights_dropped = self.dropout_rate > 0 and not deterministic
     fused_scale = self.score.fused_scale
-    fused_kernel = jax.default_backend() == 'gpu' if self.fused_kernel is None else self.fused_kernel
+    auto = self.fused_kernel is None
+    fused_kernel = jax.default_backend() == 'gpu' if auto else self.fused_kernel
     q_len, k_len = query.shape[1], key.shape[1]
+    context = None
     if fused_kernel and fused_scale is not None and not return_weights and not weights_dropped:
-      if bias is not None:
-        bias = bias.astype(query.dtype)
-      context = fused_attention(query, key, value, bias=bias, mask=mask, scale=fused_scale)
+      fused_bias = None if bias is None else bias.astype(query.dtype)
+      context = fused_attention(
+        query, key, value, bias=fused_bias, mask=mask, scale=fused_scale, xla_fallback=not auto
+      )
+    if context is not None:
       # The fused kernel averages the values of an all-masked row; the explicit path gives zeros.
       visible = mask.rows_with_any_key(q_len, k_len) if isinstance(mask, Mask) else has_any_key(mask)
       if visible is not None:

@@ -170,25 +170,35 @@ def test_fused_and_explicit_paths_agree(kind):
   np.testing.assert_allclose(fused, explicit, atol=1e-5)
 
 
-@pytest.mark.parametrize('cudnn_takes_it', [True, False])
-def test_on_a_gpu_the_fused_path_asks_cudnn_first_and_falls_back_to_xla(monkeypatch, cudnn_takes_it):
+@pytest.mark.parametrize(
+  ('fused_kernel', 'cudnn_takes_it', 'asked'),
+  [
+    (True, True, ['cudnn']),
+    (True, False, ['cudnn', None]),  # 'fused': XLA's implementation where cuDNN refuses
+    (None, True, ['cudnn']),
+    (None, False, ['cudnn']),  # 'auto': the explicit path where cuDNN refuses
+  ],
+)
+def test_on_a_gpu_the_fused_path_asks_cudnn_first_and_falls_back(
+  monkeypatch, fused_kernel, cudnn_takes_it, asked
+):
   real_attention = jax.nn.dot_product_attention
-  asked = []
+  calls = []
 
   def recording_attention(*args, implementation=None, **kwargs):
-    asked.append(implementation)
+    calls.append(implementation)
     if implementation == 'cudnn' and not cudnn_takes_it:
       raise NotImplementedError('no cuDNN kernel for these inputs')
     return real_attention(*args, **kwargs)  # this CPU has no cuDNN: XLA's computes the same numbers
 
   rng = np.random.default_rng(3)
   x = jnp.asarray(rng.normal(size=(B, TK, 12)).astype(np.float32))
-  mha = MultiHeadAttention(H, 12, score='scaled_dot', fused_kernel=True, rngs=nnx.Rngs(0))
+  mha = MultiHeadAttention(H, 12, score='scaled_dot', fused_kernel=fused_kernel, rngs=nnx.Rngs(0))
   explicit, _ = mha(x, return_weights=True)
   monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
   monkeypatch.setattr(jax.nn, 'dot_product_attention', recording_attention)
   fused, _ = mha(x)
-  assert asked == (['cudnn'] if cudnn_takes_it else ['cudnn', None])
+  assert calls == asked
   np.testing.assert_allclose(fused, explicit, atol=1e-5)
 
 
