@@ -131,6 +131,17 @@ TABLES = {
     + ('vit_throughput_eigen_0.2', 'vit_throughput_eigen_accum4_0.2', 'vit_throughput_no_huge_pages_0.2')
     + ('timm_vit_throughput_0.2',),
   ),
+  'gpu': Table(
+    'docs/results.md',
+    ('what', 'command', 'throughput', 'ms/step', 'cuDNN attention calls', 'time', 'machine', 'recorded at'),
+    ('vit_b16_gpu_bf16_explicit', 'vit_b16_gpu_bf16', 'vit_b16_gpu_f32')
+    + ('transformer_base_gpu_bf16', 'transformer_base_gpu_bf16_explicit'),
+  ),
+  'gpu-flops': Table(
+    'docs/results.md',
+    ('what', 'FLOPs per step', 'parameters', 'machine', 'recorded at'),
+    ('gpu_model_flops/vit_b16', 'gpu_model_flops/transformer_base'),
+  ),
   'input-pipeline': Table(
     'docs/results.md',
     ('what', 'command', 'images/s', 'machine', 'recorded at'),
