@@ -2,15 +2,16 @@
 
 - ``CompiledSteps``: a compiled train step and its state, run and timed.
 - ``model_flops``: the FLOPs of a train step as the model computes them: XLA's count of the
-  step lowered for the CPU (``program_flops``) with the attention as einsums
-  (``attention_kernel='explicit'``), whichever device and kernels the timed step runs on.
+  step lowered for the CPU (``program_flops``), with the attention as einsums, the layers
+  unscanned, nothing rematerialised and the batch whole, whichever device, kernels, scanning,
+  rematerialisation and micro-batches the timed step runs with.
 - ``utilisation``: the model's FLOPs per step per second against the device's
   dense peak (model FLOPs utilisation, MFU), as one line. The peaks (``peak_tflops``) are the
   vendors' dense (no sparsity) tensor-core numbers for bfloat16; other devices and dtypes need
   ``--peak_tflops``.
 - ``cudnn_attention_calls``: how many of cuDNN's fused attention kernels the compiled step calls,
-  forward and backward: whether cuDNN took the attention (``attention.multi_head.fused_attention``
-  falls back to XLA's einsums where it refuses). XLA's cost analysis counts no FLOPs for these
+  forward and backward: whether cuDNN took the attention (where it refuses, ``attention_kernel``
+  ``auto`` runs the explicit path and ``fused`` XLA's implementation). XLA's cost analysis counts no FLOPs for these
   calls, so a step that makes them reports fewer FLOPs than the same step with
   ``attention_kernel='explicit'``; ``model_flops`` counts them.
 - ``profile_and_summarise``: a ``jax.profiler`` trace of a few steps (open it in TensorBoard's
@@ -78,13 +79,15 @@ def cudnn_attention_calls(compiled) -> dict[str, int]:
 
 def model_flops(config, make_task: Callable, metrics, batch) -> float:
   """FLOPs of one train step of ``config`` on ``batch``: XLA's count of the step of the same model
-  with ``model.attention_kernel='explicit'`` (``make_task(config)`` gives its task), lowered for one
-  CPU device, where JAX can analyse a program before optimisation. It is lowered for the abstract
-  state and arrays shaped as ``metrics`` and ``batch``, so nothing is allocated or compiled."""
-  explicit = config.copy_and_resolve_references()
-  explicit.model.attention_kernel = 'explicit'
-  explicit.grad_accum_steps = 1  # XLA counts a loop's body once; a whole batch at once is the same count
-  run_step = build_step(explicit, make_task(explicit), num_steps=1000, devices=jax.devices('cpu')[:1])
+  computed plainly (``make_task(config)`` gives its task), lowered for one CPU device, where JAX
+  can analyse a program before optimisation. It is lowered for the abstract state and arrays
+  shaped as ``metrics`` and ``batch``, so nothing is allocated or compiled."""
+  plain = config.copy_and_resolve_references()
+  # XLA counts no custom call (cuDNN's attention) and a loop's body once (scanned layers,
+  # micro-batches); rematerialised layers would count their forward twice.
+  plain.model.update(attention_kernel='explicit', scan_layers=False, remat='none')
+  plain.grad_accum_steps = 1
+  run_step = build_step(plain, make_task(plain), num_steps=1000, devices=jax.devices('cpu')[:1])
   parts = run_step.init.parts(run_step.init.rest())
   shaped = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)  # noqa: E731
   lowered = run_step.train_step(parts).lower(run_step.init.abstract_state, shaped(metrics), shaped(batch))

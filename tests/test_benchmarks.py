@@ -175,7 +175,7 @@ def test_transformer_benchmark_reports_tokens_per_second():
 
 def test_model_flops_count_the_whole_batch_whatever_the_micro_batches_and_the_attention_kernel():
   """XLA counts a loop's body once and no custom call at all, so the model's FLOPs come from one
-  lowering of the whole batch with the attention as einsums, whichever step is timed."""
+  plain lowering (the whole batch, the attention as einsums, no scan, no remat), whichever step is timed."""
   from benchmarks.step_cost import model_flops
   from benchmarks.transformer_throughput import _SyntheticTranslation as Task
   from configs.common import trainer_config
@@ -188,11 +188,13 @@ def test_model_flops_count_the_whole_batch_whatever_the_micro_batches_and_the_at
   config.batch_size = 4
   tokens = jnp.ones((4, 8), jnp.int32)
   counts = []
-  for accumulate, kernel in ((1, 'explicit'), (2, 'explicit'), (1, 'fused')):
-    config.grad_accum_steps, config.model.attention_kernel = accumulate, kernel
+  ways = [(1, 'explicit', False, 'none'), (2, 'explicit', False, 'none'), (1, 'fused', False, 'none')]
+  for accumulate, kernel, scan, remat in ways + [(1, 'explicit', True, 'full')]:
+    config.grad_accum_steps = accumulate
+    config.model.update(attention_kernel=kernel, scan_layers=scan, remat=remat)
     task = Task(config, 64)
     mesh = make_mesh(devices=jax.devices()[:1])
     batch = global_batch({'src': tokens, 'tgt_in': tokens, 'tgt_out': tokens}, mesh)
     metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
     counts.append(model_flops(config, lambda c: Task(c, 64), metrics, batch))
-  assert counts[0] > 0 and counts == [counts[0]] * 3, counts
+  assert counts[0] > 0 and counts == [counts[0]] * 4, counts

@@ -7,8 +7,9 @@
   low: XLA turns the matmuls into cuBLAS calls and the attention into cuDNN calls (custom calls),
   whose FLOPs its analysis leaves out.
 - ``program_flops``: the same analysis of a lowered program, before optimisation, for all devices
-  together: every matmul as written. JAX offers it for the CPU only (``jax.stages.Lowered``), so the
-  benchmarks lower a CPU copy of the step to count a GPU's (``benchmarks.step_cost.model_flops``).
+  together: every matmul as written. JAX offers it for its built-in CPU backend only, not for the
+  GPU and TPU plugins (``jax.stages.Lowered.cost_analysis``), so the benchmarks lower a CPU copy of
+  the step to count a GPU's (``benchmarks.step_cost.model_flops``).
   Neither count goes through a loop more than once (``scan_layers``, micro-batches).
 - ``peak_tflops``: the vendors' dense (no sparsity) tensor-core peaks for bfloat16; other devices
   and dtypes need the peak given (``config.peak_tflops``, the benchmarks' ``--peak_tflops``).
