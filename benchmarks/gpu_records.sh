@@ -1,15 +1,15 @@
 #!/bin/bash
 # The accelerator's records, one after another: bash benchmarks/gpu_records.sh [RECORD ...]
 #
-# Each is a benchmarks.record of a throughput benchmark on one GPU, in the order of what a GPU alone
-# can show (a few minutes each at most, compilation included; the whole set fits in about 6 minutes):
-#   vit_b16_gpu_bf16                     ViT-B/16 at 224, bfloat16, batch 256: images/s and MFU; cuDNN's
-#                                        fused attention where it takes the step (attention_kernel auto)
+# Each is a benchmarks.record of a throughput benchmark on one GPU, most telling first (how long they
+# took: the records, docs/results.md "Training throughput on a GPU"):
+#   vit_b16_gpu_bf16                     ViT-B/16 at 224, bfloat16, batch 256: images/s and MFU, with the
+#                                        default attention_kernel auto (cuDNN where it takes the inputs)
 #   transformer_base_gpu_bf16            the Transformer-base translator, bfloat16, 384 x (64 + 64) tokens
-#   vit_b16_gpu_bf16_explicit            the ViT step with XLA's einsums instead (attention_kernel explicit)
-#   transformer_base_gpu_bf16_explicit   the translator's step with XLA's einsums
+#   vit_b16_gpu_bf16_explicit            the ViT step with the attention as explicit einsums (attention_kernel explicit)
+#   transformer_base_gpu_bf16_explicit   the translator's step with the explicit einsums
 #   vit_b16_gpu_f32                      the ViT step in float32, which cuDNN's kernel does not take
-# Give record names to run only those. The tables of docs/results.md ("On a GPU") are made from them.
+# Give record names to run only those. The tables of docs/results.md ("Training throughput on a GPU") are made from them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
