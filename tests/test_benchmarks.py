@@ -198,3 +198,17 @@ def test_model_flops_count_the_whole_batch_whatever_the_micro_batches_and_the_at
     metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
     counts.append(model_flops(config, lambda c: Task(c, 64), metrics, batch))
   assert counts[0] > 0 and counts == [counts[0]] * 4, counts
+
+
+def test_the_gpu_records_script_refuses_an_unknown_record_and_a_machine_without_a_gpu(tmp_path):
+  script = ['bash', 'benchmarks/gpu_records.sh']
+  unknown = subprocess.run([*script, 'vit_b16_gpu_fp8'], capture_output=True, text=True, check=False)
+  assert (
+    unknown.returncode == 2
+    and 'unknown record vit_b16_gpu_fp8; these are: vit_b16_gpu_bf16' in unknown.stderr
+  )
+  (tmp_path / 'nvidia-smi').write_text('#!/bin/sh\nexit 9\n')  # a driver that finds no GPU
+  (tmp_path / 'nvidia-smi').chmod(0o755)
+  env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}')
+  no_gpu = subprocess.run(script, capture_output=True, text=True, check=False, env=env)
+  assert no_gpu.returncode == 2 and 'no NVIDIA GPU here' in no_gpu.stderr
