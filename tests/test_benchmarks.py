@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -201,7 +202,7 @@ def test_model_flops_count_the_whole_batch_whatever_the_micro_batches_and_the_at
 
 
 def test_the_gpu_records_script_refuses_an_unknown_record_and_a_machine_without_a_gpu(tmp_path):
-  script = ['bash', 'benchmarks/gpu_records.sh']
+  script = ['bash', str(pathlib.Path(__file__).parents[1] / 'benchmarks' / 'gpu_records.sh')]
   unknown = subprocess.run([*script, 'vit_b16_gpu_fp8'], capture_output=True, text=True, check=False)
   assert (
     unknown.returncode == 2
