@@ -54,6 +54,13 @@ RNN_SCORES = ('none', 'dot', 'scaled_dot', 'cosine', 'additive')  # the parts of
 # The rows and columns of the ViT Table 8 sweep's two tables (record table8_digits).
 TABLE8_POSEMBS = ('none', 'learn1d', 'learn2d', 'sincos2d', 'relative')
 TABLE8_INJECTIONS = ('stem', 'every_layer', 'every_layer_shared')
+# The rows of the TPU compile table (records compile_NAME), in the order of its numbers.
+TPU_COMPILE_ROWS = (
+  ('vit_g14_v5e_replicated', 'vit_g14_v5e_fsdp', 'vit_h14_v5e', 'vit_b16_v5e_batch4096')
+  + ('vit_b16_v5e_batch4096_accum4', 'transformer_base_v5e', 'vit_l16_v5e_unrolled', 'vit_l16_v5e_scanned')
+  + ('vit_l16_v5e_scanned_remat_full', 'vit_l16_v5e_scanned_remat_dots', 'vit_g14_v4_scanned')
+  + ('transformer_big_v5p', 'vit_g14_v4_scanned_remat_full', 'tiny_vit_v5e_scanned', 'tiny_vit_v5e_unrolled')
+)
 TABLES = {
   'readme': Table(
     'README.md',
@@ -130,6 +137,13 @@ TABLES = {
     + ('vit_throughput_0.2', 'vit_throughput_accum4_0.2')
     + ('vit_throughput_eigen_0.2', 'vit_throughput_eigen_accum4_0.2', 'vit_throughput_no_huge_pages_0.2')
     + ('timm_vit_throughput_0.2',),
+  ),
+  'tpu-compile': Table(
+    'docs/results.md',
+    ('#', 'model', 'slice', 'batch', 'mesh', 'layers, remat', 'parameters', 'params + optimizer per chip')
+    + ('XLA per chip: arguments, temporaries, total of HBM', 'fits', 'FLOPs per step (XLA)')
+    + ('collectives per step', 'compile', 'recorded at'),
+    tuple(f'compile_{name}' for name in TPU_COMPILE_ROWS),
   ),
   'gpu': Table(
     'docs/results.md',
