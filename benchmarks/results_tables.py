@@ -51,6 +51,13 @@ class Table:
 
 STANDARD = ('what', 'command', 'result', 'time', 'machine', 'recorded at')
 RNN_SCORES = ('none', 'dot', 'scaled_dot', 'cosine', 'additive')  # the parts of the RNN score sweeps' records
+SCAN_POSEMBS = (
+  'none',
+  'learn1d',
+  'sincos1d',
+  'relative',
+  'rope',
+)  # the parts of the SCAN Table 3 (E) records
 # The rows and columns of the ViT Table 8 sweep's two tables (record table8_digits).
 TABLE8_POSEMBS = ('none', 'learn1d', 'learn2d', 'sincos2d', 'relative')
 TABLE8_INJECTIONS = ('stem', 'every_layer', 'every_layer_shared')
@@ -239,6 +246,11 @@ TABLES = {
     'docs/ablations.md',
     ('model.posemb', *TABLE8_INJECTIONS),
     tuple(f'table8_digits/{posemb}_5shot' for posemb in TABLE8_POSEMBS),
+  ),
+  'scan-posemb-simple': Table(
+    'docs/ablations.md',
+    ('model.posemb', 'test exact match', 'each seed', 'test BLEU', 'test PPL'),
+    tuple(f'transformer_scan_posemb_simple/{posemb}' for posemb in SCAN_POSEMBS),
   ),
   'rnn-scores-scan': Table(
     'docs/ablations.md',
