@@ -35,6 +35,7 @@ from trainer.run_step import build_step
 __all__ = [
   'CompiledSteps',
   'compiled_flops',
+  'cost_report',
   'cudnn_attention_calls',
   'model_flops',
   'model_flops_utilisation',
@@ -97,6 +98,29 @@ def model_flops(config, make_task: Callable, metrics, batch) -> float:
 def model_flops_utilisation(flops_per_step: float, seconds_per_step: float, peak: float, devices: int = 1):
   """The MFU: the step's FLOPs per second over the peak (TFLOP/s) of ``devices`` devices."""
   return flops_per_step / seconds_per_step / 1e12 / (peak * devices)
+
+
+def cost_report(compiled, flops: float, seconds: float, dtype: str, peak_override: float = 0.0):
+  """What the benchmarks print and record of a timed step: (lines, numbers). The lines name the
+  devices, give the achieved TFLOP/s and MFU (``utilisation``) and the cuDNN attention calls; the
+  numbers hold the FLOPs, TFLOP/s, those calls and, where the peak is known, the MFU."""
+  device_kind, devices = jax.devices()[0].device_kind, jax.device_count()
+  calls = cudnn_attention_calls(compiled)
+  lines = [
+    f'devices: {devices} x {device_kind}',
+    f'cost: {utilisation(flops, seconds, device_kind, dtype, peak_override, devices)}',
+    f'cuDNN fused attention calls in the step: {calls["forward"]} forward, {calls["backward"]} backward',
+  ]
+  numbers = {
+    'flops_per_step': flops,
+    'tflops_per_second': flops / seconds / 1e12,
+    'cudnn_attention_forward_calls': calls['forward'],
+    'cudnn_attention_backward_calls': calls['backward'],
+  }
+  peak = peak_override or peak_tflops(device_kind, dtype)
+  if peak:
+    numbers['model_flops_utilisation'] = model_flops_utilisation(flops, seconds, peak, devices)
+  return lines, numbers
 
 
 def utilisation(

@@ -29,16 +29,8 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from attention.multi_head import ATTENTION_KERNELS
-from benchmarks.step_cost import (
-  CompiledSteps,
-  cudnn_attention_calls,
-  model_flops,
-  model_flops_utilisation,
-  peak_tflops,
-  profile_and_summarise,
-  utilisation,
-)
+from benchmarks import step_flags
+from benchmarks.step_cost import CompiledSteps, cost_report, model_flops, profile_and_summarise
 from configs.common import trainer_config
 from seq2seq.architectures import make_translator
 from seq2seq.model import model_section
@@ -54,23 +46,6 @@ _BATCH = flags.DEFINE_integer('batch_size', 32, 'Sentence pairs per step (global
 _LENGTH = flags.DEFINE_integer('length', 64, 'Tokens per source and per target sentence.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps.')
-_ATTENTION_KERNEL = flags.DEFINE_enum(
-  'attention_kernel',
-  'auto',
-  list(ATTENTION_KERNELS),
-  "model.attention_kernel: 'auto' (cuDNN's fused kernel on a GPU), 'fused' or 'explicit' (XLA's einsums).",
-)
-_FLOPS_ONLY = flags.DEFINE_boolean(
-  'flops_only', False, "Print the step's FLOPs and parameters as JSON, and time nothing (any machine)."
-)
-_PEAK_TFLOPS = flags.DEFINE_float(
-  'peak_tflops',
-  0.0,
-  "The device's dense peak in TFLOP/s for --dtype, when benchmarks.step_cost does not know it.",
-)
-_PROFILE_DIR = flags.DEFINE_string(
-  'profile_dir', None, 'Write a jax.profiler trace of 5 more steps here and print where their time went.'
-)
 
 
 class _SyntheticTranslation(Translation):
@@ -97,7 +72,7 @@ def main(argv):
     share_embeddings=True,
     max_length=max(256, _LENGTH.value),
     dtype=_DTYPE.value,
-    attention_kernel=_ATTENTION_KERNEL.value,
+    attention_kernel=step_flags.ATTENTION_KERNEL.value,
   )
   config.batch_size = _BATCH.value
   task = _SyntheticTranslation(config, _VOCAB_SIZE.value)
@@ -118,47 +93,34 @@ def main(argv):
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   flops = model_flops(config, lambda c: _SyntheticTranslation(c, _VOCAB_SIZE.value), metrics, batch)
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
-  if _FLOPS_ONLY.value:
+  if step_flags.FLOPS_ONLY.value:
     print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
     return
   compiled = step.lower(state, metrics, batch).compile()
-  cudnn_calls = cudnn_attention_calls(compiled)
 
   steps = CompiledSteps(compiled, state, metrics, batch)
   seconds = steps.seconds_per_step(_STEPS.value)
   tokens_per_step = 2 * _BATCH.value * _LENGTH.value
-  device_kind = jax.devices()[0].device_kind
   print(
     f'model: Transformer {_VARIANT.value}, vocabulary {_VOCAB_SIZE.value}, {num_params / 1e6:.1f}M parameters, '
     f'{_DTYPE.value}, batch {_BATCH.value} x ({_LENGTH.value} + {_LENGTH.value}) tokens, '
-    f'attention_kernel {_ATTENTION_KERNEL.value}'
+    f'attention_kernel {step_flags.ATTENTION_KERNEL.value}'
   )
-  print(
-    f'cuDNN fused attention calls in the step: {cudnn_calls["forward"]} forward, {cudnn_calls["backward"]} backward'
-  )
-  print(f'devices: {jax.device_count()} x {device_kind}')
-  print(
-    f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value, jax.device_count())}'
-  )
+  cost_lines, cost_numbers = cost_report(compiled, flops, seconds, _DTYPE.value, step_flags.PEAK_TFLOPS.value)
+  print('\n'.join(cost_lines))
   print(
     f'train step: {seconds * 1e3:.1f} ms/step, {tokens_per_step / seconds:,.0f} tokens/s '
     f'(source + target), {_BATCH.value / seconds:.1f} sentence pairs/s'
   )
-  if _PROFILE_DIR.value:
-    print(profile_and_summarise(steps.run, _PROFILE_DIR.value, steps=5))
+  if step_flags.PROFILE_DIR.value:
+    print(profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5))
   numbers = {
     'tokens_per_second': tokens_per_step / seconds,
     'sentence_pairs_per_second': _BATCH.value / seconds,
     'ms_per_step': seconds * 1e3,
     'parameters': num_params,
-    'flops_per_step': flops,
-    'tflops_per_second': flops / seconds / 1e12,
-    'cudnn_attention_forward_calls': cudnn_calls['forward'],
-    'cudnn_attention_backward_calls': cudnn_calls['backward'],
+    **cost_numbers,
   }
-  peak = _PEAK_TFLOPS.value or peak_tflops(device_kind, _DTYPE.value)
-  if peak:
-    numbers['model_flops_utilisation'] = model_flops_utilisation(flops, seconds, peak, jax.device_count())
   print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 

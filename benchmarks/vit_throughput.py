@@ -39,16 +39,8 @@ import numpy as np
 from absl import app, flags
 
 from attention.layers import REMAT_POLICIES
-from attention.multi_head import ATTENTION_KERNELS
-from benchmarks.step_cost import (
-  CompiledSteps,
-  cudnn_attention_calls,
-  model_flops,
-  model_flops_utilisation,
-  peak_tflops,
-  profile_and_summarise,
-  utilisation,
-)
+from benchmarks import step_flags
+from benchmarks.step_cost import CompiledSteps, cost_report, model_flops, profile_and_summarise
 from configs.common import trainer_config
 from trainer.partitioning import global_batch, replicated
 from trainer.run_step import build_step
@@ -77,23 +69,6 @@ _GRAD_ACCUM = flags.DEFINE_integer(
 )
 _EMA_DECAY = flags.DEFINE_float(
   'ema_decay', 0.0, 'Keep a moving average of the parameters in the step (config.ema.decay; 0 = off).'
-)
-_ATTENTION_KERNEL = flags.DEFINE_enum(
-  'attention_kernel',
-  'auto',
-  list(ATTENTION_KERNELS),
-  "model.attention_kernel: 'auto' (cuDNN's fused kernel on a GPU), 'fused' or 'explicit' (XLA's einsums).",
-)
-_FLOPS_ONLY = flags.DEFINE_boolean(
-  'flops_only', False, "Print the step's FLOPs and parameters as JSON, and time nothing (any machine)."
-)
-_PEAK_TFLOPS = flags.DEFINE_float(
-  'peak_tflops',
-  0.0,
-  "The device's dense peak in TFLOP/s for --dtype, when benchmarks.step_cost does not know it.",
-)
-_PROFILE_DIR = flags.DEFINE_string(
-  'profile_dir', None, 'Write a jax.profiler trace of 5 more steps here and print where their time went.'
 )
 _IMAGE_FOLDER = flags.DEFINE_string(
   'image_folder',
@@ -127,7 +102,7 @@ def main(argv):
     dtype=_DTYPE.value,
     scan_layers=_SCAN.value,
     remat=_REMAT.value,
-    attention_kernel=_ATTENTION_KERNEL.value,
+    attention_kernel=step_flags.ATTENTION_KERNEL.value,
   )
   config.update(batch_size=_BATCH.value, grad_accum_steps=_GRAD_ACCUM.value)
   config.ema.decay = _EMA_DECAY.value
@@ -149,11 +124,10 @@ def main(argv):
   flops = model_flops(
     config, lambda c: _SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value), metrics, batch
   )
-  if _FLOPS_ONLY.value:
+  if step_flags.FLOPS_ONLY.value:
     print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
     return
   compiled = step.lower(state, metrics, batch).compile()
-  cudnn_calls = cudnn_attention_calls(compiled)
 
   steps = CompiledSteps(compiled, state, metrics, batch)
   seconds = steps.seconds_per_step(_STEPS.value)
@@ -168,33 +142,21 @@ def main(argv):
   print(
     f'model: {shape}, {_IMAGE_SIZE.value}x{_IMAGE_SIZE.value}x3, {num_params / 1e6:.2f}M parameters, '
     f'{_DTYPE.value}, batch {_BATCH.value}, scan_layers {_SCAN.value}, remat {_REMAT.value}, '
-    f'ema_decay {_EMA_DECAY.value:g}, attention_kernel {_ATTENTION_KERNEL.value}'
+    f'ema_decay {_EMA_DECAY.value:g}, attention_kernel {step_flags.ATTENTION_KERNEL.value}'
   )
-  device_kind = jax.devices()[0].device_kind
-  print(f'devices: {jax.device_count()} x {device_kind}')
-  print(
-    f'cost: {utilisation(flops, seconds, device_kind, _DTYPE.value, _PEAK_TFLOPS.value, jax.device_count())}'
-  )
-  print(
-    f'cuDNN fused attention calls in the step: {cudnn_calls["forward"]} forward, {cudnn_calls["backward"]} backward'
-  )
+  cost_lines, cost_numbers = cost_report(compiled, flops, seconds, _DTYPE.value, step_flags.PEAK_TFLOPS.value)
+  print('\n'.join(cost_lines))
   print(f'scratch memory of the step: {compiled.memory_analysis().temp_size_in_bytes / 1e9:.2f} GB')
   print(f'train step: {seconds * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
-  if _PROFILE_DIR.value:
-    print(profile_and_summarise(steps.run, _PROFILE_DIR.value, steps=5))
+  if step_flags.PROFILE_DIR.value:
+    print(profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5))
 
   numbers = {
     'images_per_second': images_per_sec,
     'ms_per_step': seconds * 1e3,
     'parameters': num_params,
-    'flops_per_step': flops,
-    'tflops_per_second': flops / seconds / 1e12,
-    'cudnn_attention_forward_calls': cudnn_calls['forward'],
-    'cudnn_attention_backward_calls': cudnn_calls['backward'],
+    **cost_numbers,
   }
-  peak = _PEAK_TFLOPS.value or peak_tflops(device_kind, _DTYPE.value)
-  if peak:
-    numbers['model_flops_utilisation'] = model_flops_utilisation(flops, seconds, peak, jax.device_count())
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()
     data_config.update(source='folder', path=_IMAGE_FOLDER.value)
