@@ -252,6 +252,11 @@ TABLES = {
     ('model.posemb', 'test exact match', 'each seed', 'test BLEU', 'test PPL'),
     tuple(f'transformer_scan_posemb_simple/{posemb}' for posemb in SCAN_POSEMBS),
   ),
+  'scan-posemb-length': Table(
+    'docs/ablations.md',
+    ('model.posemb', 'test exact match', 'each seed', 'test BLEU', 'test PPL'),
+    tuple(f'transformer_scan_posemb_length/{posemb}' for posemb in SCAN_POSEMBS),
+  ),
   'rnn-scores-scan': Table(
     'docs/ablations.md',
     ('model.attention_score', 'test PPL', 'test BLEU', 'test exact match', 'seeds 0, 1, 2 (exact match)'),
