@@ -173,7 +173,7 @@ TABLES = {
     'docs/results.md',
     STANDARD,
     ('vit_digits_bfloat16_seed0', 'vit_digits_bfloat16_seed1', 'vit_digits_bfloat16_seed2')
-    + ('vit_digits_dropout',)
+    + ('vit_digits_dropout', 'transformer_scan_bfloat16')
     + ('vit_digits_bfloat16_0.2_seed0', 'vit_digits_bfloat16_0.2_seed1', 'vit_digits_bfloat16_0.2_seed2')
     + ('transformer_scan_bfloat16_0.2', 'vit_digits_dropout_0.2'),
   ),
