@@ -12,7 +12,7 @@ option (``ATTENTION_KERNELS``) chooses:
 
 - ``'auto'`` (the default): cuDNN's kernel on a GPU where cuDNN takes the inputs, the explicit
   path everywhere else. Where cuDNN refuses, and on a CPU, the explicit path is faster than
-  XLA's implementation of the fused call (docs/results.md, "On a GPU").
+  XLA's implementation of the fused call (docs/results.md, "Training throughput on a GPU").
 - ``'fused'``: the fused call wherever the score allows it, XLA's implementation where cuDNN refuses.
 - ``'explicit'``: the explicit path.
 """

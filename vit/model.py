@@ -18,7 +18,8 @@ ImageNet-21k ViT checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_
 ``scan_layers`` and ``remat`` (``attention.layers``) scan the encoder over depth and
 rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``. ``attention_kernel``
 (``'auto'``, ``'fused'``, ``'explicit'``; ``attention.multi_head``) chooses between the fused
-attention call (cuDNN's kernel on a GPU) and the explicit einsums; ``'auto'`` fuses on a GPU only.
+attention call (cuDNN's kernel on a GPU) and the explicit einsums; ``'auto'`` takes cuDNN's kernel
+where cuDNN takes the inputs, the einsums elsewhere.
 
 The architectures of timm's and Hugging Face's ViTs are options too, each off by default:
 ``reg_tokens`` (learned register tokens after the class token, left out of the pooling; DINOv2),
