@@ -27,14 +27,12 @@ import json
 import jax
 import numpy as np
 from absl import app, flags
-from flax import nnx
 
 from benchmarks import step_flags
 from benchmarks.step_cost import CompiledSteps, cost_report, model_flops, profile_and_summarise
+from benchmarks.synthetic_tasks import SyntheticTranslation
 from configs.common import trainer_config
-from seq2seq.architectures import make_translator
 from seq2seq.model import model_section
-from seq2seq.task import Translation
 from seq2seq.tokenizer import PAD_ID
 from trainer.partitioning import global_batch, replicated
 from trainer.run_step import build_step
@@ -46,20 +44,6 @@ _BATCH = flags.DEFINE_integer('batch_size', 32, 'Sentence pairs per step (global
 _LENGTH = flags.DEFINE_integer('length', 64, 'Tokens per source and per target sentence.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps.')
-
-
-class _SyntheticTranslation(Translation):
-  """The real translation task (loss, metrics) over random token ids; no corpus or tokenizer is read."""
-
-  def __init__(self, config, vocab_size: int):
-    self.config = config
-    self.label_smoothing = config.label_smoothing
-    self.vocab_size = vocab_size
-
-  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
-    return make_translator(
-      self.config.model, source_vocab_size=self.vocab_size, target_vocab_size=self.vocab_size, rngs=rngs
-    )
 
 
 def main(argv):
@@ -75,7 +59,7 @@ def main(argv):
     attention_kernel=step_flags.ATTENTION_KERNEL.value,
   )
   config.batch_size = _BATCH.value
-  task = _SyntheticTranslation(config, _VOCAB_SIZE.value)
+  task = SyntheticTranslation(config, _VOCAB_SIZE.value)
   run_step = build_step(config, task, num_steps=1000)
   mesh = run_step.mesh
   state, parts = run_step.init.create()
@@ -91,7 +75,7 @@ def main(argv):
     mesh,
   )
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-  flops = model_flops(config, lambda c: _SyntheticTranslation(c, _VOCAB_SIZE.value), metrics, batch)
+  flops = model_flops(config, lambda c: SyntheticTranslation(c, _VOCAB_SIZE.value), metrics, batch)
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   if step_flags.FLOPS_ONLY.value:
     print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))

@@ -41,13 +41,13 @@ from absl import app, flags
 from attention.layers import REMAT_POLICIES
 from benchmarks import step_flags
 from benchmarks.step_cost import CompiledSteps, cost_report, model_flops, profile_and_summarise
+from benchmarks.synthetic_tasks import SyntheticImageTask
 from configs.common import trainer_config
 from trainer.partitioning import global_batch, replicated
 from trainer.run_step import build_step
 from trainer.state import train_metrics
-from vit.input_pipeline import ImageShapes, default_data_config, load_image_data
+from vit.input_pipeline import default_data_config, load_image_data
 from vit.model import model_section
-from vit.task import ImageClassification
 
 _BATCH = flags.DEFINE_integer('batch_size', 128, 'Global batch size.')
 _VARIANT = flags.DEFINE_string(
@@ -77,17 +77,6 @@ _IMAGE_FOLDER = flags.DEFINE_string(
 )
 
 
-class _SyntheticImageTask(ImageClassification):
-  """The real ViT task with random square RGB images; no data set is read."""
-
-  def __init__(self, config, image_size: int, num_classes: int):
-    self.config = config
-    self.label_smoothing = 0.0
-    self.init_from = None
-    self.distillation = None
-    self.sizes = ImageShapes(num_classes, (image_size, image_size, 3))
-
-
 def main(argv):
   del argv
   config = trainer_config()
@@ -106,7 +95,7 @@ def main(argv):
   )
   config.update(batch_size=_BATCH.value, grad_accum_steps=_GRAD_ACCUM.value)
   config.ema.decay = _EMA_DECAY.value
-  task = _SyntheticImageTask(config, _IMAGE_SIZE.value, _NUM_CLASSES.value)
+  task = SyntheticImageTask(config, _IMAGE_SIZE.value, _NUM_CLASSES.value)
   run_step = build_step(config, task, num_steps=1000)
   mesh = run_step.mesh
   state, parts = run_step.init.create()
@@ -122,7 +111,7 @@ def main(argv):
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
   flops = model_flops(
-    config, lambda c: _SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value), metrics, batch
+    config, lambda c: SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value), metrics, batch
   )
   if step_flags.FLOPS_ONLY.value:
     print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))

@@ -178,7 +178,7 @@ def test_model_flops_count_the_whole_batch_whatever_the_micro_batches_and_the_at
   """XLA counts a loop's body once and no custom call at all, so the model's FLOPs come from one
   plain lowering (the whole batch, the attention as einsums, no scan, no remat), whichever step is timed."""
   from benchmarks.step_cost import model_flops
-  from benchmarks.transformer_throughput import _SyntheticTranslation as Task
+  from benchmarks.synthetic_tasks import SyntheticTranslation as Task
   from configs.common import trainer_config
   from seq2seq.model import model_section
   from trainer.partitioning import global_batch, make_mesh, replicated
