@@ -51,6 +51,12 @@ class Table:
 
 STANDARD = ('what', 'command', 'result', 'time', 'machine', 'recorded at')
 RNN_SCORES = ('none', 'dot', 'scaled_dot', 'cosine', 'additive')  # the parts of the RNN score sweeps' records
+VIDEO_LAYOUTS = (
+  'spacetime',
+  'factorised_encoder',
+  'divided',
+  'factorised_dot_product',
+)  # record video_layouts_digits
 SCAN_POSEMBS = (
   'none',
   'learn1d',
@@ -273,6 +279,11 @@ TABLES = {
     tuple(f'rnn_scores_multi30k/{score}' for score in RNN_SCORES),
   ),
   'weights-against-torch': Table('docs/results.md', STANDARD, ('weights_against_torch',)),
+  'video-layouts-digits': Table(
+    'docs/ablations.md',
+    ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
+    tuple(f'video_layouts_digits/{layout}' for layout in VIDEO_LAYOUTS),
+  ),
   'video-tubelet-time': Table(
     'docs/ablations.md',
     ('model.temporal_posemb', 'accuracy', 'digit accuracy', 'direction accuracy'),
