@@ -253,16 +253,14 @@ TABLES = {
     ('model.posemb', *TABLE8_INJECTIONS),
     tuple(f'table8_digits/{posemb}_5shot' for posemb in TABLE8_POSEMBS),
   ),
-  'scan-posemb-simple': Table(
-    'docs/ablations.md',
-    ('model.posemb', 'test exact match', 'each seed', 'test BLEU', 'test PPL'),
-    tuple(f'transformer_scan_posemb_simple/{posemb}' for posemb in SCAN_POSEMBS),
-  ),
-  'scan-posemb-length': Table(
-    'docs/ablations.md',
-    ('model.posemb', 'test exact match', 'each seed', 'test BLEU', 'test PPL'),
-    tuple(f'transformer_scan_posemb_length/{posemb}' for posemb in SCAN_POSEMBS),
-  ),
+  **{
+    f'scan-posemb-{split}': Table(
+      'docs/ablations.md',
+      ('model.posemb', 'test exact match', 'each seed', 'test BLEU', 'test PPL'),
+      tuple(f'transformer_scan_posemb_{split}/{posemb}' for posemb in SCAN_POSEMBS),
+    )
+    for split in ('simple', 'length')
+  },
   'rnn-scores-scan': Table(
     'docs/ablations.md',
     ('model.attention_score', 'test PPL', 'test BLEU', 'test exact match', 'seeds 0, 1, 2 (exact match)'),
