@@ -1,9 +1,8 @@
 """What a compiled train step costs, for the benchmark commands: its time, the utilisation, where its time goes.
 
 - ``CompiledSteps``: a compiled train step and its state, run and timed.
-- ``model_flops``: the FLOPs of a train step as the model computes them: XLA's count of the
-  step lowered for the CPU (``program_flops``), with the attention as einsums, the layers
-  unscanned, nothing rematerialised and the batch whole, whichever device, kernels, scanning,
+- ``ModelFlops`` (``trainer.observe.model_flops``): the FLOPs of a train step as the model computes
+  them, counted on a plain CPU copy of the step, whichever device, kernels, scanning,
   rematerialisation and micro-batches the timed step runs with.
 - ``utilisation``: the model's FLOPs per step per second against the device's
   dense peak (model FLOPs utilisation, MFU), as one line. The peaks (``peak_tflops``) are the
@@ -13,7 +12,7 @@
   forward and backward: whether cuDNN took the attention (where it refuses, ``attention_kernel``
   ``auto`` runs the explicit path and ``fused`` XLA's implementation). XLA's cost analysis counts no FLOPs for these
   calls, so a step that makes them reports fewer FLOPs than the same step with
-  ``attention_kernel='explicit'``; ``model_flops`` counts them.
+  ``attention_kernel='explicit'``; ``ModelFlops`` counts them.
 - ``profile_and_summarise``: a ``jax.profiler`` trace of a few steps (open it in TensorBoard's
   profile plugin or Perfetto) and a table of the ops that took the most time
   (``summarise_trace``): device kernels on a GPU, XLA's thunks on a CPU.
@@ -29,15 +28,15 @@ from collections.abc import Callable
 
 import jax
 
+from trainer.observe.model_flops import ModelFlops
 from trainer.observe.step_cost import compiled_flops, peak_tflops, program_flops, summarise_trace
-from trainer.run_step import build_step
 
 __all__ = [
   'CompiledSteps',
   'compiled_flops',
   'cost_report',
   'cudnn_attention_calls',
-  'model_flops',
+  'ModelFlops',
   'model_flops_utilisation',
   'peak_tflops',
   'profile_and_summarise',
@@ -76,23 +75,6 @@ def cudnn_attention_calls(compiled) -> dict[str, int]:
   targets = _CUDNN_ATTENTION_TARGET.findall(compiled.as_text())
   backward = sum('Backward' in target for target in targets)
   return {'forward': len(targets) - backward, 'backward': backward}
-
-
-def model_flops(config, make_task: Callable, metrics, batch) -> float:
-  """FLOPs of one train step of ``config`` on ``batch``: XLA's count of the step of the same model
-  computed plainly (``make_task(config)`` gives its task), lowered for one CPU device, where JAX
-  can analyse a program before optimisation. It is lowered for the abstract state and arrays
-  shaped as ``metrics`` and ``batch``, so nothing is allocated or compiled."""
-  plain = config.copy_and_resolve_references()
-  # XLA counts no custom call (cuDNN's attention) and a loop's body once (scanned layers,
-  # micro-batches); rematerialised layers would count their forward twice.
-  plain.model.update(attention_kernel='explicit', scan_layers=False, remat='none')
-  plain.grad_accum_steps = 1
-  run_step = build_step(plain, make_task(plain), num_steps=1000, devices=jax.devices('cpu')[:1])
-  parts = run_step.init.parts(run_step.init.rest())
-  shaped = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)  # noqa: E731
-  lowered = run_step.train_step(parts).lower(run_step.init.abstract_state, shaped(metrics), shaped(batch))
-  return program_flops(lowered)
 
 
 def model_flops_utilisation(flops_per_step: float, seconds_per_step: float, peak: float, devices: int = 1):

@@ -10,7 +10,7 @@ Vaswani et al.'s base model (``seq2seq.model.VARIANTS['base']``: 512 wide, 6 + 6
 WMT14 English-German), trained with the real translation task's loss on random token ids,
 every sentence ``--length`` tokens on both sides (no padding), AdamW, label smoothing 0.1.
 The step is compiled once and timed after 3 warm-up steps; it prints source + target tokens
-per second, the step's FLOPs from XLA's cost analysis (``benchmarks.step_cost.model_flops``), the
+per second, the step's FLOPs from XLA's cost analysis (``trainer.observe.model_flops``), the
 cuDNN fused attention calls of the step (``--attention_kernel`` chooses) and, on a device whose peak
 ``benchmarks/step_cost.py`` knows (or with ``--peak_tflops``), the model FLOPs utilisation.
 Vaswani et al. trained on batches of about 25,000 source and 25,000 target tokens.
@@ -29,7 +29,7 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import step_flags
-from benchmarks.step_cost import CompiledSteps, cost_report, model_flops, profile_and_summarise
+from benchmarks.step_cost import CompiledSteps, ModelFlops, cost_report, profile_and_summarise
 from benchmarks.synthetic_tasks import SyntheticTranslation
 from configs.common import trainer_config
 from seq2seq.model import model_section
@@ -75,7 +75,9 @@ def main(argv):
     mesh,
   )
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-  flops = model_flops(config, lambda c: SyntheticTranslation(c, _VOCAB_SIZE.value), metrics, batch)
+  flops = ModelFlops(config, lambda c: SyntheticTranslation(c, _VOCAB_SIZE.value), num_steps=1000)(
+    metrics, batch
+  )
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   if step_flags.FLOPS_ONLY.value:
     print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))

@@ -19,7 +19,7 @@ Times the compiled train step (forward, backward, AdamW update) on random images
 already on the device, so it measures the model, not the input pipeline; with
 ``--image_folder``, also times the input pipeline alone on that folder. The first
 steps (compilation) are excluded. It also prints the step's FLOPs from XLA's cost analysis
-(``benchmarks.step_cost.model_flops``), how many of cuDNN's fused attention kernels the step
+(``trainer.observe.model_flops``), how many of cuDNN's fused attention kernels the step
 calls (``--attention_kernel`` chooses), and, on a device whose peak it knows (``benchmarks/step_cost.py``) or with ``--peak_tflops``,
 the model FLOPs utilisation; ``--profile_dir`` writes a ``jax.profiler`` trace of a few more
 steps and prints where their time went, op by op. Like ``train.py``, it re-executes itself once
@@ -40,7 +40,7 @@ from absl import app, flags
 
 from attention.layers import REMAT_POLICIES
 from benchmarks import step_flags
-from benchmarks.step_cost import CompiledSteps, cost_report, model_flops, profile_and_summarise
+from benchmarks.step_cost import CompiledSteps, ModelFlops, cost_report, profile_and_summarise
 from benchmarks.synthetic_tasks import SyntheticImageTask
 from configs.common import trainer_config
 from trainer.partitioning import global_batch, replicated
@@ -110,9 +110,8 @@ def main(argv):
   )
   num_params = sum(p.size for p in jax.tree.leaves(state.params))
   metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-  flops = model_flops(
-    config, lambda c: SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value), metrics, batch
-  )
+  make_task = lambda c: SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value)  # noqa: E731
+  flops = ModelFlops(config, make_task, num_steps=1000)(metrics, batch)
   if step_flags.FLOPS_ONLY.value:
     print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
     return

@@ -177,7 +177,7 @@ def test_transformer_benchmark_reports_tokens_per_second():
 def test_model_flops_count_the_whole_batch_whatever_the_micro_batches_and_the_attention_kernel():
   """XLA counts a loop's body once and no custom call at all, so the model's FLOPs come from one
   plain lowering (the whole batch, the attention as einsums, no scan, no remat), whichever step is timed."""
-  from benchmarks.step_cost import model_flops
+  from benchmarks.step_cost import ModelFlops
   from benchmarks.synthetic_tasks import SyntheticTranslation as Task
   from configs.common import trainer_config
   from seq2seq.model import model_section
@@ -197,7 +197,7 @@ def test_model_flops_count_the_whole_batch_whatever_the_micro_batches_and_the_at
     mesh = make_mesh(devices=jax.devices()[:1])
     batch = global_batch({'src': tokens, 'tgt_in': tokens, 'tgt_out': tokens}, mesh)
     metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-    counts.append(model_flops(config, lambda c: Task(c, 64), metrics, batch))
+    counts.append(ModelFlops(config, lambda c: Task(c, 64), num_steps=10)(metrics, batch))
   assert counts[0] > 0 and counts == [counts[0]] * 4, counts
 
 
@@ -206,7 +206,7 @@ def test_the_gpu_records_script_refuses_an_unknown_record_and_a_machine_without_
   unknown = subprocess.run([*script, 'vit_b16_gpu_fp8'], capture_output=True, text=True, check=False)
   assert (
     unknown.returncode == 2
-    and 'unknown record vit_b16_gpu_fp8; these are: vit_b16_gpu_bf16' in unknown.stderr
+    and "unknown record vit_b16_gpu_fp8; these are, each after the GPU's tag: vit_b16_bf16" in unknown.stderr
   )
   (tmp_path / 'nvidia-smi').write_text('#!/bin/sh\nexit 9\n')  # a driver that finds no GPU
   (tmp_path / 'nvidia-smi').chmod(0o755)

@@ -19,7 +19,11 @@ from trainer.evaluation import restore_checkpoint
 from trainer.io.checkpoints import Checkpoints
 from trainer.io.metrics_io import read_metrics
 from trainer.observe import observe_config, profiling, wandb_log
-from trainer.observe.step_cost import Utilisation
+from trainer.observe.model_flops import ModelFlops
+from trainer.observe.step_cost import Utilisation, compiled_flops
+from trainer.run_step import build_step
+from trainer.state import train_metrics
+from trainer.task import load_task
 
 # The utilisation -----------------------------------------------------------------------------
 
@@ -54,13 +58,36 @@ def test_the_progress_line_shows_the_mfu_of_the_counted_steps_flops_over_their_t
   assert 'MFU' not in progress.line(4, {'loss': 1.5, 'steps_per_sec': rate})
 
 
-def test_asking_a_jitted_step_for_its_flops_compiles_nothing_twice():
-  step = jax.jit(lambda w, x: (w * 2.0, (x @ w).sum()), donate_argnums=(0,))
-  w, x = jnp.ones((16, 16)), jnp.ones((8, 16))
+def test_without_a_model_count_asking_a_jitted_step_for_its_flops_compiles_nothing_twice():
+  step = jax.jit(lambda w, x, y: (w * 2.0, (x @ w).sum() + y), donate_argnums=(0,))
+  w, x, y = jnp.ones((16, 16)), jnp.ones((8, 16)), jnp.zeros(())
   with counted_compilations() as compiles:
-    flops = Utilisation.flops_of(step, w, x)
-    step(w, x)
+    flops = Utilisation(1.0).flops_of(step, w, x, y)
+    step(w, x, y)
   assert flops >= 2 * 8 * 16 * 16 and len(compiles) == 1
+
+
+def test_with_a_model_count_the_flops_of_a_step_are_one_devices_share_of_it():
+  utilisation = Utilisation(1.0, count_model_flops=lambda metrics, batch: 8e9)
+  assert utilisation.flops_of(None, None, None, None) == pytest.approx(8e9 / jax.device_count())
+
+
+def test_a_runs_model_flops_are_its_plain_steps_whatever_the_scan_and_the_micro_batches():
+  counts, compiled = [], []
+  for scan, micro_batches in ((False, 1), (True, 2)):
+    config = tiny_vit_config(
+      **{'model.depth': 2, 'model.scan_layers': scan, 'grad_accum_steps': micro_batches}
+    )
+    task = load_task(config)
+    batch, metrics = task.batch_shapes(config.batch_size), train_metrics(task).empty()
+    counts.append(ModelFlops.of_task(config, task, num_steps=8)(metrics, batch))
+    run_step = build_step(config, task, num_steps=8, devices=jax.devices()[:1])
+    init = run_step.init
+    step = run_step.train_step(init.parts(init.rest()))
+    compiled.append(compiled_flops(step.lower(init.abstract_state, metrics, batch).compile()))
+  assert counts[0] > 0 and counts[1] == pytest.approx(counts[0], rel=1e-6), counts
+  # XLA's count of the compiled step goes through the scanned layers and the micro-batches once
+  assert compiled[1] < 0.6 * counts[1], (compiled, counts)
 
 
 # Checks of the fields --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from trainer.io.checkpoints import Checkpoints, count_non_finite
 from trainer.io.metrics_io import make_writers
 from trainer.io.workdir_lock import make_lock
 from trainer.observe import observe_config, profiling, wandb_log
+from trainer.observe.model_flops import ModelFlops
 from trainer.observe.step_cost import Utilisation
 from trainer.optim import describe_frozen, describe_weight_decay
 from trainer.partitioning import check_batch_size, global_batch, replicated
@@ -240,7 +241,9 @@ class _Training:
     self.saved_step = self.start_step or None
     self.progress = _Progress(num_steps, config.batch_size)
     self.compiled_shapes = set()
-    self.utilisation = Utilisation.of_run(config, jax.devices()[0].device_kind)  # None: no known peak
+    self.utilisation = Utilisation.of_run(  # None: no known peak
+      config, jax.devices()[0].device_kind, lambda: ModelFlops.of_task(config, task, num_steps)
+    )
     self.step_flops = {}  # batch shapes -> FLOPs per device of a step, where the utilisation is shown
     self.profiler = profiling.StepProfiler(observe_config.profile_steps(config), workdir, self.is_main)
 

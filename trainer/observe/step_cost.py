@@ -8,12 +8,13 @@
   whose FLOPs its analysis leaves out.
 - ``program_flops``: the same analysis of a lowered program, before optimisation, for all devices
   together: every matmul as written. JAX offers it for its built-in CPU backend only, not for the
-  GPU and TPU plugins (``jax.stages.Lowered.cost_analysis``), so the benchmarks lower a CPU copy of
-  the step to count a GPU's (``benchmarks.step_cost.model_flops``).
+  GPU and TPU plugins (``jax.stages.Lowered.cost_analysis``), so the model's FLOPs are counted on a
+  CPU copy of the step (``trainer.observe.model_flops``).
   Neither count goes through a loop more than once (``scan_layers``, micro-batches).
 - ``peak_tflops``: the vendors' dense (no sparsity) tensor-core peaks for bfloat16; other devices
   and dtypes need the peak given (``config.peak_tflops``, the benchmarks' ``--peak_tflops``).
-- ``Utilisation``: the model FLOPs utilisation (MFU) of training steps, for the progress line.
+- ``Utilisation``: the model FLOPs utilisation (MFU) of training steps, for the progress line, from
+  the model's FLOPs (``trainer.observe.model_flops``).
 - ``summarise_trace``: a table of the ops that took the most time in a ``jax.profiler`` trace:
   device kernels on a GPU, XLA's thunks on a CPU.
 """
@@ -23,6 +24,8 @@ import gzip
 import json
 import pathlib
 import re
+
+import jax
 
 # Dense bfloat16 tensor-core peaks in TFLOP/s, from the vendors' data sheets (the SXM parts
 # unless the name says otherwise). Checked in order: the first key found in
@@ -75,29 +78,33 @@ def peak_tflops(device_kind: str, dtype: str) -> float | None:
 
 
 class Utilisation:
-  """Model FLOPs utilisation of training steps: XLA's FLOPs of each compiled step over the time taken
-  (too low on a GPU: ``compiled_flops``).
+  """Model FLOPs utilisation of training steps: the model's FLOPs of each step over the time taken.
 
-  ``flops_of`` is asked once per new batch shape, before that shape's first step runs; it lowers
-  and compiles the jitted step, and JAX keeps that compilation for the call that follows, so
-  nothing is compiled twice.
+  ``flops_of`` is asked once per new batch shape, before that shape's first step runs. With a
+  ``count_model_flops`` (``trainer.observe.model_flops.ModelFlops``) it counts the model's FLOPs on a
+  CPU copy of the step; without one, XLA's count of the compiled step (``compiled_flops``: too low on
+  a GPU, and a loop's body counted once), which lowers and compiles the jitted step, and JAX keeps
+  that compilation for the call that follows, so nothing is compiled twice.
   """
 
-  def __init__(self, peak_tflops_per_device: float):
+  def __init__(self, peak_tflops_per_device: float, count_model_flops=None):
     self.peak_tflops = peak_tflops_per_device
+    self.count_model_flops = count_model_flops
 
   @classmethod
-  def of_run(cls, config, device_kind: str) -> 'Utilisation | None':
+  def of_run(cls, config, device_kind: str, count_model_flops=None) -> 'Utilisation | None':
     """For a run of ``config`` on ``device_kind``: its ``peak_tflops``, else the known bfloat16 peak
-    when ``model.dtype`` is bfloat16; ``None`` when neither gives a peak."""
+    when ``model.dtype`` is bfloat16; ``None`` when neither gives a peak. ``count_model_flops``: a
+    callable, or a function of no arguments that makes it (called only when a peak is known)."""
     model = config.get('model') or {}
     peak = config.get('peak_tflops') or peak_tflops(device_kind, model.get('dtype', ''))
-    return cls(float(peak)) if peak else None
+    return cls(float(peak), count_model_flops() if count_model_flops else None) if peak else None
 
-  @staticmethod
-  def flops_of(jitted, *args) -> float:
-    """FLOPs of one device's part of ``jitted(*args)``; the arguments are not consumed."""
-    return compiled_flops(jitted.lower(*args).compile())
+  def flops_of(self, jitted, state, metrics, batch) -> float:
+    """FLOPs of one device's part of ``jitted(state, metrics, batch)``; the arguments are not consumed."""
+    if self.count_model_flops is None:
+      return compiled_flops(jitted.lower(state, metrics, batch).compile())
+    return self.count_model_flops(metrics, batch) / jax.device_count()
 
   def fraction(self, flops_per_second_per_device: float) -> float:
     """The MFU: achieved FLOP/s of one device over its peak."""
