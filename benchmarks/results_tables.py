@@ -164,6 +164,13 @@ TABLES = {
     ('vit_b16_gpu_bf16_explicit', 'vit_b16_gpu_bf16', 'vit_b16_gpu_f32')
     + ('transformer_base_gpu_bf16', 'transformer_base_gpu_bf16_explicit'),
   ),
+  'gpu-2': Table(
+    'docs/results.md',
+    ('what', 'command', 'throughput', 'ms/step', 'MFU', 'cuDNN attention calls', 'time', 'machine', 'recorded at'),
+    ('h100_vit_b16_bf16', 'h200_vit_b16_bf16', 'h100_transformer_base_bf16')
+    + ('h200_transformer_base_bf16_len256', 'h200_transformer_base_bf16_len256_explicit')
+    + ('h200_transformer_base_bf16_len1024', 'h200_transformer_base_bf16_len1024_explicit'),
+  ),
   'gpu-flops': Table(
     'docs/results.md',
     ('what', 'FLOPs per step', 'parameters', 'machine', 'recorded at'),
