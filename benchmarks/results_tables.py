@@ -166,7 +166,17 @@ TABLES = {
   ),
   'gpu-2': Table(
     'docs/results.md',
-    ('what', 'command', 'throughput', 'ms/step', 'MFU', 'cuDNN attention calls', 'time', 'machine', 'recorded at'),
+    (
+      'what',
+      'command',
+      'throughput',
+      'ms/step',
+      'MFU',
+      'cuDNN attention calls',
+      'time',
+      'machine',
+      'recorded at',
+    ),
     ('h100_vit_b16_bf16', 'h200_vit_b16_bf16', 'h100_transformer_base_bf16')
     + ('h200_transformer_base_bf16_len256', 'h200_transformer_base_bf16_len256_explicit')
     + ('h200_transformer_base_bf16_len1024', 'h200_transformer_base_bf16_len1024_explicit'),
