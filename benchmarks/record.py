@@ -78,6 +78,11 @@ def main(argv: list[str]) -> None:
   parser.add_argument('--spread_why', help='what the spread is (e.g. "seeds 0-2")')
   parser.add_argument('--machine_label', help='a short name for this machine in the tables (e.g. CPU-A)')
   parser.add_argument('--note', help='what else a reader needs to know (e.g. "shared with another run")')
+  parser.add_argument(
+    '--exit_status',
+    type=int,
+    help='the status the result exits with, when not 0 (benchmarks.compile_for: 1, a step that does not fit)',
+  )
   args = parser.parse_args(argv)
   path = records.path_of(args.name)  # checks the name before anything runs
   carried = {}
@@ -86,14 +91,18 @@ def main(argv: list[str]) -> None:
       key: value for key, value in records.load(args.name).items() if key in records.CARRIED_ON_RERUN
     }
   numbers_file = parse_numbers_files(args.numbers_file) or carried.get('numbers_file')
+  exit_status = carried.get('exit_status', 0) if args.exit_status is None else args.exit_status
   command = records.command_text(args.command)
   try:
-    measured = records.measure(command, numbers_file)
+    measured = records.measure(command, numbers_file, exit_status=exit_status)
   except records.RecordError as error:
     raise SystemExit(f'{args.name}: {error}') from None
   fields = dict(carried, note=args.note)
   if numbers_file:
     fields['numbers_file'] = numbers_file
+  fields.pop('exit_status', None)
+  if exit_status:
+    fields['exit_status'] = exit_status
   if args.spread:
     fields['spread'] = parse_spread(args.spread, args.spread_why)
   record = records.new_record(args.name, command, measured, **fields)

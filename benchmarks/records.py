@@ -43,7 +43,7 @@ SOURCES = ('run', 'transcribed')
 SIMD_FLAG = re.compile(r'^(avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sse4_\d|neon|asimd\w*|sve\w*)$')
 LOAD_SAMPLE_SECONDS = 5.0
 # What a new run of a record's command keeps of the record it replaces: how it is shown, and its spread.
-CARRIED_ON_RERUN = ('what', 'cells', 'parts', 'spread', 'compared', 'numbers_file')
+CARRIED_ON_RERUN = ('what', 'cells', 'parts', 'spread', 'compared', 'numbers_file', 'exit_status')
 NAME = re.compile(r'^[a-z0-9][a-z0-9_.-]*$')
 # The libraries whose versions a record states: those that compute the numbers.
 LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy')
@@ -270,14 +270,17 @@ def flatten(value: Any, prefix: str = '') -> dict[str, Any]:
 
 
 def measure(
-  command: str, numbers_file: str | dict[str, str] | None = None, echo: bool = True
+  command: str, numbers_file: str | dict[str, str] | None = None, echo: bool = True, exit_status: int = 0
 ) -> dict[str, Any]:
-  """Runs ``command`` in a scratch checkout (fresh ``runs/``) and returns what a record needs of the run."""
+  """Runs ``command`` in a scratch checkout (fresh ``runs/``) and returns what a record needs of the run.
+  ``exit_status``: the status its result exits with (``benchmarks.compile_for`` exits 1, its numbers
+  printed, when a step does not fit); any other is a failure."""
   scratch = scratch_checkout()
   try:
     ran = run_command(command, scratch, echo)
-    if ran['status'] != 0:
-      raise RecordError(f'the command exited with status {ran["status"]}: nothing recorded')
+    if ran['status'] != exit_status:
+      expected = f', not the {exit_status} its result exits with' if exit_status else ''
+      raise RecordError(f'the command exited with status {ran["status"]}{expected}: nothing recorded')
     numbers = (
       numbers_from_files(scratch, numbers_file) if numbers_file else numbers_from_stdout(ran['stdout'])
     )

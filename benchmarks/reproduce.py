@@ -125,7 +125,7 @@ def accelerator_names(listed: str) -> str:
 def rerun(record: dict[str, Any], overrides: list[str], write: bool) -> bool:
   command = with_overrides(record['command'], overrides)
   print(f'=== {record["name"]}: {command}', flush=True)
-  measured = records.measure(command, record.get('numbers_file'))
+  measured = records.measure(command, record.get('numbers_file'), exit_status=record.get('exit_status', 0))
   lines, ok = comparison(record, measured['numbers'])
   print(
     f'=== {record["name"]}: {duration(measured["wall_seconds"])} ({duration(measured["cpu_seconds"])} of CPU, '

@@ -10,7 +10,8 @@ that column (``cells``, in which ``{metric}`` and ``{metric:format}`` stand for 
 ``{pattern|mean:format}``, ``{pattern|median:format}``, ``{pattern|sd:format}`` and
 ``{pattern|each:format}`` for the mean, the median, the sample standard deviation and the list of
 the numbers whose names match a pattern with ``*``, such as an ablation's seeds:
-``runs.decay=0.0,seed=*.metrics.accuracy``), or, for the columns every record can fill, made from
+``runs.decay=0.0,seed=*.metrics.accuracy``; ``{metric|gib:format}`` and ``{metric|millions:format}``
+for a number in GiB of its bytes, or in millions), or, for the columns every record can fill, made from
 its fields: ``what``, ``command``, ``time`` (wall and CPU seconds, load), ``machine`` and ``recorded
 at`` (commit and date; "transcribed" where the record was copied from the page of before records).
 
@@ -40,6 +41,7 @@ AGGREGATES = {
   'median': statistics.median,
   'sd': statistics.stdev,
 }
+UNITS = {'gib': 2**30, 'millions': 1e6}  # {metric|gib:.2f}: a count of bytes in GiB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,11 +322,14 @@ def render(template: str, numbers: dict[str, Any], name: str) -> str:
   def number(match: re.Match) -> str:
     metric, aggregate, spec = match.group(1), match.group(2), match.group(3) or ''
     if '*' not in metric:
-      if aggregate:
-        raise TableError(f'record {name}: {{{metric}|{aggregate}}} needs a pattern with * to aggregate')
+      if aggregate and aggregate not in UNITS:
+        raise TableError(
+          f'record {name}: {{{metric}|{aggregate}}} needs a pattern with * to aggregate '
+          f'(a single number takes a unit: {", ".join(UNITS)})'
+        )
       if metric not in numbers:
         raise TableError(f'record {name}: its text names {{{metric}}}, which is not among its numbers')
-      return format(numbers[metric], spec)
+      return format(numbers[metric] / UNITS[aggregate] if aggregate else numbers[metric], spec)
     values = [numbers[key] for key in sorted(numbers) if fnmatch.fnmatchcase(key, metric)]
     if not values:
       raise TableError(f'record {name}: no number of its matches {{{metric}}}')

@@ -123,6 +123,23 @@ def test_a_failing_command_records_nothing(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_result_that_exits_with_its_stated_status_is_recorded_and_reproduced(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(records, 'RESULTS', tmp_path)
+  does_not_fit = 'echo \'{"fits": false, "needed_gib": 28.9}\'; exit 1'
+  with pytest.raises(SystemExit, match='status 1: nothing recorded'):
+    record.main(['too_big', '--', does_not_fit])
+  record.main(['too_big', '--exit_status', '1', '--', does_not_fit])
+  written = records.load('too_big', tmp_path)
+  assert written['exit_status'] == 1 and written['numbers'] == {'fits': False, 'needed_gib': 28.9}
+  reproduce.main(['too_big'])
+  assert 'OUTSIDE' not in capsys.readouterr().out
+  record.main(['too_big', '--', does_not_fit])  # a rerun keeps the stated status
+  assert records.load('too_big', tmp_path)['exit_status'] == 1
+  with pytest.raises(SystemExit, match='status 0, not the 1 its result exits with'):
+    record.main(['too_big', '--', 'echo \'{"fits": true}\''])
+
+
+@pytest.mark.slow
 def test_a_command_runs_with_an_empty_runs_folder(tmp_path, monkeypatch):
   monkeypatch.setattr(records, 'RESULTS', tmp_path)
   record.main(['fresh', '--', 'test ! -e runs/x && test -e train.py && echo \'{"n": 1}\''])
@@ -240,6 +257,14 @@ def test_a_cell_aggregates_the_numbers_a_pattern_matches():
     results_tables.render('{runs.a=1,seed=0.metrics.loss|mean}', numbers, 'r')
   with pytest.raises(results_tables.TableError, match='matches one number only'):
     results_tables.render('{runs.a=1,seed=*.metrics.loss|sd}', numbers, 'r')
+
+
+def test_a_single_number_is_shown_in_gib_or_millions_and_takes_no_other_word():
+  numbers = {'per_chip_bytes.total': 15_294_955_520, 'parameters': 304_326_632, 'collectives.all-reduce.count': 50}
+  text = '{per_chip_bytes.total|gib:.2f} GiB, {parameters|millions:.1f}M, {collectives.all-reduce.count}'
+  assert results_tables.render(text, numbers, 'r') == '14.24 GiB, 304.3M, 50'
+  with pytest.raises(results_tables.TableError, match='a single number takes a unit: gib, millions'):
+    results_tables.render('{parameters|mb}', numbers, 'r')
 
 
 def test_a_page_without_a_tables_end_marker_is_an_error():
