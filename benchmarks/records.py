@@ -140,10 +140,11 @@ def _accelerator() -> str | None:
 
 
 def commit() -> tuple[str | None, bool | None]:
-  """(the checkout's commit, whether it has uncommitted changes to tracked files)."""
+  """(the checkout's commit, whether it has uncommitted changes to tracked files). The records under
+  ``results/`` do not count: one record written before another is not a change of the code."""
   try:
     head = _git('rev-parse', 'HEAD')
-    dirty = bool(_git('status', '--porcelain', '--untracked-files=no'))
+    dirty = bool(_git('status', '--porcelain', '--untracked-files=no', '--', '.', ':(exclude)results'))
   except (OSError, subprocess.CalledProcessError):
     return None, None
   return head, dirty

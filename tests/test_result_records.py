@@ -3,6 +3,7 @@
 import importlib.metadata
 import json
 import re
+import subprocess
 
 import pytest
 
@@ -206,6 +207,22 @@ def test_several_numbers_files_are_each_named_once():
 # --- the committed records and tables ---------------------------------------------------------------
 
 
+def test_a_record_written_before_another_is_not_an_uncommitted_change(tmp_path, monkeypatch):
+  git = lambda *args: subprocess.run(['git', *args], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+  git('init', '-q')
+  (tmp_path / 'results').mkdir()
+  (tmp_path / 'results' / 'a.json').write_text('{}')
+  (tmp_path / 'train.py').write_text('print(1)')
+  git('add', '.')
+  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'x')
+  monkeypatch.setattr(records, 'ROOT', tmp_path)
+  (tmp_path / 'results' / 'a.json').write_text('{"numbers": {}}')  # an earlier record of a queue
+  head, dirty = records.commit()
+  assert len(head) == 40 and dirty is False
+  (tmp_path / 'train.py').write_text('print(2)')
+  assert records.commit()[1] is True
+
+
 def test_every_committed_record_loads_and_says_where_it_came_from():
   all_records = records.load_all()
   assert all_records
@@ -260,7 +277,11 @@ def test_a_cell_aggregates_the_numbers_a_pattern_matches():
 
 
 def test_a_single_number_is_shown_in_gib_or_millions_and_takes_no_other_word():
-  numbers = {'per_chip_bytes.total': 15_294_955_520, 'parameters': 304_326_632, 'collectives.all-reduce.count': 50}
+  numbers = {
+    'per_chip_bytes.total': 15_294_955_520,
+    'parameters': 304_326_632,
+    'collectives.all-reduce.count': 50,
+  }
   text = '{per_chip_bytes.total|gib:.2f} GiB, {parameters|millions:.1f}M, {collectives.all-reduce.count}'
   assert results_tables.render(text, numbers, 'r') == '14.24 GiB, 304.3M, 50'
   with pytest.raises(results_tables.TableError, match='a single number takes a unit: gib, millions'):
