@@ -24,7 +24,8 @@ step time only when it gives a positive one. XLA's cost analysis counts the body
 once, so where the program has loops (``model.scan_layers``, ``grad_accum_steps`` > 1) its FLOPs
 and estimate are lower bounds, and the output says so. The last line is one JSON object with the
 same figures. A step that does not fit (XLA's RESOURCE_EXHAUSTED, or a total over the chip's
-HBM) is one line saying what it needs and what to try, the JSON line with ``"fits": false``, and
+HBM) is one line saying what it needs and what to try, the JSON line with ``"fits": false`` (and
+XLA's ``xla_temporaries_needed_gib`` and ``xla_available_gib`` where its message gives them), and
 exit status 1; a bad flag or config is ``error: ...`` and status 2.
 """
 
@@ -294,6 +295,7 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
       compile_seconds=time.perf_counter() - start,
       error=_exhausted(str(error)),
       **dict.fromkeys(_COMPILED_FIGURES),  # the same keys as a step that compiled, for scripts
+      **_exhausted_sizes(str(error)),
     )
     result['per_chip_bytes'].update(dict.fromkeys(_COMPILED_BYTES))
     return result
@@ -343,6 +345,24 @@ def _exhausted(message: str) -> str:
   """XLA's RESOURCE_EXHAUSTED message, from that word to the end of its sentence."""
   found = message[message.index('RESOURCE_EXHAUSTED') :].split('\n')[0]
   return ' '.join(found.split())
+
+
+# XLA's sizes in that message: "the total memory required for HLO temporaries (32.60G) exceeds
+# available HBM (15.75G)", in its own units (G: 2**30 bytes).
+_EXHAUSTED_SIZES = re.compile(
+  r'temporaries \((?P<needed>[\d.]+)G\) exceeds available HBM \((?P<available>[\d.]+)G\)'
+)
+
+
+def _exhausted_sizes(message: str) -> dict[str, float]:
+  """``xla_temporaries_needed_gib`` and ``xla_available_gib`` of the message, where it gives them."""
+  found = _EXHAUSTED_SIZES.search(message)
+  if not found:
+    return {}
+  return {
+    'xla_temporaries_needed_gib': float(found['needed']),
+    'xla_available_gib': float(found['available']),
+  }
 
 
 def report(result: dict) -> list[str]:

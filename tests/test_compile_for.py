@@ -72,6 +72,9 @@ def test_a_step_that_does_not_fit_is_one_line_with_what_to_try():
   assert lines[-1].startswith('does not fit: RESOURCE_EXHAUSTED: Ran out of memory on HBM')
   assert '(32.60G) exceeds available HBM (15.75G).' in lines[-1] and 'more detail' not in lines[-1]
   assert '16.00 GiB' in lines[-1] and '--config.mesh.fsdp=N' in lines[-1] and 'model.remat' in lines[-1]
+  sizes = compile_for._exhausted_sizes(message)
+  assert sizes == {'xla_temporaries_needed_gib': 32.6, 'xla_available_gib': 15.75}
+  assert compile_for._exhausted_sizes('RESOURCE_EXHAUSTED: out of memory allocating 8 bytes') == {}
 
 
 LOOPED_HLO = """
