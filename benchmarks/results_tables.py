@@ -157,7 +157,7 @@ TABLES = {
     'docs/results.md',
     ('#', 'model', 'slice', 'batch', 'mesh', 'layers, remat', 'parameters', 'params + optimizer per chip')
     + ('XLA per chip: arguments, temporaries, total of HBM', 'fits', 'FLOPs per step (XLA)')
-    + ('collectives per step', 'compile', 'recorded at'),
+    + ('collectives per step', 'compile', 'machine', 'recorded at'),
     tuple(f'compile_{name}' for name in TPU_COMPILE_ROWS),
   ),
   'gpu': Table(
@@ -181,7 +181,8 @@ TABLES = {
     ),
     ('h100_vit_b16_bf16', 'h200_vit_b16_bf16', 'h100_transformer_base_bf16')
     + ('h200_transformer_base_bf16_len256', 'h200_transformer_base_bf16_len256_explicit')
-    + ('h200_transformer_base_bf16_len1024', 'h200_transformer_base_bf16_len1024_explicit'),
+    + ('h200_transformer_base_bf16_len1024', 'h200_transformer_base_bf16_len1024_explicit')
+    + ('h200_vit_b16_bf16_batch512', 'h200_vit_b16_bf16_cudnn_layer_norm'),
   ),
   'gpu-flops': Table(
     'docs/results.md',
