@@ -13,8 +13,9 @@ from trainer.errors import ConfigError, MissingFileError
 from trainer.evaluation import restore_checkpoint
 from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
+from trainer.observe.model_flops import ModelFlops
 from trainer.partitioning import global_batch, make_mesh
-from trainer.state import ModelParts, TrainState, make_train_step
+from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
 from trainer.task import load_task
 from vit import checkpoint_npz
 from vit.distillation import hard_distillation, soft_distillation
@@ -308,3 +309,17 @@ def test_a_distillation_token_model_is_written_and_read_back_as_npz(tmp_path, po
   assert 'dist_token: not in the checkpoint, freshly initialised' in report.adapted
   assert not np.any(np.asarray(fresh.distill_head.kernel[...]))
   np.testing.assert_array_equal(fresh.head.kernel[...], plain.head.kernel[...])
+
+
+def test_the_model_flops_of_a_distilled_step_count_the_teachers_forward_pass(tmp_path):
+  path, _, _ = _teacher_npz(tmp_path)
+  counts = {}
+  for name, config in (
+    ('student', _distill_config('')),
+    ('with teacher', _distill_config(path, kind='soft', temperature=2.0, alpha=0.5)),
+  ):
+    task = load_task(config)
+    batch, metrics = task.batch_shapes(config.batch_size), train_metrics(task).empty()
+    counts[name] = ModelFlops.of_task(config, task, num_steps=8)(metrics, batch)
+  # the teacher (width 24, 16 patches of 16x16x1) runs forward only, inside the step
+  assert counts['with teacher'] > counts['student'] > 0, counts
