@@ -72,6 +72,21 @@ def test_with_a_model_count_the_flops_of_a_step_are_one_devices_share_of_it():
   assert utilisation.flops_of(None, None, None, None) == pytest.approx(8e9 / jax.device_count())
 
 
+def test_a_model_count_that_fails_falls_back_to_the_compiled_count_and_says_so(caplog):
+  def broken(metrics, batch):
+    raise RuntimeError('no CPU backend here')
+
+  step = jax.jit(lambda w, x, y: (w * 2.0, (x @ w).sum() + y))
+  w, x, y = jnp.ones((16, 16)), jnp.ones((8, 16)), jnp.zeros(())
+  utilisation = Utilisation(1.0, count_model_flops=broken)
+  assert utilisation.flops_of(step, w, x, y) >= 2 * 8 * 16 * 16
+  assert utilisation.count_model_flops is None and 'no CPU backend here' in caplog.text
+  config = vit_digits.get_config()
+  config.peak_tflops = 1.0
+  made = Utilisation.of_run(config, 'cpu', lambda: broken(None, None))
+  assert made.peak_tflops == 1.0 and made.count_model_flops is None
+
+
 def test_a_runs_model_flops_are_its_plain_steps_whatever_the_scan_and_the_micro_batches():
   counts, compiled = [], []
   for scan, micro_batches in ((False, 1), (True, 2)):

@@ -26,6 +26,7 @@ import pathlib
 import re
 
 import jax
+from absl import logging
 
 # Dense bfloat16 tensor-core peaks in TFLOP/s, from the vendors' data sheets (the SXM parts
 # unless the name says otherwise). Checked in order: the first key found in
@@ -92,19 +93,40 @@ class Utilisation:
     self.count_model_flops = count_model_flops
 
   @classmethod
-  def of_run(cls, config, device_kind: str, count_model_flops=None) -> 'Utilisation | None':
+  def of_run(cls, config, device_kind: str, make_model_count=None) -> 'Utilisation | None':
     """For a run of ``config`` on ``device_kind``: its ``peak_tflops``, else the known bfloat16 peak
-    when ``model.dtype`` is bfloat16; ``None`` when neither gives a peak. ``count_model_flops``: a
-    callable, or a function of no arguments that makes it (called only when a peak is known)."""
+    when ``model.dtype`` is bfloat16; ``None`` when neither gives a peak. ``make_model_count``: a
+    function of no arguments that makes the model's count (called only when a peak is known)."""
     model = config.get('model') or {}
     peak = config.get('peak_tflops') or peak_tflops(device_kind, model.get('dtype', ''))
-    return cls(float(peak), count_model_flops() if count_model_flops else None) if peak else None
+    if not peak:
+      return None
+    utilisation = cls(float(peak))
+    if make_model_count is not None:
+      try:
+        utilisation.count_model_flops = make_model_count()
+      except Exception as error:  # pylint: disable=broad-except  (a diagnostic must not stop the run)
+        utilisation.without_model_count(error)
+    return utilisation
 
   def flops_of(self, jitted, state, metrics, batch) -> float:
     """FLOPs of one device's part of ``jitted(state, metrics, batch)``; the arguments are not consumed."""
-    if self.count_model_flops is None:
-      return compiled_flops(jitted.lower(state, metrics, batch).compile())
-    return self.count_model_flops(metrics, batch) / jax.device_count()
+    if self.count_model_flops is not None:
+      try:
+        return self.count_model_flops(metrics, batch) / jax.device_count()
+      except Exception as error:  # pylint: disable=broad-except  (a diagnostic must not stop the run)
+        self.without_model_count(error)
+    return compiled_flops(jitted.lower(state, metrics, batch).compile())
+
+  def without_model_count(self, error: Exception) -> None:
+    """Falls back to XLA's count of the compiled step, saying why once."""
+    self.count_model_flops = None
+    logging.warning(
+      "The model's FLOPs could not be counted on a CPU copy of the step (%s: %s); the MFU uses XLA's "
+      'count of the compiled step, too low on a GPU and with scanned layers or micro-batches.',
+      type(error).__name__,
+      error,
+    )
 
   def fraction(self, flops_per_second_per_device: float) -> float:
     """The MFU: achieved FLOP/s of one device over its peak."""
