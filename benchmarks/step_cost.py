@@ -14,7 +14,8 @@
   calls, so a step that makes them reports fewer FLOPs than the same step with
   ``attention_kernel='explicit'``; ``ModelFlops`` counts them.
 - ``profile_and_summarise``: a ``jax.profiler`` trace of a few steps (open it in TensorBoard's
-  profile plugin or Perfetto) and a table of the ops that took the most time
+  profile plugin or Perfetto) and a table of the ops that took the most time, with their times as
+  numbers for a record
   (``summarise_trace``): device kernels on a GPU, XLA's thunks on a CPU.
 
 ``compiled_flops``, ``program_flops``, ``peak_tflops`` and ``summarise_trace`` live in
@@ -25,11 +26,12 @@ import pathlib
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 import jax
 
 from trainer.observe.model_flops import ModelFlops
-from trainer.observe.step_cost import compiled_flops, peak_tflops, program_flops, summarise_trace
+from trainer.observe.step_cost import compiled_flops, op_times, peak_tflops, program_flops, summarise_trace
 
 __all__ = [
   'CompiledSteps',
@@ -38,6 +40,7 @@ __all__ = [
   'cudnn_attention_calls',
   'ModelFlops',
   'model_flops_utilisation',
+  'op_times',
   'peak_tflops',
   'profile_and_summarise',
   'program_flops',
@@ -129,8 +132,12 @@ def utilisation(
   return line
 
 
-def profile_and_summarise(run_steps: Callable[[int], None], trace_dir: str, steps: int, top: int = 15) -> str:
-  """Traces ``run_steps(steps)`` into ``trace_dir`` and returns a table of the costliest ops per step."""
+def profile_and_summarise(
+  run_steps: Callable[[int], None], trace_dir: str, steps: int, top: int = 15
+) -> tuple[str, dict[str, Any]]:
+  """Traces ``run_steps(steps)`` into ``trace_dir``; returns a table of the costliest ops per step, and
+  the numbers for a record: the traced step's milliseconds end to end, all ops' milliseconds per
+  step (in flight at once, each counted in full) and the ``top`` ops' (``ops.NAME``)."""
   jax.profiler.start_trace(trace_dir)
   try:
     start = time.perf_counter()
@@ -140,5 +147,12 @@ def profile_and_summarise(run_steps: Callable[[int], None], trace_dir: str, step
     jax.profiler.stop_trace()
   traces = sorted(pathlib.Path(trace_dir).glob('plugins/profile/*/*.trace.json.gz'))
   if not traces:
-    return f'no trace was written under {trace_dir}'
-  return summarise_trace(traces[-1], steps, top) + f'\n  {traced_ms:9.2f} ms  per traced step, end to end'
+    return f'no trace was written under {trace_dir}', {'traced_ms_per_step': traced_ms}
+  times, _ = op_times(traces[-1], steps)
+  numbers = {
+    'traced_ms_per_step': traced_ms,
+    'ops_ms_per_step': sum(times.values()),
+    'ops': dict(list(times.items())[:top]),
+  }
+  text = summarise_trace(traces[-1], steps, top) + f'\n  {traced_ms:9.2f} ms  per traced step, end to end'
+  return text, numbers

@@ -99,7 +99,8 @@ def main(argv):
     f'(source + target), {_BATCH.value / seconds:.1f} sentence pairs/s'
   )
   if step_flags.PROFILE_DIR.value:
-    print(profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5))
+    profile_text, profile_numbers = profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5)
+    print(profile_text)
   numbers = {
     'tokens_per_second': tokens_per_step / seconds,
     'sentence_pairs_per_second': _BATCH.value / seconds,
@@ -107,6 +108,8 @@ def main(argv):
     'parameters': num_params,
     **cost_numbers,
   }
+  if step_flags.PROFILE_DIR.value:
+    numbers['profile'] = profile_numbers
   print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 

@@ -134,17 +134,22 @@ def main(argv):
   )
   cost_lines, cost_numbers = cost_report(compiled, flops, seconds, _DTYPE.value, step_flags.PEAK_TFLOPS.value)
   print('\n'.join(cost_lines))
-  print(f'scratch memory of the step: {compiled.memory_analysis().temp_size_in_bytes / 1e9:.2f} GB')
+  scratch_bytes = compiled.memory_analysis().temp_size_in_bytes
+  print(f'scratch memory of the step: {scratch_bytes / 1e9:.2f} GB')
   print(f'train step: {seconds * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
   if step_flags.PROFILE_DIR.value:
-    print(profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5))
+    profile_text, profile_numbers = profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5)
+    print(profile_text)
 
   numbers = {
     'images_per_second': images_per_sec,
     'ms_per_step': seconds * 1e3,
     'parameters': num_params,
+    'scratch_bytes': scratch_bytes,
     **cost_numbers,
   }
+  if step_flags.PROFILE_DIR.value:
+    numbers['profile'] = profile_numbers
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()
     data_config.update(source='folder', path=_IMAGE_FOLDER.value)

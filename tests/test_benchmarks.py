@@ -141,6 +141,10 @@ def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_to
   assert numbers['parameters'] == pytest.approx(params, rel=0.01)
   # the printed line rounds to 0.1 GFLOPs; the JSON holds XLA's count
   assert numbers['flops_per_step'] == pytest.approx(flops, abs=0.05e9) and numbers['images_per_second'] > 0
+  # the profile's table as numbers: each of the top ops' ms per step, and all of them together
+  profile = numbers['profile']
+  assert 0 < len(profile['ops']) <= 15 and profile['traced_ms_per_step'] > 0 and numbers['scratch_bytes'] > 0
+  assert profile['ops_ms_per_step'] >= sum(profile['ops'].values()) - 1e-6 > 0  # the top ops among all
 
 
 @pytest.mark.slow

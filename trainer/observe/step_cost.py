@@ -15,8 +15,8 @@
   and dtypes need the peak given (``config.peak_tflops``, the benchmarks' ``--peak_tflops``).
 - ``Utilisation``: the model FLOPs utilisation (MFU) of training steps, for the progress line, from
   the model's FLOPs (``trainer.observe.model_flops``).
-- ``summarise_trace``: a table of the ops that took the most time in a ``jax.profiler`` trace:
-  device kernels on a GPU, XLA's thunks on a CPU.
+- ``op_times``, ``summarise_trace``: the time of each op in a ``jax.profiler`` trace, and a table
+  of those that took the most: device kernels on a GPU, XLA's thunks on a CPU.
 """
 
 import collections
@@ -133,8 +133,9 @@ class Utilisation:
     return flops_per_second_per_device / (self.peak_tflops * 1e12)
 
 
-def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
-  """The ops that took the most time per step in a Chrome-format trace, grouped by name.
+def op_times(trace_file: pathlib.Path, steps: int) -> tuple[dict[str, float], bool]:
+  """The milliseconds per step of each op in a Chrome-format trace, grouped by name, most first, and
+  whether they are a GPU's device kernels (else a CPU's host ops).
 
   On a GPU only the device's own events (kernels) count; on a CPU the host threads' events
   do, less the wrappers. Numbered instances (``fusion.12``) are grouped as ``fusion``.
@@ -165,11 +166,17 @@ def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
   by_name = collections.Counter()
   for name, microseconds in _op_spans(ops):
     by_name[re.sub(r'\.\d+$', '', name)] += microseconds / 1e3
-  total = sum(by_name.values())
-  lines = [f'where the time goes ({"device kernels" if device_pids else "host ops"}, ms per step):']
-  for name, ms in by_name.most_common(top):
-    lines.append(f'  {ms / steps:9.2f} ms  {100 * ms / max(total, 1e-9):5.1f}%  {name[:100]}')
-  lines.append(f'  {total / steps:9.2f} ms  in all (ops in flight at the same time each count in full)')
+  return {name: ms / steps for name, ms in by_name.most_common()}, bool(device_pids)
+
+
+def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
+  """The ops that took the most time per step in a trace (``op_times``), as a table."""
+  times, on_device = op_times(trace_file, steps)
+  total = sum(times.values())
+  lines = [f'where the time goes ({"device kernels" if on_device else "host ops"}, ms per step):']
+  for name, ms in list(times.items())[:top]:
+    lines.append(f'  {ms:9.2f} ms  {100 * ms / max(total, 1e-9):5.1f}%  {name[:100]}')
+  lines.append(f'  {total:9.2f} ms  in all (ops in flight at the same time each count in full)')
   return '\n'.join(lines)
 
 
