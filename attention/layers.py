@@ -129,11 +129,11 @@ def run_layers(
   """
   policy = REMAT_POLICIES[check_remat(remat)]
 
-  def pure(graphdef):
+  def pure(graphdef, prevent_cse: bool):
     def apply(state, x, inputs):
       return call(nnx.merge(graphdef, state), x, inputs)
 
-    return apply if remat == 'none' else jax.checkpoint(apply, policy=policy, prevent_cse=False)
+    return apply if remat == 'none' else jax.checkpoint(apply, policy=policy, prevent_cse=prevent_cse)
 
   unrolled = _unrolled_layers(blocks)
   if unrolled is not None:
@@ -142,12 +142,14 @@ def run_layers(
       if remat == 'none':
         x, layer_outputs = call(block, x, inputs)
       else:
+        # Unrolled, the recomputation must be kept from XLA's common-subexpression elimination, which
+        # would merge it with the forward pass and keep every activation after all.
         graphdef, state = nnx.split(block)
-        x, layer_outputs = pure(graphdef)(state, x, inputs)
+        x, layer_outputs = pure(graphdef, prevent_cse=True)(state, x, inputs)
       outputs.append(layer_outputs)
     return x, outputs
   graphdef, state = nnx.split(blocks)
-  apply = pure(graphdef)
+  apply = pure(graphdef, prevent_cse=False)  # a scan's body is not merged across iterations
   stacked_inputs = jax.tree.map(lambda *values: jnp.stack(values), *per_layer)
 
   def body(x, layer):

@@ -85,6 +85,21 @@ def test_vit_scanned_and_rematerialised_gives_the_unrolled_numbers(scan_layers, 
   _assert_trees_close(grads, stack_blocks(expected_grads) if scan_layers else expected_grads, atol=1e-5)
 
 
+@pytest.mark.parametrize('scan_layers', [False, True])
+def test_rematerialised_layers_keep_their_recomputation_from_xla(scan_layers):
+  # Unrolled, jax.checkpoint must fence the recomputation (optimization barriers), else XLA merges
+  # it with the forward pass and the activations are kept anyway; a scan's body needs no fence.
+  model = _vit(scan_layers=scan_layers, remat='full')
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  def loss(params):
+    logits, _ = nnx.merge(graphdef, params, rest)(_images())
+    return logits.sum()
+
+  text = jax.jit(jax.grad(loss)).lower(params).as_text()
+  assert ('optimization_barrier' in text) == (not scan_layers)
+
+
 @pytest.mark.slow  # trains and decodes each way
 @pytest.mark.parametrize('remat', ['none', 'dots_with_no_batch_dims_saveable'])
 def test_translator_scanned_gives_the_unrolled_numbers_and_decodes_alike(remat):
