@@ -31,7 +31,14 @@ from typing import Any
 import jax
 
 from trainer.observe.model_flops import ModelFlops
-from trainer.observe.step_cost import compiled_flops, op_times, peak_tflops, program_flops, summarise_trace
+from trainer.observe.step_cost import (
+  compiled_flops,
+  op_times,
+  op_times_table,
+  peak_tflops,
+  program_flops,
+  summarise_trace,
+)
 
 __all__ = [
   'CompiledSteps',
@@ -148,11 +155,11 @@ def profile_and_summarise(
   traces = sorted(pathlib.Path(trace_dir).glob('plugins/profile/*/*.trace.json.gz'))
   if not traces:
     return f'no trace was written under {trace_dir}', {'traced_ms_per_step': traced_ms}
-  times, _ = op_times(traces[-1], steps)
+  times, on_device = op_times(traces[-1], steps)  # the trace read once, for the table and the numbers
   numbers = {
     'traced_ms_per_step': traced_ms,
     'ops_ms_per_step': sum(times.values()),
     'ops': dict(list(times.items())[:top]),
   }
-  text = summarise_trace(traces[-1], steps, top) + f'\n  {traced_ms:9.2f} ms  per traced step, end to end'
+  text = op_times_table(times, on_device, top) + f'\n  {traced_ms:9.2f} ms  per traced step, end to end'
   return text, numbers

@@ -137,10 +137,6 @@ def main(argv):
   scratch_bytes = compiled.memory_analysis().temp_size_in_bytes
   print(f'scratch memory of the step: {scratch_bytes / 1e9:.2f} GB')
   print(f'train step: {seconds * 1e3:.1f} ms/step, {images_per_sec:.1f} images/s')
-  if step_flags.PROFILE_DIR.value:
-    profile_text, profile_numbers = profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5)
-    print(profile_text)
-
   numbers = {
     'images_per_second': images_per_sec,
     'ms_per_step': seconds * 1e3,
@@ -149,7 +145,8 @@ def main(argv):
     **cost_numbers,
   }
   if step_flags.PROFILE_DIR.value:
-    numbers['profile'] = profile_numbers
+    profile_text, numbers['profile'] = profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5)
+    print(profile_text)
   if _IMAGE_FOLDER.value:
     data_config = default_data_config()
     data_config.update(source='folder', path=_IMAGE_FOLDER.value)

@@ -15,8 +15,8 @@
   and dtypes need the peak given (``config.peak_tflops``, the benchmarks' ``--peak_tflops``).
 - ``Utilisation``: the model FLOPs utilisation (MFU) of training steps, for the progress line, from
   the model's FLOPs (``trainer.observe.model_flops``).
-- ``op_times``, ``summarise_trace``: the time of each op in a ``jax.profiler`` trace, and a table
-  of those that took the most: device kernels on a GPU, XLA's thunks on a CPU.
+- ``op_times``, ``op_times_table``, ``summarise_trace``: the time of each op in a ``jax.profiler``
+  trace, and a table of those that took the most: device kernels on a GPU, XLA's thunks on a CPU.
 """
 
 import collections
@@ -171,7 +171,11 @@ def op_times(trace_file: pathlib.Path, steps: int) -> tuple[dict[str, float], bo
 
 def summarise_trace(trace_file: pathlib.Path, steps: int, top: int = 15) -> str:
   """The ops that took the most time per step in a trace (``op_times``), as a table."""
-  times, on_device = op_times(trace_file, steps)
+  return op_times_table(*op_times(trace_file, steps), top)
+
+
+def op_times_table(times: dict[str, float], on_device: bool, top: int = 15) -> str:
+  """The ``top`` ops of ``op_times``'s milliseconds per step, with their shares, as a table."""
   total = sum(times.values())
   lines = [f'where the time goes ({"device kernels" if on_device else "host ops"}, ms per step):']
   for name, ms in list(times.items())[:top]:
