@@ -4,7 +4,7 @@
   python -m benchmarks.recipe_step --config configs/vit_digits_distill.py --rounds 5 --steps 50 --ema_decay 0.9999
 
 The config must name a teacher (``distill.teacher``). Three steps are built from it as training
-builds them (``trainer.run_step.build_step``; the teacher's variables are the task's
+builds them (``benchmarks.step_cost.ConfigStep``; the teacher's variables are the task's
 ``training_constants``): the student alone (no teacher, no distillation token, no EMA), the student
 with an EMA of its parameters (``ema.decay``), and the student with its teacher. Each runs on one
 real training batch already on the devices, so this measures the step, not the input pipeline.
@@ -15,17 +15,12 @@ numbers as JSON for ``benchmarks.record``.
 
 import json
 import statistics
-import time
 
-import jax
 import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-from trainer.partitioning import global_batch
-from trainer.run_step import build_step
-from trainer.state import train_metrics
-from trainer.task import load_task
+from benchmarks.step_cost import ConfigStep
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config', 'configs/vit_digits_distill.py', 'a config with a teacher'
@@ -33,30 +28,6 @@ _CONFIG = config_flags.DEFINE_config_file(
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'alternating rounds')
 _STEPS = flags.DEFINE_integer('steps', 50, 'steps per round')
 _EMA_DECAY = flags.DEFINE_float('ema_decay', 0.9999, 'the EMA decay of the "with EMA" step')
-
-
-def _timed_step(config: ml_collections.ConfigDict):
-  """``run(n) -> seconds`` for ``n`` steps of ``config``'s compiled train step (compiled here)."""
-  task = load_task(config)
-  task.check_training_data()
-  batch = next(
-    task.train_batches(batch_size=config.batch_size, seed=0, start_step=0, process_index=0, process_count=1)
-  )
-  run_step = build_step(config, task, num_steps=1000)
-  batch = global_batch(batch, run_step.mesh)
-  state, parts = run_step.init.create()
-  step = run_step.train_step(parts)
-  held = {'state': state, 'metrics': train_metrics(task).empty()}
-
-  def run(count: int) -> float:
-    started = time.perf_counter()
-    for _ in range(count):
-      held['state'], held['metrics'] = step(held['state'], held['metrics'], batch)
-    jax.block_until_ready(held['state'])
-    return time.perf_counter() - started
-
-  run(2)  # compiles
-  return run
 
 
 def _variants(config: ml_collections.ConfigDict) -> dict[str, ml_collections.ConfigDict]:
@@ -79,7 +50,7 @@ def main(argv):
     raise app.UsageError('the config has no distill.teacher to time.')
   if not 0.0 < _EMA_DECAY.value < 1.0:
     raise app.UsageError(f'--ema_decay must be in (0, 1), got {_EMA_DECAY.value}.')
-  runs = {name: _timed_step(variant) for name, variant in _variants(config).items()}
+  runs = {name: ConfigStep(variant).run for name, variant in _variants(config).items()}
   times = {name: [] for name in runs}
   for _ in range(_ROUNDS.value):
     for name, run in runs.items():

@@ -1,6 +1,8 @@
 """What a compiled train step costs, for the benchmark commands: its time, the utilisation, where its time goes.
 
 - ``CompiledSteps``: a compiled train step and its state, run and timed.
+- ``ConfigStep``: a config's train step built as training builds it, on one real training batch
+  already on the devices: timed in rounds, and its compiled FLOPs.
 - ``ModelFlops`` (``trainer.observe.model_flops``): the FLOPs of a train step as the model computes
   them, counted on a plain CPU copy of the step, whichever device, kernels, scanning,
   rematerialisation and micro-batches the timed step runs with.
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import ml_collections
 
 from trainer.observe.model_flops import ModelFlops
 from trainer.observe.step_cost import (
@@ -39,9 +42,14 @@ from trainer.observe.step_cost import (
   program_flops,
   summarise_trace,
 )
+from trainer.partitioning import global_batch
+from trainer.run_step import build_step
+from trainer.state import train_metrics
+from trainer.task import load_task
 
 __all__ = [
   'CompiledSteps',
+  'ConfigStep',
   'compiled_flops',
   'cost_report',
   'cudnn_attention_calls',
@@ -73,6 +81,37 @@ class CompiledSteps:
     start = time.perf_counter()
     self.run(steps)
     return (time.perf_counter() - start) / steps
+
+
+class ConfigStep:
+  """The train step of a run of ``config`` (``trainer.run_step.build_step``, the task's
+  ``training_constants`` passed in), compiled on one real training batch already on the devices, so
+  that its time is the step's, not the input pipeline's."""
+
+  def __init__(self, config: ml_collections.ConfigDict, num_steps: int = 1000):
+    task = load_task(config)
+    task.check_training_data()
+    batch = next(
+      task.train_batches(batch_size=config.batch_size, seed=0, start_step=0, process_index=0, process_count=1)
+    )
+    run_step = build_step(config, task, num_steps=num_steps)
+    self.batch = global_batch(batch, run_step.mesh)
+    self.state, parts = run_step.init.create()
+    self.metrics = train_metrics(task).empty()
+    self.step = run_step.train_step(parts)
+    self.run(2)  # compiles
+
+  def run(self, count: int) -> float:
+    """Runs ``count`` steps; returns their seconds."""
+    started = time.perf_counter()
+    for _ in range(count):
+      self.state, self.metrics = self.step(self.state, self.metrics, self.batch)
+    jax.block_until_ready(self.state)
+    return time.perf_counter() - started
+
+  def compiled_flops(self) -> float:
+    """The FLOPs of one step, from XLA's cost analysis of the compiled step."""
+    return compiled_flops(self.step.lower(self.state, self.metrics, self.batch).compile())
 
 
 # cuDNN's fused attention custom calls in optimised HLO: __cudnn$fmhaSoftmax, __cudnn$fmhaScaleBiasSoftmax,

@@ -217,3 +217,25 @@ def test_the_gpu_records_script_refuses_an_unknown_record_and_a_machine_without_
   env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}')
   no_gpu = subprocess.run(script, capture_output=True, text=True, check=False, env=env)
   assert no_gpu.returncode == 2 and 'no NVIDIA GPU here' in no_gpu.stderr
+
+
+@pytest.mark.slow
+def test_a_frozen_backbone_step_costs_fewer_flops_than_training_every_parameter():
+  out = _run(
+    'benchmarks.frozen_step',
+    *('--config=configs/vit_digits_finetune.py', '--config.batch_size=8', '--config.model.depth=2'),
+    *('--rounds=1', '--steps=1'),
+  )
+  assert re.search(r"frozen: \d+ of \d+ parameter arrays .* match '\^\(\?!head\\\.\)'", out), out
+  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  frozen, trained = numbers['frozen.flops_per_step'], numbers['trained.flops_per_step']
+  # no gradient of a frozen parameter, and none of the activations below the head: at least half saved
+  assert trained > 2 * frozen > 0 and numbers['flops_ratio'] == pytest.approx(trained / frozen, abs=1e-3)
+  assert numbers['frozen.step_ms'] > 0 and numbers['trained.step_ms'] > 0
+
+
+def test_the_frozen_step_benchmark_refuses_an_empty_frozen_pattern():
+  result = subprocess.run(
+    [sys.executable, '-m', 'benchmarks.frozen_step', '--frozen='], capture_output=True, text=True, check=False
+  )
+  assert result.returncode == 1 and '--frozen is empty' in result.stderr
