@@ -58,7 +58,7 @@ VIDEO_LAYOUTS = (
   'factorised_encoder',
   'divided',
   'factorised_dot_product',
-)  # record video_layouts_digits
+)  # records video_layouts_digits and video_layouts_one_frame
 SCAN_POSEMBS = (
   'none',
   'learn1d',
@@ -143,6 +143,12 @@ TABLES = {
     'docs/results.md',
     ('what', 'first answer', 'end of the process', 'CPU seconds', 'machine', 'recorded at'),
     ('predict_latency', 'predict_latency_cd5290c', 'predict_latency_3343a56'),
+  ),
+  'predict-phases': Table(
+    'docs/results.md',
+    ('what', 'import JAX', 'import Flax', 'import the trainer', 'load the workdir', 'first answer')
+    + ('to the first answer', 'second answer', 'CPU seconds', 'machine', 'recorded at'),
+    ('predict_phases', 'predict_phases_collect_garbage'),
   ),
   'throughput': Table(
     'docs/results.md',
@@ -302,6 +308,23 @@ TABLES = {
     'docs/ablations.md',
     ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
     tuple(f'video_layouts_digits/{layout}' for layout in VIDEO_LAYOUTS),
+  ),
+  'linear-probe-step': Table(
+    'docs/results.md',
+    ('what', 'FLOPs per step (XLA)', 'ms per step', 'against the probe', 'machine', 'recorded at'),
+    ('linear_probe_step/frozen', 'linear_probe_step/trained'),
+  ),
+  'ablation-sweeps': Table(
+    'docs/results.md',
+    ('what', 'time', 'machine', 'recorded at'),
+    ('table8_digits', 'transformer_scan_posemb_simple', 'transformer_scan_posemb_length', 'rnn_scores_scan')
+    + ('rnn_scores_scan_length', 'rnn_scores_multi30k', 'video_tubelet_time', 'video_layouts_digits')
+    + ('video_layouts_one_frame',),
+  ),
+  'video-layouts-one-frame': Table(
+    'docs/ablations.md',
+    ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
+    tuple(f'video_layouts_one_frame/{layout}' for layout in VIDEO_LAYOUTS),
   ),
   'video-tubelet-time': Table(
     'docs/ablations.md',
