@@ -295,8 +295,12 @@ def command_text(words: list[str]) -> str:
   return words[0] if len(words) == 1 else shlex.join(words)
 
 
-def new_record(name: str, command: str, measured: dict[str, Any], **fields: Any) -> dict[str, Any]:
-  head, dirty = commit()
+def new_record(
+  name: str, command: str, measured: dict[str, Any], code: tuple[str | None, bool | None], **fields: Any
+) -> dict[str, Any]:
+  """A run's record; ``code`` is ``commit()`` taken before the run, when its scratch copy was made
+  (a commit made while a long run goes on is not the code that ran)."""
+  head, dirty = code
   return {
     'name': name,
     'source': 'run',

@@ -223,6 +223,17 @@ def test_a_record_written_before_another_is_not_an_uncommitted_change(tmp_path, 
   assert records.commit()[1] is True
 
 
+def test_a_record_names_the_commit_its_run_started_from(tmp_path, monkeypatch):
+  monkeypatch.setattr(records, 'RESULTS', tmp_path)
+  states = iter([('a' * 40, False), ('b' * 40, True)])  # a commit made, and a file changed, during the run
+  monkeypatch.setattr(records, 'commit', lambda: next(states))
+  measured = {'wall_seconds': 1.0, 'cpu_seconds': 1.0, 'load_average': None, 'numbers': {'accuracy': 0.5}}
+  monkeypatch.setattr(records, 'measure', lambda *args, **kwargs: measured)
+  record.main(['demo', '--', 'python train.py'])
+  written = json.loads((tmp_path / 'demo.json').read_text())
+  assert written['commit'] == 'a' * 40 and written['uncommitted_changes'] is False
+
+
 def test_every_committed_record_loads_and_says_where_it_came_from():
   all_records = records.load_all()
   assert all_records
