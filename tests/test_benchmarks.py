@@ -239,3 +239,21 @@ def test_the_frozen_step_benchmark_refuses_an_empty_frozen_pattern():
     [sys.executable, '-m', 'benchmarks.frozen_step', '--frozen='], capture_output=True, text=True, check=False
   )
   assert result.returncode == 1 and '--frozen is empty' in result.stderr
+
+
+@pytest.mark.slow
+def test_cpu_settings_runs_every_setting_each_round_and_compares_with_the_defaults():
+  tiny = '--width=16 --depth=1 --heads=1 --mlp_dim=32 --patch=8 --batch_size=4'
+  out = _run('benchmarks.cpu_settings', '--rounds=1', '--steps=1', f'--model_flags={tiny}')
+  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  settings = ('defaults', 'micro_batches', 'eigen', 'eigen_micro_batches', 'no_huge_pages')
+  assert all(numbers[f'{name}.round_1.images_per_second'] > 0 for name in settings)
+  assert numbers['defaults.over_defaults'] == 1.0
+  assert numbers['eigen.over_defaults'] == pytest.approx(numbers['eigen.median'] / numbers['defaults.median'])
+  refused = subprocess.run(
+    [sys.executable, '-m', 'benchmarks.cpu_settings', f'--model_flags={tiny}', f'--timm_python={sys.executable}'],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert refused.returncode == 1 and 'timm would time another one' in refused.stderr
