@@ -257,3 +257,24 @@ def test_cpu_settings_runs_every_setting_each_round_and_compares_with_the_defaul
     check=False,
   )
   assert refused.returncode == 1 and 'timm would time another one' in refused.stderr
+
+
+def test_train_rate_reads_the_logged_training_steps_per_second_between_two_steps(tmp_path):
+  lines = [
+    {'step': 250, 'split': 'train', 'loss': 3.0, 'steps_per_sec': 1.0},  # holds the compilation
+    {'step': 250, 'split': 'eval', 'loss': 3.1},
+    {'step': 500, 'split': 'train', 'loss': 2.0, 'steps_per_sec': 2.0},
+    {'step': 750, 'split': 'train', 'loss': 1.5, 'steps_per_sec': 4.0},
+    {'step': 1000, 'split': 'train', 'loss': 1.0, 'steps_per_sec': 3.0},
+  ]
+  (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(line) + '\n' for line in lines))
+  out = _run('benchmarks.train_rate', f'--workdir={tmp_path}', '--after_step=250', '--up_to_step=750')
+  assert '2 logged intervals, steps 500-750' in out
+  assert json.loads(out.strip().splitlines()[-1]) == {'steps_per_second': 3.0, 'min': 2.0, 'max': 4.0}
+  none = subprocess.run(
+    [sys.executable, '-m', 'benchmarks.train_rate', f'--workdir={tmp_path}', '--after_step=1000'],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert none.returncode == 1 and 'logs no training steps/s in the steps asked for' in none.stderr
