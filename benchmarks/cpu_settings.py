@@ -16,10 +16,10 @@ The settings, each one process of ``python -m benchmarks.vit_throughput`` (its d
 
 and, with ``--timm_python`` (a Python with PyTorch and timm, not a dependency),
 ``benchmarks/timm_vit_throughput.py``, the same model in timm. A round runs each setting once, in
-this order. It prints each run's images/s, then each setting's median and its ratio to the
-defaults' median, and on its last line the numbers as JSON for ``benchmarks.record``
-(``SETTING.round_N.images_per_second``, ``SETTING.median``, ``SETTING.over_defaults``). Why the
-defaults are what they are: docs/performance.md ("CPU comparison with timm").
+this order, each round starting one setting later than the round before. It prints each run's
+images/s, then each setting's median and its ratio to the defaults' median, and on its last line
+the numbers as JSON for ``benchmarks.record`` (``SETTING.round_N.images_per_second``,
+``SETTING.median``, ``SETTING.over_defaults``). Why the defaults are what they are: docs/performance.md ("CPU comparison with timm").
 """
 
 import json
@@ -33,7 +33,9 @@ from absl import app, flags
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Rounds; each runs every setting once.', lower_bound=1)
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps of each run.', lower_bound=1)
 _MODEL_FLAGS = flags.DEFINE_string(
-  'model_flags', '', "Flags added to every run of benchmarks.vit_throughput, e.g. '--depth=12 --batch_size=64'."
+  'model_flags',
+  '',
+  "Flags added to every run of benchmarks.vit_throughput, e.g. '--depth=12 --batch_size=64'.",
 )
 _TIMM_PYTHON = flags.DEFINE_string(
   'timm_python', '', 'A Python with PyTorch and timm: adds timm to each round (none: ours only).'
@@ -50,14 +52,26 @@ SETTINGS = {
 }
 
 
-def images_per_second(command: list[str], extra_env: dict[str, str]) -> float:
+SEPARATORS = {'XLA_FLAGS': ' ', 'GLIBC_TUNABLES': ':'}  # how each variable joins several settings
+
+
+def setting_environment(base: dict[str, str], added: dict[str, str]) -> dict[str, str]:
+  """``base`` with a setting's variables: appended to a value already there (``XLA_FLAGS``,
+  ``GLIBC_TUNABLES``), so that what the caller set reaches every setting alike."""
+  env = dict(base)
+  for name, value in added.items():
+    env[name] = f'{env[name]}{SEPARATORS.get(name, " ")}{value}' if env.get(name) else value
+  return env
+
+
+def images_per_second(command: list[str], added_env: dict[str, str]) -> float:
   """The images/s that one fresh process of ``command`` prints on its last line (a JSON object)."""
-  env = dict(os.environ)
-  for name, value in extra_env.items():  # added to what the caller set, not instead of it
-    env[name] = f'{env[name]} {value}' if name == 'XLA_FLAGS' and env.get(name) else value
+  env = setting_environment(dict(os.environ), added_env)
   result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
   if result.returncode != 0:
-    raise SystemExit(f'{" ".join(command)} failed (status {result.returncode}): {result.stderr.strip()[-2000:]}')
+    raise SystemExit(
+      f'{" ".join(command)} failed (status {result.returncode}): {result.stderr.strip()[-2000:]}'
+    )
   return float(json.loads(result.stdout.strip().splitlines()[-1])['images_per_second'])
 
 
@@ -65,27 +79,41 @@ def main(argv):
   del argv
   model = _MODEL_FLAGS.value.split()
   if model and _TIMM_PYTHON.value:
-    raise app.UsageError('--model_flags changes our model only: timm would time another one; give one of them.')
+    raise app.UsageError(
+      '--model_flags changes our model only: timm would time another one; give one of them.'
+    )
   runs = {
-    name: (env, [sys.executable, '-m', 'benchmarks.vit_throughput', f'--steps={_STEPS.value}', *flags_, *model])
-    for name, (env, flags_) in SETTINGS.items()
+    name: (
+      env,
+      [sys.executable, '-m', 'benchmarks.vit_throughput', f'--steps={_STEPS.value}', *options, *model],
+    )
+    for name, (env, options) in SETTINGS.items()
   }
   if _TIMM_PYTHON.value:
     if not os.path.exists(_TIMM_PYTHON.value):
-      raise app.UsageError(f'--timm_python {_TIMM_PYTHON.value} does not exist (benchmarks/timm_vit_throughput.py says how to make it).')
+      raise app.UsageError(
+        f'--timm_python {_TIMM_PYTHON.value} does not exist (benchmarks/timm_vit_throughput.py says how to make it).'
+      )
     runs['timm'] = ({}, [_TIMM_PYTHON.value, 'benchmarks/timm_vit_throughput.py', f'--steps={_STEPS.value}'])
-  numbers, measured = {}, {name: [] for name in runs}
+  for name in ('XLA_FLAGS', 'GLIBC_TUNABLES'):
+    if os.environ.get(name):
+      print(f'note: {name}={os.environ[name]} is set here and reaches every setting, "defaults" too')
+  numbers, measured, order = {}, {name: [] for name in runs}, list(runs)
   for round_ in range(1, _ROUNDS.value + 1):
-    for name, (env, command) in runs.items():
+    for name in order:  # each round starts one setting later: no setting always runs first
+      env, command = runs[name]
       measured[name].append(images_per_second(command, env))
       numbers[f'{name}.round_{round_}.images_per_second'] = measured[name][-1]
       print(f'round {round_}: {name:20s} {measured[name][-1]:7.1f} images/s', flush=True)
+    order = order[1:] + order[:1]
   defaults = statistics.median(measured['defaults'])
   print(f'medians of {_ROUNDS.value} rounds:')
   for name, values in measured.items():
     numbers[f'{name}.median'] = statistics.median(values)
     numbers[f'{name}.over_defaults'] = statistics.median(values) / defaults
-    print(f'  {name:20s} {statistics.median(values):7.1f} images/s, {statistics.median(values) / defaults:.2f} of the defaults')
+    print(
+      f'  {name:20s} {numbers[f"{name}.median"]:7.1f} images/s, {numbers[f"{name}.over_defaults"]:.2f} of the defaults'
+    )
   print(json.dumps(numbers))  # the numbers for benchmarks.record
 
 

@@ -14,19 +14,18 @@ numbers as JSON for ``benchmarks.record``.
 """
 
 import json
-import statistics
 
 import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks.step_cost import ConfigStep
+from benchmarks.step_cost import ConfigStep, alternating_rounds
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config', 'configs/vit_digits_distill.py', 'a config with a teacher'
 )
-_ROUNDS = flags.DEFINE_integer('rounds', 5, 'alternating rounds')
-_STEPS = flags.DEFINE_integer('steps', 50, 'steps per round')
+_ROUNDS = flags.DEFINE_integer('rounds', 5, 'alternating rounds', lower_bound=1)
+_STEPS = flags.DEFINE_integer('steps', 50, 'steps per round', lower_bound=1)
 _EMA_DECAY = flags.DEFINE_float('ema_decay', 0.9999, 'the EMA decay of the "with EMA" step')
 
 
@@ -50,16 +49,8 @@ def main(argv):
     raise app.UsageError('the config has no distill.teacher to time.')
   if not 0.0 < _EMA_DECAY.value < 1.0:
     raise app.UsageError(f'--ema_decay must be in (0, 1), got {_EMA_DECAY.value}.')
-  runs = {name: ConfigStep(variant).run for name, variant in _variants(config).items()}
-  times = {name: [] for name in runs}
-  for _ in range(_ROUNDS.value):
-    for name, run in runs.items():
-      times[name].append(1000 * run(_STEPS.value) / _STEPS.value)
-  numbers = {}
-  for name, values in times.items():
-    numbers[f'{name}.step_ms'] = round(statistics.median(values), 2)
-    numbers[f'{name}.step_ms_min'] = round(min(values), 2)
-    numbers[f'{name}.step_ms_max'] = round(max(values), 2)
+  steps = {name: ConfigStep(variant) for name, variant in _variants(config).items()}
+  numbers = alternating_rounds(steps, _ROUNDS.value, _STEPS.value)
   for name in ('ema', 'teacher'):
     numbers[f'{name}.ratio'] = round(numbers[f'{name}.step_ms'] / numbers['alone.step_ms'], 3)
   print(f'medians of {_ROUNDS.value} alternating rounds of {_STEPS.value} steps, batch {config.batch_size}:')

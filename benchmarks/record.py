@@ -93,7 +93,7 @@ def main(argv: list[str]) -> None:
   numbers_file = parse_numbers_files(args.numbers_file) or carried.get('numbers_file')
   exit_status = carried.get('exit_status', 0) if args.exit_status is None else args.exit_status
   command = records.command_text(args.command)
-  code = records.commit()
+  started_from = records.commit()
   try:
     measured = records.measure(command, numbers_file, exit_status=exit_status)
   except records.RecordError as error:
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> None:
     fields['exit_status'] = exit_status
   if args.spread:
     fields['spread'] = parse_spread(args.spread, args.spread_why)
-  record = records.new_record(args.name, command, measured, code, **fields)
+  record = records.new_record(args.name, command, measured, started_from, **fields)
   record['machine']['label'] = args.machine_label
   print(f'wrote {records.write(record)}')
 

@@ -296,11 +296,16 @@ def command_text(words: list[str]) -> str:
 
 
 def new_record(
-  name: str, command: str, measured: dict[str, Any], code: tuple[str | None, bool | None], **fields: Any
+  name: str,
+  command: str,
+  measured: dict[str, Any],
+  started_from: tuple[str | None, bool | None],
+  **fields: Any,
 ) -> dict[str, Any]:
-  """A run's record; ``code`` is ``commit()`` taken before the run, when its scratch copy was made
-  (a commit made while a long run goes on is not the code that ran)."""
-  head, dirty = code
+  """A run's record; ``started_from`` is ``commit()`` taken as the run started (a commit made while
+  a long run goes on is not the code it started with; its scratch folder links the checkout, so
+  keep the code unchanged until it ends)."""
+  head, dirty = started_from
   return {
     'name': name,
     'source': 'run',

@@ -125,7 +125,7 @@ def accelerator_names(listed: str) -> str:
 def rerun(record: dict[str, Any], overrides: list[str], write: bool) -> bool:
   command = with_overrides(record['command'], overrides)
   print(f'=== {record["name"]}: {command}', flush=True)
-  code = records.commit()
+  started_from = records.commit()
   measured = records.measure(command, record.get('numbers_file'), exit_status=record.get('exit_status', 0))
   lines, ok = comparison(record, measured['numbers'])
   print(
@@ -138,7 +138,9 @@ def rerun(record: dict[str, Any], overrides: list[str], write: bool) -> bool:
     print('(with --override: a check that the command runs, not the recorded result)')
   if write:
     kept = {key: record[key] for key in records.CARRIED_ON_RERUN if key in record}
-    print(f'wrote {records.write(records.new_record(record["name"], command, measured, code, **kept))}')
+    print(
+      f'wrote {records.write(records.new_record(record["name"], command, measured, started_from, **kept))}'
+    )
   return ok
 
 

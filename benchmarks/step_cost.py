@@ -2,7 +2,8 @@
 
 - ``CompiledSteps``: a compiled train step and its state, run and timed.
 - ``ConfigStep``: a config's train step built as training builds it, on one real training batch
-  already on the devices: timed in rounds, and its compiled FLOPs.
+  already on the devices, and its compiled FLOPs; ``alternating_rounds`` times several such steps
+  in turn.
 - ``ModelFlops`` (``trainer.observe.model_flops``): the FLOPs of a train step as the model computes
   them, counted on a plain CPU copy of the step, whichever device, kernels, scanning,
   rematerialisation and micro-batches the timed step runs with.
@@ -26,6 +27,7 @@
 
 import pathlib
 import re
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +52,7 @@ from trainer.task import load_task
 __all__ = [
   'CompiledSteps',
   'ConfigStep',
+  'alternating_rounds',
   'compiled_flops',
   'cost_report',
   'cudnn_attention_calls',
@@ -70,20 +73,21 @@ class CompiledSteps:
   def __init__(self, compiled, state, metrics, batch):
     self.compiled, self.state, self.metrics, self.batch = compiled, state, metrics, batch
 
-  def run(self, count: int) -> None:
+  def run(self, count: int) -> float:
+    """Runs ``count`` steps; returns their seconds."""
+    start = time.perf_counter()
     for _ in range(count):
       self.state, self.metrics = self.compiled(self.state, self.metrics, self.batch)
     jax.block_until_ready(self.state)
+    return time.perf_counter() - start
 
   def seconds_per_step(self, steps: int, warmup: int = 3) -> float:
     """Mean seconds of ``steps`` steps, after ``warmup`` untimed ones."""
     self.run(warmup)
-    start = time.perf_counter()
-    self.run(steps)
-    return (time.perf_counter() - start) / steps
+    return self.run(steps) / steps
 
 
-class ConfigStep:
+class ConfigStep(CompiledSteps):
   """The train step of a run of ``config`` (``trainer.run_step.build_step``, the task's
   ``training_constants`` passed in), compiled on one real training batch already on the devices, so
   that its time is the step's, not the input pipeline's."""
@@ -95,23 +99,31 @@ class ConfigStep:
       task.train_batches(batch_size=config.batch_size, seed=0, start_step=0, process_index=0, process_count=1)
     )
     run_step = build_step(config, task, num_steps=num_steps)
-    self.batch = global_batch(batch, run_step.mesh)
-    self.state, parts = run_step.init.create()
-    self.metrics = train_metrics(task).empty()
-    self.step = run_step.train_step(parts)
+    state, parts = run_step.init.create()
+    super().__init__(
+      run_step.train_step(parts), state, train_metrics(task).empty(), global_batch(batch, run_step.mesh)
+    )
     self.run(2)  # compiles
-
-  def run(self, count: int) -> float:
-    """Runs ``count`` steps; returns their seconds."""
-    started = time.perf_counter()
-    for _ in range(count):
-      self.state, self.metrics = self.step(self.state, self.metrics, self.batch)
-    jax.block_until_ready(self.state)
-    return time.perf_counter() - started
 
   def compiled_flops(self) -> float:
     """The FLOPs of one step, from XLA's cost analysis of the compiled step."""
-    return compiled_flops(self.step.lower(self.state, self.metrics, self.batch).compile())
+    return compiled_flops(self.compiled.lower(self.state, self.metrics, self.batch).compile())
+
+
+def alternating_rounds(steps: dict[str, CompiledSteps], rounds: int, count: int) -> dict[str, float]:
+  """Times each of ``steps`` for ``count`` steps per round, in turn, ``rounds`` times, so that the
+  machine's drift falls on all alike; returns ``NAME.step_ms`` (the median of the rounds' mean
+  milliseconds a step), ``NAME.step_ms_min`` and ``NAME.step_ms_max``."""
+  times = {name: [] for name in steps}
+  for _ in range(rounds):
+    for name, step in steps.items():
+      times[name].append(1000 * step.run(count) / count)
+  numbers = {}
+  for name, values in times.items():
+    numbers[f'{name}.step_ms'] = round(statistics.median(values), 2)
+    numbers[f'{name}.step_ms_min'] = round(min(values), 2)
+    numbers[f'{name}.step_ms_max'] = round(max(values), 2)
+  return numbers
 
 
 # cuDNN's fused attention custom calls in optimised HLO: __cudnn$fmhaSoftmax, __cudnn$fmhaScaleBiasSoftmax,

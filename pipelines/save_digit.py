@@ -13,7 +13,7 @@ import ml_collections
 from absl import app, flags
 
 _SPLIT = flags.DEFINE_enum('split', 'test', ['train', 'test'], 'The split to take the digit from.')
-_INDEX = flags.DEFINE_integer('index', 13, 'The digit\'s position in the split.', lower_bound=0)
+_INDEX = flags.DEFINE_integer('index', 13, "The digit's position in the split.", lower_bound=0)
 
 
 def main(argv):
@@ -28,7 +28,7 @@ def main(argv):
     raise app.UsageError(f'--index {_INDEX.value}: the {_SPLIT.value} split has {len(split.labels)} digits.')
   path = pathlib.Path(argv[1])
   Image.fromarray(split.images[_INDEX.value][..., 0]).save(path)
-  print(f'wrote {path}: {_SPLIT.value} digit {_INDEX.value}, a {split.labels[_INDEX.value]}')
+  print(f'wrote {path}: {_SPLIT.value} digit {_INDEX.value}, label {split.labels[_INDEX.value]}')
 
 
 if __name__ == '__main__':

@@ -439,23 +439,30 @@ def test_save_digit_writes_the_test_digit_that_the_digits_config_holds_out(tmp_p
   command = [sys.executable, '-m', 'pipelines.save_digit', '--index=5', str(tmp_path / 'five.png')]
   run = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
   test = load_digits_source(ConfigDict({'image_size': None})).splits['test']
-  assert run.returncode == 0 and f'test digit 5, a {test.labels[5]}' in run.stdout, run.stderr
+  assert run.returncode == 0 and f'test digit 5, label {test.labels[5]}' in run.stdout, run.stderr
   np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / 'five.png')), test.images[5][..., 0])
-  too_far = subprocess.run([*command[:3], '--index=360', 'x.png'], capture_output=True, text=True, cwd=ROOT)
+  too_far = subprocess.run(
+    [*command[:3], '--index=360', 'x.png'], capture_output=True, text=True, check=False, cwd=ROOT
+  )
   assert too_far.returncode == 1 and '--index 360: the test split has 360 digits' in too_far.stderr
 
 
 def test_predict_phases_times_each_phase_of_a_fresh_process(digits_workdir, tmp_path):
   Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / 'digit.png')
-  command = [sys.executable, '-m', 'benchmarks.predict_phases', f'--workdir={digits_workdir}', '--repeats=1']
+  command = [sys.executable, '-m', 'benchmarks.predict_phases', f'--workdir={digits_workdir}', '--repeats=2']
   run = subprocess.run(
-    [*command, str(tmp_path / 'digit.png')], capture_output=True, text=True, check=False, cwd=ROOT
+    [*command, '--collect_garbage', str(tmp_path / 'digit.png')],
+    capture_output=True,
+    text=True,
+    check=False,
+    cwd=ROOT,
   )
   assert run.returncode == 0, run.stderr[-2000:]
-  assert 'first answer after' in run.stdout and f'{tmp_path / "digit.png"}: ' in run.stdout
+  assert 'garbage collector on' in run.stdout and f'in the process: {tmp_path / "digit.png"}: ' in run.stdout
   numbers = json.loads(run.stdout.strip().splitlines()[-1])  # the last line is for benchmarks.record
-  phases = ('import_jax', 'import_flax', 'import_trainer', 'load', 'first_answer', 'second_answer')
-  assert all(numbers[phase]['median'] > 0 for phase in phases)
-  to_answer = sum(numbers[phase]['median'] for phase in phases[:-1])
-  assert numbers['to_first_answer']['median'] == pytest.approx(to_answer)
+  to_first_answer = ('import_jax', 'import_flax', 'import_trainer', 'load', 'first_answer')
+  assert all(numbers[phase]['min'] > 0 for phase in (*to_first_answer, 'second_answer'))
+  # each process's sum is at least the sum of the phases' lowest times
+  assert numbers['to_first_answer']['min'] >= sum(numbers[phase]['min'] for phase in to_first_answer)
   assert numbers['second_answer']['median'] < numbers['first_answer']['median']  # compiled once
+  assert numbers['process_seconds']['median'] > numbers['to_first_answer']['median']  # start and exit too
