@@ -319,12 +319,17 @@ TABLES = {
     ('what', 'time', 'machine', 'recorded at'),
     ('table8_digits', 'transformer_scan_posemb_simple', 'transformer_scan_posemb_length', 'rnn_scores_scan')
     + ('rnn_scores_scan_length', 'rnn_scores_multi30k', 'video_tubelet_time', 'video_layouts_digits')
-    + ('video_layouts_one_frame',),
+    + ('video_layouts_one_frame', 'video_temporal_posemb_one_frame'),
   ),
   'video-layouts-one-frame': Table(
     'docs/ablations.md',
     ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
     tuple(f'video_layouts_one_frame/{layout}' for layout in VIDEO_LAYOUTS),
+  ),
+  'video-temporal-posemb-one-frame': Table(
+    'docs/ablations.md',
+    ('model.temporal_posemb', 'accuracy', 'digit accuracy', 'direction accuracy, each seed', 'GFLOPs / clip'),
+    tuple(f'video_temporal_posemb_one_frame/{posemb}' for posemb in ('none', 'learn1d', 'sincos1d')),
   ),
   'video-tubelet-time': Table(
     'docs/ablations.md',
