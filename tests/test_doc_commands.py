@@ -234,21 +234,56 @@ def _load_config(page: pathlib.Path, shown: str, config: str, overrides: list[st
     pytest.fail(f'{page.name}: {shown}: {type(error).__name__}: {str(error).splitlines()[0]}')
 
 
-def _record_commands() -> list[tuple[str, list[str]]]:
-  """The ``python`` parts of every result record's command (results/*.json)."""
-  found = []
-  for path in sorted((ROOT / 'results').glob('*.json')):
-    command = json.loads(path.read_text())['command']
-    for part in command.split(' && '):
-      words = shlex.split(part)
-      while words and re.match(r'^\w+=', words[0]):
-        words = words[1:]
-      found.append((path.name, words))
-  return found
+# Shell commands a record may run besides ``python``: to unpack data into its empty ``runs/``, or
+# to write an older commit's code there and run it (``git archive C | tar -x -C runs/old && cd runs/old``).
+RECORD_SETUP = ('mkdir', 'tar', 'git', 'cd')
 
 
-@pytest.mark.parametrize('record, words', _record_commands(), ids=lambda value: str(value)[:60])
-def test_a_recorded_command_names_what_exists(record, words):
+def record_parts(command: str) -> list[tuple[list[str], bool]]:
+  """The words of each ``&&`` part of a record's command (variable assignments dropped), each with
+  whether it runs in a folder the command changed into (another commit's code, whose flags are
+  not today's): after a ``cd``, to the end of the command or of the ``( ... )`` around it."""
+  parts, elsewhere = [], False
+  for part in command.split(' && '):
+    subshell_ends = part.rstrip().endswith(')')
+    words = shlex.split(part.strip().lstrip('(').rstrip(')'))
+    while words and re.match(r'^\w+=', words[0]):
+      words = words[1:]
+    parts.append((words, elsewhere))
+    elsewhere = (elsewhere or words[0] == 'cd') and not subshell_ends
+  return parts
+
+
+def _record_commands() -> list[tuple[str, list[str], bool]]:
+  """The parts of every result record's command (results/*.json)."""
+  return [
+    (path.name, words, elsewhere)
+    for path in sorted((ROOT / 'results').glob('*.json'))
+    for words, elsewhere in record_parts(json.loads(path.read_text())['command'])
+  ]
+
+
+def test_a_record_command_run_in_another_commits_folder_is_told_apart():
+  command = (
+    'mkdir -p runs/old && git archive 3918e38 | tar -x -C runs/old && (cd runs/old && python train.py --a=1) '
+    '&& python -m benchmarks.train_rate --workdir runs/old_run && cd runs/x && X=1 python -m m --b'
+  )
+  assert [(words[0], elsewhere) for words, elsewhere in record_parts(command)] == [
+    ('mkdir', False),
+    ('git', False),
+    ('cd', False),
+    ('python', True),  # inside the ( ... ) after cd: the old commit's train.py
+    ('python', False),
+    ('cd', False),
+    ('python', True),
+  ]
+
+
+@pytest.mark.parametrize('record, words, elsewhere', _record_commands(), ids=lambda value: str(value)[:60])
+def test_a_recorded_command_names_what_exists(record, words, elsewhere):
+  if words[0] in RECORD_SETUP:
+    return
   # ``python``, or the interpreter of another environment (PyTorch's, for the comparisons with timm)
   assert words[0] == 'python' or words[0].endswith('/bin/python'), f'{record}: {" ".join(words)}'
-  test_a_documented_command_names_what_exists(pathlib.Path(record), words)
+  if not elsewhere:
+    test_a_documented_command_names_what_exists(pathlib.Path(record), words)
