@@ -66,6 +66,14 @@ SCAN_POSEMBS = (
   'relative',
   'rope',
 )  # the parts of the SCAN Table 3 (E) records
+CPU_SETTINGS = (  # the rows of the CPU settings table (record cpu_settings_avx512)
+  'defaults',
+  'micro_batches',
+  'eigen',
+  'eigen_micro_batches',
+  'no_huge_pages',
+  'timm',
+)
 # The rows and columns of the ViT Table 8 sweep's two tables (record table8_digits).
 TABLE8_POSEMBS = ('none', 'learn1d', 'learn2d', 'sincos2d', 'relative')
 TABLE8_INJECTIONS = ('stem', 'every_layer', 'every_layer_shared')
@@ -90,6 +98,7 @@ TABLES = {
     (
       'vit_digits',
       'vit_digits_avx512',
+      'vit_digits_eigen_avx512',
       'vit_digits_b2ea671',
       'vit_digits_seed1',
       'vit_digits_seed2',
@@ -149,6 +158,11 @@ TABLES = {
     ('what', 'import JAX', 'import Flax', 'import the trainer', 'load the workdir', 'first answer')
     + ('to the first answer', 'second answer', 'CPU seconds', 'machine', 'recorded at'),
     ('predict_phases', 'predict_phases_collect_garbage'),
+  ),
+  'cpu-settings': Table(
+    'docs/results.md',
+    ('setting', 'the run', 'images/s in rounds 1, 2, 3', 'median', 'of the defaults'),
+    tuple(f'cpu_settings_avx512/{name}' for name in CPU_SETTINGS),
   ),
   'throughput': Table(
     'docs/results.md',
