@@ -20,7 +20,7 @@ its own batch maker. The records runs decode each JPEG, cut a random resized cro
 disk-backed ImageNet-style set does per image. The report ends with how many such cores one
 accelerator would need at a given consumption rate (``--consumes``, images/s).
 
-Measured on a 2-core AMD EPYC (AVX-512) CPU, shared with other jobs (docs/results.md, "Input pipeline throughput").
+Measured on a 2-core AMD EPYC (AVX-512) CPU: docs/results.md, "Input pipeline throughput".
 """
 
 import argparse
