@@ -335,6 +335,7 @@ TABLES = {
     + ('rnn_scores_scan_length', 'rnn_scores_multi30k', 'video_tubelet_time', 'video_layouts_digits')
     + ('video_layouts_one_frame', 'video_temporal_posemb_one_frame'),
   ),
+  'multi30k-rate': Table('docs/results.md', STANDARD, ('multi30k_long_rate_3918e38',)),
   'video-layouts-one-frame': Table(
     'docs/ablations.md',
     ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
