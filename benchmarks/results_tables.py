@@ -164,6 +164,7 @@ TABLES = {
     ('setting', 'the run', 'images/s in rounds 1, 2, 3', 'median', 'of the defaults'),
     tuple(f'cpu_settings_avx512/{name}' for name in CPU_SETTINGS),
   ),
+  'cpu-step': Table('docs/results.md', STANDARD, ('vit_throughput_profile', 'vit_throughput_scratch')),
   'throughput': Table(
     'docs/results.md',
     ('what', 'command', 'images/s', 'machine', 'recorded at'),
