@@ -338,6 +338,7 @@ TABLES = {
     + ('video_layouts_one_frame', 'video_temporal_posemb_one_frame'),
   ),
   'multi30k-rate': Table('docs/results.md', STANDARD, ('multi30k_long_rate_3918e38',)),
+  'remat-before-fix': Table('docs/results.md', STANDARD, ('compile_vit_g14_v5e_fsdp_remat_full_e8646e7',)),
   'video-layouts-one-frame': Table(
     'docs/ablations.md',
     ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
