@@ -83,7 +83,7 @@ TPU_COMPILE_ROWS = (
   + ('vit_b16_v5e_batch4096_accum4', 'transformer_base_v5e', 'vit_l16_v5e_unrolled', 'vit_l16_v5e_scanned')
   + ('vit_l16_v5e_scanned_remat_full', 'vit_l16_v5e_scanned_remat_dots', 'vit_g14_v4_scanned')
   + ('transformer_big_v5p', 'vit_g14_v4_scanned_remat_full', 'tiny_vit_v5e_scanned', 'tiny_vit_v5e_unrolled')
-  + ('vit_g14_v5e_fsdp_remat_full', 'vit_g14_v5e_fsdp_heads13')
+  + ('vit_g14_v5e_fsdp_remat_full', 'vit_g14_v5e_fsdp_heads13', 'tiny_vit_v5e_fsdp_one_layer')
 )
 TABLES = {
   'readme': Table(
