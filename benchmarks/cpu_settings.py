@@ -30,6 +30,8 @@ import sys
 
 from absl import app, flags
 
+from benchmarks import records
+
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Rounds; each runs every setting once.', lower_bound=1)
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps of each run.', lower_bound=1)
 _MODEL_FLAGS = flags.DEFINE_string(
@@ -72,7 +74,7 @@ def images_per_second(command: list[str], added_env: dict[str, str]) -> float:
     raise SystemExit(
       f'{" ".join(command)} failed (status {result.returncode}): {result.stderr.strip()[-2000:]}'
     )
-  return float(json.loads(result.stdout.strip().splitlines()[-1])['images_per_second'])
+  return float(records.numbers_from_stdout(result.stdout)['images_per_second'])
 
 
 def main(argv):

@@ -18,6 +18,8 @@ import statistics
 
 from absl import app, flags
 
+from trainer.io.metrics_io import read_metrics
+
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.')
 _AFTER = flags.DEFINE_integer('after_step', 0, 'Only intervals that end after this step.', lower_bound=0)
 _UP_TO = flags.DEFINE_integer(
@@ -26,21 +28,16 @@ _UP_TO = flags.DEFINE_integer(
 flags.mark_flag_as_required('workdir')
 
 
-def logged_rates(metrics_file: pathlib.Path, after: int, up_to: int) -> list[tuple[int, float]]:
-  """``(step, steps/s)`` of each training line of ``metrics_file`` in ``(after, up_to]``."""
-  rates = []
-  for number, line in enumerate(metrics_file.read_text().splitlines(), 1):
-    try:
-      entry = json.loads(line)
-    except json.JSONDecodeError:
-      raise ValueError(
-        f'{metrics_file}, line {number}, is not JSON (a run cut off while writing it?)'
-      ) from None
-    if entry.get('split') != 'train' or 'steps_per_sec' not in entry:
-      continue
-    if entry['step'] > after and (not up_to or entry['step'] <= up_to):
-      rates.append((entry['step'], float(entry['steps_per_sec'])))
-  return rates
+def logged_rates(workdir: str, after: int, up_to: int) -> list[tuple[int, float]]:
+  """``(step, steps/s)`` of each training line of ``workdir``'s ``metrics.jsonl`` in ``(after, up_to]``."""
+  return [
+    (entry['step'], float(entry['steps_per_sec']))
+    for entry in read_metrics(workdir)
+    if entry.get('split') == 'train'
+    and 'steps_per_sec' in entry
+    and entry['step'] > after
+    and (not up_to or entry['step'] <= up_to)
+  ]
 
 
 def main(argv):
@@ -49,9 +46,11 @@ def main(argv):
   if not metrics_file.exists():
     raise app.UsageError(f'{metrics_file} does not exist: is {_WORKDIR.value} a workdir written by train.py?')
   try:
-    rates = logged_rates(metrics_file, _AFTER.value, _UP_TO.value)
-  except ValueError as error:
-    raise app.UsageError(str(error)) from None
+    rates = logged_rates(_WORKDIR.value, _AFTER.value, _UP_TO.value)
+  except json.JSONDecodeError as error:
+    raise app.UsageError(
+      f'{metrics_file} has a line that is not JSON (a run cut off while writing it?): {error}'
+    ) from None
   if not rates:
     raise app.UsageError(f'{metrics_file} logs no training steps/s in the steps asked for.')
   values = [rate for _, rate in rates]
