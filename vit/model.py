@@ -19,7 +19,9 @@ ImageNet-21k ViT checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_
 rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``. ``attention_kernel``
 (``'auto'``, ``'fused'``, ``'explicit'``; ``attention.multi_head``) chooses between the fused
 attention call (cuDNN's kernel on a GPU) and the explicit einsums; ``'auto'`` takes cuDNN's kernel
-where cuDNN takes the inputs, the einsums elsewhere.
+where cuDNN takes the inputs, the einsums elsewhere. ``attention_pad_multiple`` (0: off) pads the
+fused call's tokens to a multiple of it, with the padded keys masked, so that cuDNN takes them: JAX's
+cuDNN path refuses to train on an odd length such as B/16's 197 tokens at 224x224.
 
 The architectures of timm's and Hugging Face's ViTs are options too, each off by default:
 ``reg_tokens`` (learned register tokens after the class token, left out of the pooling; DINOv2),
@@ -114,6 +116,7 @@ class ViTOptions:
   scan_layers: bool = False
   remat: Literal[tuple(REMAT_POLICIES)] = 'none'
   attention_kernel: Literal[tuple(ATTENTION_KERNELS)] = 'auto'
+  attention_pad_multiple: int = 0
   dtype: Literal[tuple(DTYPES)] = 'float32'
 
   def __post_init__(self):
