@@ -209,7 +209,7 @@ TABLES = {
   'gpu-flops': Table(
     'docs/results.md',
     ('what', 'FLOPs per step', 'parameters', 'machine', 'recorded at'),
-    ('gpu_model_flops/vit_b16', 'gpu_model_flops/transformer_base'),
+    ('gpu_model_flops/vit_b16', 'gpu_model_flops/transformer_base', 'posemb_cifar10_model_flops'),
   ),
   'input-pipeline': Table(
     'docs/results.md',
