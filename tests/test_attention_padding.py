@@ -147,6 +147,7 @@ def _cudnn_calls_in_the_traced_train_step(monkeypatch, **options):
 
 
 def test_unpadded_odd_length_is_refused_by_cudnn_in_the_train_step(monkeypatch):
+  # Why the padding exists: should a JAX release take odd lengths, this fails, and the option can go.
   forward, backward, asked, _ = _cudnn_calls_in_the_traced_train_step(monkeypatch)
   assert [call['implementation'] for call in asked] == ['cudnn', 'cudnn']  # asked, refused, explicit
   assert (forward, backward) == (0, 0)
