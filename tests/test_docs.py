@@ -8,8 +8,15 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = sorted((ROOT / 'docs').rglob('*.md'))
 PAGES = sorted(
-  [ROOT / 'README.md', ROOT / 'CHANGELOG.md', *(ROOT / 'docs').glob('*.md'), ROOT / 'docs' / 'tutorial.ipynb']
+  [
+    ROOT / 'README.md',
+    ROOT / 'CHANGELOG.md',
+    ROOT / 'CONTRIBUTING.md',
+    *DOCS,
+    ROOT / 'docs' / 'tutorial.ipynb',
+  ]
 )
 README_MAX_LINES = 250
 
