@@ -101,7 +101,7 @@ SHORT = ('config', 'result', 'wall time', 'machine kind')  # the headline page's
 TABLES = {
   'readme': Table(
     'README.md',
-    ('model and data', 'result', 'time', 'machine', 'more'),
+    ('model and data', 'result', 'time', 'machine kind', 'more'),
     ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'transformer_scan')
     + ('transformer_multi30k_long/end', 'rnn_scan', 'rnn_multi30k', 'video_digits'),
   ),
