@@ -63,6 +63,10 @@ def _value(node: ast.AST):
   except ValueError:
     pass
   text = ast.unparse(node)
+  if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+    left, right = _value(node.left), _value(node.right)
+    if all(isinstance(v, (int, float)) for v in (left, right)):
+      return left * right if isinstance(node.op, ast.Mult) else left / right
   if isinstance(node, ast.Name) and node.id in _CONSTANTS:
     return _CONSTANTS[node.id]
   if text in ('nn.LayerNorm', 'LayerNorm'):

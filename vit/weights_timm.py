@@ -50,6 +50,15 @@ _FLAGS_REFUSED = {
   'pool_include_prefix': 'pooling over the prefix tokens (pool_include_prefix)',
 }
 
+# the timm models of other files than vision_transformer.py and deit.py, by a word of their names
+_NAMED_FEATURES = {
+  'rope': 'rotary position embeddings (RoPE)',
+  'eva': "EVA's blocks (SwiGLU MLPs, RoPE)",
+  'eva02': "EVA's blocks (SwiGLU MLPs, RoPE)",
+  'naflexvit': 'NaFlex variable-resolution patches',
+  'swiglu': 'a SwiGLU MLP',
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
@@ -69,6 +78,9 @@ def model_args(name: str, folder_args: dict | None = None) -> dict:
   whose ``folder_args`` do not give the heads."""
   known = timm_architectures.architecture(name)
   folder_args = dict(folder_args or {})
+  for token, feature in _NAMED_FEATURES.items():
+    if known is None and token in name.partition('.')[0].split('_'):
+      raise CheckpointError(f'init_from: timm {name!r} has {feature}, which our ViT does not have.')
   if known is None and 'num_heads' not in folder_args:
     raise CheckpointError(
       f"init_from: unknown timm architecture {name!r} (not a ViT of timm's vision_transformer.py or "
@@ -88,15 +100,20 @@ def resolve(name: str, folder_args: dict | None = None) -> Architecture:
   ``CheckpointError`` of one line naming a feature we have not."""
   args = model_args(name, folder_args)
   what = f'timm {name!r}'
-  for key, value in args.items():
-    if isinstance(value, dict) and 'unsupported' in value:
-      raise CheckpointError(
-        f'init_from: {what} has {key}={value["unsupported"]}, which our ViT does not have.'
-      )
-    if key in _FLAGS_REFUSED and value:
-      raise CheckpointError(f'init_from: {what} has {_FLAGS_REFUSED[key]}, which our ViT does not have.')
-    if key not in _READ_ARGS and key not in _FLAGS_REFUSED:
-      raise CheckpointError(f'init_from: {what} has model_args {key}={value!r}, which is not read.')
+  missing = [
+    f'{key}={value["unsupported"]}'
+    for key, value in args.items()
+    if isinstance(value, dict) and 'unsupported' in value
+  ]
+  missing += [feature for key, feature in _FLAGS_REFUSED.items() if args.get(key)]
+  missing += [
+    f'model_args {key}={value!r}'
+    for key, value in args.items()
+    if key not in _READ_ARGS | set(_FLAGS_REFUSED)
+    and not (isinstance(value, dict) and 'unsupported' in value)
+  ]
+  if missing:
+    raise CheckpointError(f'init_from: {what} has {", ".join(missing)}, which our ViT does not have.')
   if args['pos_embed'] != 'learn':
     raise CheckpointError(
       f'init_from: {what} has pos_embed={args["pos_embed"]!r}; only a learned table (learn) is read.'
