@@ -760,10 +760,19 @@ def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_pat
   picture = predictor.explain(image, tmp_path / 'attention.png')
   assert picture.stat().st_size > 0 and predictor.prediction.title == 'w (timm weights)'
   from trainer.errors import WorkdirError  # pylint: disable=g-import-not-at-top
-  from trainer.predictor import load_predictor as load_workdir  # pylint: disable=g-import-not-at-top
+  from trainer.predictor import load_predictor as load_any  # pylint: disable=g-import-not-at-top
 
-  with pytest.raises(WorkdirError, match='not a workdir .* predict.py --weights'):
-    load_workdir(folder)
+  # one entry point: the trainer's load_predictor opens the folder through the ViT's path opener
+  opened = load_any(folder)
+  assert type(opened.prediction) is type(predictor.prediction)
+  np.testing.assert_array_equal(opened.logits([image, image]), logits)
+  with pytest.raises(CheckpointError, match='pos_embed has 16 rows; a 4x4 grid and 5 prefix tokens'):
+    load_any(folder, arch='deit_small_patch16_224')  # options reach the opener
+  neither = tmp_path / 'neither'
+  neither.mkdir()
+  (neither / 'config.json').write_text(json.dumps({'name': 'x'}))
+  with pytest.raises(WorkdirError, match='not a workdir written by train.py .*, nor weights'):
+    load_any(neither)
 
 
 def test_predictor_on_a_distilled_deit_averages_its_two_heads(tmp_path):
