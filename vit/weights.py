@@ -5,13 +5,14 @@ Sources (``read_weights``):
   ``label_names``, ``pretrained_cfg``) and ``model.safetensors``;
 - a transformers folder: ``config.json`` (``model_type`` ``vit``, ``deit`` or ``dinov2``),
   ``model.safetensors`` and, when present, ``preprocessor_config.json``;
-- a bare ``.safetensors`` file with timm's names, given the timm architecture (``init_from.arch``).
+- a bare ``.safetensors`` file with timm's names, given the timm architecture (``init_from.arch``,
+  ``NAME`` or ``NAME.TAG``), prepared as timm prepares that tag (``vit.timm_architectures``).
 
 The arrays are read with ``safetensors.numpy`` and renamed into ``vit.checkpoint_npz``'s canonical
-form (``vit.weights_timm``, ``vit.weights_transformers``). The model options come from the arrays'
-shapes (width, depth, MLP, patch, prefix tokens, which layers exist) and, for what arrays cannot say
-(heads, activation, LayerNorm epsilon), from the architecture name or ``config.json``; where both
-say something they must agree. Pickles (``pytorch_model.bin``, ``.pth``) are refused: loading one runs
+form (``vit.weights_timm``, ``vit.weights_transformers``). The model options are what the source
+library builds: for timm, ``timm.create_model``'s ``model_args`` (``weights_timm.resolve``); for
+transformers, ``config.json``. The arrays' shapes (width, depth, MLP, patch, prefix tokens, which
+layers exist) must agree with them. Pickles (``pytorch_model.bin``, ``.pth``) are refused: loading one runs
 code from the file.
 """
 
