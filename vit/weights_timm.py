@@ -153,8 +153,8 @@ def resolve(name: str, folder_args: dict | None = None) -> Architecture:
     patch_bias=not args['pre_norm'],
     distill_token=distilled,
   )
-  if 'depth' in args:
-    options['depth'] = int(args['depth'])
+  if 'depth' in (folder_args or {}):  # the name's depth is a default: the arrays count the blocks
+    options['depth'] = int(folder_args['depth'])
   image = _pair(args['img_size']) if 'img_size' in args else None
   return Architecture(
     name.partition('.')[0], options, image, bool(args['no_embed_class']),
