@@ -22,6 +22,7 @@ from attention import (
   sincos_1d_table,
   sincos_2d_table,
 )
+from attention.stacks import StackOptions
 
 GRID = (3, 4)
 FEATURES, HEADS = 16, 2
@@ -44,13 +45,11 @@ def test_sincos_2d_is_row_then_column_sinusoids():
 
 def _encoder(posemb, injection='stem', grid=GRID, prefix=0, seed=0):
   length = grid[0] * grid[1] + prefix
+  options = StackOptions(
+    features=FEATURES, depth=2, num_heads=HEADS, mlp_features=32, posemb=posemb, posemb_injection=injection
+  )
   return Encoder(
-    features=FEATURES,
-    depth=2,
-    num_heads=HEADS,
-    mlp_features=32,
-    posemb=posemb,
-    posemb_injection=injection,
+    options,
     grid=grid,
     max_length=length,
     num_prefix_tokens=prefix,
@@ -103,12 +102,11 @@ def test_shared_injection_adds_the_same_table_before_every_layer():
   encoding = PositionalEncoding(
     'learn1d', 'every_layer_shared', dim=8, num_heads=2, num_layers=3, max_length=5, rngs=nnx.Rngs(0)
   )
-  x = jnp.zeros((1, 5, 8))
-  np.testing.assert_array_equal(encoding.before_layer(x, 0), encoding.before_layer(x, 2))
+  np.testing.assert_array_equal(encoding.table_before(0), encoding.table_before(2))
   stem = PositionalEncoding(
     'learn1d', 'stem', dim=8, num_heads=2, num_layers=3, max_length=5, rngs=nnx.Rngs(0)
   )
-  np.testing.assert_array_equal(stem.before_layer(x, 2), x)
+  assert stem.table_before(2) is None
 
 
 def test_prefix_tokens_get_no_additive_encoding():
@@ -116,7 +114,7 @@ def test_prefix_tokens_get_no_additive_encoding():
     'learn2d', dim=8, num_heads=2, num_layers=1, grid=GRID, num_prefix_tokens=1, rngs=nnx.Rngs(0)
   )
   x = jnp.zeros((1, 13, 8))
-  out = encoding.before_layer(x, 0)
+  out = encoding.add_table(x, encoding.table_before(0))
   np.testing.assert_array_equal(out[:, 0], 0.0)
   assert np.abs(np.asarray(out[:, 1:])).sum() > 0
 
@@ -283,17 +281,16 @@ def test_cached_decoder_block_equals_full_pass(posemb):
 
 
 def test_encoder_returns_attention_maps_and_stochastic_depth_trains():
-  encoder = Encoder(
+  options = StackOptions(
     features=FEATURES,
     depth=3,
     num_heads=HEADS,
     mlp_features=32,
     posemb='learn1d',
-    max_length=6,
     drop_path_rate=0.5,
     block=BlockOptions(dropout=0.0),  # so that only stochastic depth makes training differ
-    rngs=nnx.Rngs(0),
   )
+  encoder = Encoder(options, max_length=6, rngs=nnx.Rngs(0))
   x = _tokens(6)
   out, intermediates = encoder(x, return_weights=True)
   assert [w.shape for w in intermediates['attention_weights']] == [(2, HEADS, 6, 6)] * 3
