@@ -298,3 +298,45 @@ def test_encoder_returns_attention_maps_and_stochastic_depth_trains():
   train_out, _ = encoder(x, deterministic=False, rngs=nnx.Rngs(dropout=0))
   assert train_out.shape == out.shape and not np.allclose(train_out, out)
   assert [block.drop_path.rate for block in encoder.blocks] == [0.0, 0.25, 0.5]
+
+
+def test_a_new_kind_is_one_class_and_the_lists_of_kinds_follow_it(monkeypatch):
+  import attention.positional as positional
+
+  monkeypatch.setattr(positional, 'KINDS', dict(positional.KINDS))  # the class below registers here only
+
+  class Ramp(positional.PositionKind):
+    name = 'ramp'
+    adds_table = True
+
+    def __init__(self, tokens, *, rngs):
+      del rngs
+      self.table = nnx.Variable(
+        jnp.arange(tokens.length * tokens.dim, dtype=jnp.float32).reshape(tokens.length, -1)
+      )
+
+    def __call__(self):
+      return self.table[...]
+
+  assert positional.kinds(adds_table=True)[-1] == 'ramp' and 'ramp' not in positional.kinds(needs_grid=True)
+  assert positional.combination_exists('ramp', 'every_layer')
+  encoding = PositionalEncoding(
+    'ramp', 'every_layer', dim=4, num_heads=2, num_layers=2, max_length=3, rngs=nnx.Rngs(0)
+  )
+  x = jnp.zeros((1, 3, 4))
+  np.testing.assert_array_equal(
+    encoding.add_table(x, encoding.table_before(1))[0], np.arange(12).reshape(3, 4)
+  )
+  assert encoding.attention_bias(1, 3, 3) is None and encoding.rotary is None
+
+
+def test_the_kinds_say_how_they_act():
+  import attention.positional as positional
+  from video.model import SPATIAL_POSEMBS, TEMPORAL_POSEMBS
+
+  assert positional.kinds(adds_table=True) == ('learn1d', 'learn2d', 'sincos1d', 'sincos2d')
+  assert positional.kinds(biases_attention=True) == ('relative', 'relative2d')
+  assert positional.kinds(adds_table=True, learned=True) == ('learn1d', 'learn2d')
+  assert positional.KINDS['rope'].rotary is not None
+  assert SPATIAL_POSEMBS == ('none', 'learn1d', 'learn2d', 'sincos1d', 'sincos2d', 'learn3d')
+  assert TEMPORAL_POSEMBS == ('none', 'learn1d', 'sincos1d', 'relative')
