@@ -160,6 +160,10 @@ class PositionKind(nnx.Module):
     super().__init_subclass__(**kwargs)
     KINDS[cls.name] = cls
 
+  def __call__(self) -> jax.Array:
+    """A table kind's table (its ``table`` unless it says otherwise)."""
+    return self.table[...]
+
 
 class NoPositions(PositionKind):
   name = 'none'
@@ -171,9 +175,6 @@ class Learn1D(PositionKind):
 
   def __init__(self, tokens: Tokens, *, rngs: nnx.Rngs):
     self.table = nnx.Param(_TABLE_INIT(rngs.params(), (tokens.length, tokens.dim), tokens.param_dtype))
-
-  def __call__(self) -> jax.Array:
-    return self.table[...]
 
 
 class Learn2D(PositionKind):
@@ -201,9 +202,6 @@ class Sincos1D(PositionKind):
     del rngs
     self.table = nnx.Variable(jnp.asarray(sincos_1d_table(tokens.length, tokens.dim)))
 
-  def __call__(self) -> jax.Array:
-    return self.table[...]
-
 
 class Sincos2D(PositionKind):
   name = 'sincos2d'
@@ -217,9 +215,6 @@ class Sincos2D(PositionKind):
       )
     make_table = SINCOS2D_TABLES[tokens.sincos2d_layout]
     self.table = nnx.Variable(jnp.asarray(make_table(*tokens.grid, tokens.dim)))
-
-  def __call__(self) -> jax.Array:
-    return self.table[...]
 
 
 class RelativePositionBias(PositionKind):

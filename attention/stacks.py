@@ -49,13 +49,20 @@ class StackOptions:
   scan_layers: bool = False
   remat: str = 'none'
 
+  @classmethod
+  def of(cls, options, **fields) -> 'StackOptions':
+    """The stack options a model's options hold: each field of ``options`` named as one of these,
+    with ``fields`` (what a model names otherwise, or decides) over them."""
+    named = {f.name: getattr(options, f.name) for f in dataclasses.fields(cls) if hasattr(options, f.name)}
+    return cls(**{**named, **fields})
+
 
 class _Stack(nnx.Module):
   """What both stacks share: the positional encoding, the stem, the blocks and the final LayerNorm."""
 
-  def _build_common(self, options: StackOptions, make_block, rngs, **tokens):
-    """``make_block(rate, rotary)`` builds one block; ``tokens``: where the tokens lie (``max_length``,
-    ``grid``, ``num_prefix_tokens``)."""
+  def _build_common(self, options: StackOptions, block_class, rngs, *, block_args: dict, **tokens):
+    """The blocks are ``block_class``'s, each also given ``block_args``; ``tokens``: where the tokens
+    lie (``max_length``, ``grid``, ``num_prefix_tokens``)."""
     self.positional = PositionalEncoding(
       options.posemb,
       options.posemb_injection,
@@ -72,9 +79,20 @@ class _Stack(nnx.Module):
     self.scan_layers, self.remat = options.scan_layers, check_remat(options.remat)
     rate = options.drop_path_rate
     self.drop_path_rates = tuple(rate * i / max(self.depth - 1, 1) for i in range(self.depth))
-    self.blocks = keep_blocks(
-      lambda rate: make_block(rate, self.positional.rotary), self.drop_path_rates, self.scan_layers
-    )
+
+    def make_block(rate):
+      return block_class(
+        options.features,
+        options.num_heads,
+        options.mlp_features,
+        options.block,
+        drop_path_rate=rate,
+        rotary=self.positional.rotary,
+        rngs=rngs,
+        **block_args,
+      )
+
+    self.blocks = keep_blocks(make_block, self.drop_path_rates, self.scan_layers)
 
   def _per_layer(self, q_len, k_len, *, deterministic, rngs):
     """Each layer's inputs: position table, attention bias and, scanned, drop-path rate and dropout key."""
@@ -122,16 +140,9 @@ class Encoder(_Stack):
     block = options.block
     self._build_common(
       options,
-      lambda rate, rotary: EncoderBlock(
-        options.features,
-        options.num_heads,
-        options.mlp_features,
-        block,
-        drop_path_rate=rate,
-        rotary=rotary,
-        rngs=rngs,
-      ),
+      EncoderBlock,
       rngs,
+      block_args={},
       max_length=max_length,
       grid=grid,
       num_prefix_tokens=num_prefix_tokens,
@@ -193,19 +204,7 @@ class Decoder(_Stack):
   ):
     block = options.block
     self._build_common(
-      options,
-      lambda rate, rotary: DecoderBlock(
-        options.features,
-        options.num_heads,
-        options.mlp_features,
-        block,
-        drop_path_rate=rate,
-        rotary=rotary,
-        encoder_features=encoder_features,
-        rngs=rngs,
-      ),
-      rngs,
-      max_length=max_length,
+      options, DecoderBlock, rngs, block_args=dict(encoder_features=encoder_features), max_length=max_length
     )
     self.norm = layer_norm(options.features, block, rngs=rngs) if block.norm_placement == 'pre' else None
 

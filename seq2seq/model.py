@@ -123,17 +123,7 @@ class TransformerOptions:
 
   def stack(self, depth: int) -> StackOptions:
     """What the encoder or the decoder (of ``depth`` layers) is built with."""
-    return StackOptions(
-      features=self.features,
-      depth=depth,
-      num_heads=self.num_heads,
-      mlp_features=self.mlp_features,
-      block=self.block(),
-      posemb=self.posemb,
-      posemb_injection=self.posemb_injection,
-      scan_layers=self.scan_layers,
-      remat=self.remat,
-    )
+    return StackOptions.of(self, depth=depth, block=self.block())
 
 
 def model_options(section) -> TransformerOptions:

@@ -13,7 +13,7 @@ import pathlib
 import jax.numpy as jnp
 import numpy as np
 
-from attention import drawing
+from attention import Encoder, drawing
 from attention.positional import kinds
 from seq2seq.decoding import translate
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -23,7 +23,7 @@ _SPECIAL = {PAD_ID: '<pad>', UNK_ID: '<unk>', BOS_ID: '<bos>', EOS_ID: '<eos>'}
 
 def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:
   paths = []
-  positional = getattr(model.encoder, 'positional', None)  # the RNN has none
+  positional = model.encoder.positional if isinstance(model.encoder, Encoder) else None  # the RNN's has none
   if positional is not None and positional.kind in kinds(adds_table=True, learned=True):
     where = 'encoder, first layer' if len(positional.tables) > 1 else 'encoder'
     paths.append(

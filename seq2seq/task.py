@@ -134,7 +134,7 @@ class VocabSizes:
     (0: ``config.data.tokenizer.vocab_size``) for both."""
     if values.get('source_vocab_size') and values.get('target_vocab_size'):
       return cls(int(values['source_vocab_size']), int(values['target_vocab_size']))
-    vocab_size = values.get('vocab_size') or config.data.tokenizer.get('vocab_size') or 0
+    vocab_size = values.get('vocab_size') or config.data.tokenizer.vocab_size or 0
     if vocab_size < 1:
       raise ConfigError(
         'Set a vocabulary size (data.tokenizer.vocab_size) to build the task without its data.'

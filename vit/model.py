@@ -133,20 +133,14 @@ class ViTOptions:
 
   def stack(self) -> StackOptions:
     """What the encoder is built with (the sizes of a named variant in the fields: ``with_variant``)."""
-    return StackOptions(
+    return StackOptions.of(
+      self,
       features=self.width,
-      depth=self.depth,
-      num_heads=self.num_heads,
       mlp_features=self.mlp_dim,
       block=self.block(),
-      posemb=self.posemb,
-      posemb_injection=self.posemb_injection,
-      sincos2d_layout=self.sincos2d_layout,
       drop_path_rate=self.drop_path,
       input_norm=self.norm_pre,
       final_norm=not self.fc_norm,
-      scan_layers=self.scan_layers,
-      remat=self.remat,
     )
 
 
