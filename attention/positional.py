@@ -287,7 +287,7 @@ def check_posemb(kind: str, injection: str = 'stem', grid: tuple[int, int] | Non
   """Raises ``ValueError`` for an unknown kind or injection, ``NoSuchCombination`` for a combination
   that does not exist."""
   if kind not in KINDS:
-    raise ValueError(f'Unknown positional encoding {kind!r}; allowed values: {", ".join(POSEMB_KINDS)}.')
+    raise ValueError(f'Unknown positional encoding {kind!r}; allowed values: {", ".join(KINDS)}.')
   if injection not in INJECTIONS:
     raise ValueError(
       f'Unknown positional-encoding injection {injection!r}; allowed values: {", ".join(INJECTIONS)}.'
