@@ -85,7 +85,7 @@ class VideoClassification(BatchesFromData, Task):
     self.prediction = ClipPrediction(self.sizes, class_names)
     metrics = MovingDigitMetrics if self.label_parts else ClipMetrics
     self.train_metrics = self.eval_metrics = metrics
-    self.check_model(lambda section: self.make_model(nnx.Rngs(0), section))
+    self.check_model(lambda section: self._video_model(section, nnx.Rngs(0)))
     check_layer_numbering(
       config.optimizer,
       lambda: self.make_model(nnx.Rngs(0)),
@@ -104,14 +104,13 @@ class VideoClassification(BatchesFromData, Task):
       'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
     }
 
-  def make_model(self, rngs: nnx.Rngs, model: ml_collections.ConfigDict | None = None) -> nnx.Module:
-    """The config's model, or that of another ``model`` section (``check_scanned_layers`` builds both
-    forms of a scanned one)."""
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return self._video_model(self.config.model, rngs)
+
+  def _video_model(self, section, rngs: nnx.Rngs) -> nnx.Module:
+    """The model of a ``model`` section (``check_model`` builds both forms of a scanned one)."""
     return make_video_model(
-      self.config.model if model is None else model,
-      num_classes=self.sizes.num_classes,
-      clip_shape=self.sizes.clip_shape,
-      rngs=rngs,
+      section, num_classes=self.sizes.num_classes, clip_shape=self.sizes.clip_shape, rngs=rngs
     )
 
   def _outputs(self, logits, labels, losses) -> dict:

@@ -86,7 +86,8 @@ class ImageClassification(BatchesFromData, Task):
 
   def __init__(self, config: ml_collections.ConfigDict, shapes: ImageShapes | None = None):
     super().__init__(config, shapes)
-    self.label_smoothing = config.label_smoothing
+    # ``vit.weights_predictor`` builds this task from a partial config: the defaults are read here
+    self.label_smoothing = config.get('label_smoothing', 0.0)
     if shapes is None:  # from the data (a workdir's config was completed when it trained)
       pretrained.complete_model_config(config.model, config.get('init_from'))
     model = model_section(config.model)
@@ -102,7 +103,7 @@ class ImageClassification(BatchesFromData, Task):
     if self.fewshot is not None and any(k < 1 for k in self.fewshot.shots):
       raise ConfigError(f'config.fewshot.shots is {self.fewshot.shots}; each must be >= 1.')
     self._initial = None
-    repeats = config.data.augment.repeats
+    repeats = config.data.get('augment', {}).get('repeats', 1)
     if repeats > 1 and config.batch_size % repeats:
       raise ConfigError(
         f'batch_size ({config.batch_size}) must be divisible by data.augment.repeats ({repeats}).'
@@ -119,7 +120,7 @@ class ImageClassification(BatchesFromData, Task):
         distill, num_classes=self.sizes.num_classes, image_shape=self.sizes.image_shape, dtype=model.dtype
       )
       self.train_metrics = DistillationMetrics
-    self.check_model(lambda section: self.make_model(nnx.Rngs(0), section))
+    self.check_model(lambda section: self._vit(section, nnx.Rngs(0)))
 
   @functools.cached_property
   def data(self) -> ImageData:
@@ -137,14 +138,13 @@ class ImageClassification(BatchesFromData, Task):
       shapes['mix_weight'] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
     return shapes
 
-  def make_model(self, rngs: nnx.Rngs, model: ml_collections.ConfigDict | None = None) -> nnx.Module:
-    """The config's model, or that of another ``model`` section (``check_scanned_layers`` builds both
-    forms of a scanned one)."""
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return self._vit(self.config.model, rngs)
+
+  def _vit(self, section, rngs: nnx.Rngs) -> nnx.Module:
+    """The model of a ``model`` section (``check_model`` builds both forms of a scanned one)."""
     return make_vit(
-      self.config.model if model is None else model,
-      num_classes=self.sizes.num_classes,
-      image_shape=self.sizes.image_shape,
-      rngs=rngs,
+      section, num_classes=self.sizes.num_classes, image_shape=self.sizes.image_shape, rngs=rngs
     )
 
   def check_training_data(self) -> None:
