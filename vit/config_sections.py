@@ -65,8 +65,9 @@ class FewShot:
 
 @dataclasses.dataclass(frozen=True)
 class Distill:
-  teacher: str = ''  #: a workdir of train.py, or an .npz the ViT reads; '' = off
+  teacher: str = ''  #: a workdir of train.py, a timm or transformers folder or file, or an .npz; '' = off
   checkpoint: str | int = 'latest'
+  arch: str = ''  #: a bare timm .safetensors teacher's architecture (e.g. deit_base_patch16_224)
   kind: Literal['soft', 'hard'] = 'soft'  #: soft: T^2 KL at the temperature; hard: the teacher's argmax
   temperature: float = 1.0
   alpha: float = 0.5  #: loss = (1 - alpha) * label loss + alpha * distillation loss
