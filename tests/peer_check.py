@@ -27,6 +27,7 @@ import ctypes
 import dataclasses
 import importlib.util
 import io
+import logging
 import os
 import pathlib
 import subprocess
@@ -121,11 +122,13 @@ class Checks:
       seconds[r.source] = seconds.get(r.source, 0.0) + r.seconds
     print('seconds: ' + ', '.join(f'{source} {value:.0f}' for source, value in seconds.items()))
     print(f'tolerance {TOLERANCE:g}; the errors in full: {LOG_PATH}')
+    print(f'{time.perf_counter() - STARTED:.0f} s in all')
     print(f'{len(self.rows) - failed} passed, {failed} failed')
     return 1 if failed else 0
 
 
 LOG = io.StringIO()
+STARTED = time.perf_counter()
 LOG_PATH = pathlib.Path()
 
 
@@ -150,6 +153,8 @@ def _import_libraries():
   import transformers  # pylint: disable=g-import-not-at-top
 
   transformers.logging.set_verbosity_error()
+  transformers.utils.logging.disable_progress_bar()
+  logging.getLogger('timm').setLevel(logging.ERROR)  # e.g. the one-channel model's mean, said once here
   return torch, timm, transformers
 
 
