@@ -27,6 +27,7 @@ import ctypes
 import dataclasses
 import importlib.util
 import io
+import json
 import logging
 import os
 import pathlib
@@ -108,6 +109,16 @@ class Checks:
     if ours.shape != theirs.shape:
       raise ValueError(f'shapes differ: ours {ours.shape}, theirs {theirs.shape}')
     row.difference = float(np.abs(ours - theirs).max())
+
+  def numbers(self) -> dict:
+    """The counts and the largest difference, for ``python -m benchmarks.record`` (``--numbers``)."""
+    measured = [r.difference for r in self.rows if r.difference is not None]
+    return {
+      'checks': len(self.rows),
+      'failed': sum(not r.passed for r in self.rows),
+      'largest_difference': max(measured, default=None),
+      'check_seconds': round(time.perf_counter() - STARTED, 1),
+    }
 
   def report(self) -> int:
     widths = [max(len(getattr(r, f)) for r in self.rows) for f in ('source', 'model', 'check')]
@@ -387,7 +398,7 @@ def they_read_ours(checks, torch, timm, transformers, root, timm_folders, traini
   rng = np.random.default_rng(1)
   exports = (
     ('vit_digits', 'timm, no --arch', ''),
-    ('vit_digits', 'timm, --arch of the README', 'vit_base_patch32_siglip_gap_256'),
+    ('vit_digits', 'timm, --arch vit_base_patch32_siglip_gap_256', 'vit_base_patch32_siglip_gap_256'),
     ('fine-tuned from timm', 'timm, no --arch', ''),
   )
   for name, what, arch in exports:
@@ -446,6 +457,7 @@ def main() -> int:
   global LOG_PATH  # pylint: disable=global-statement
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--keep', help='write the folders here and keep them (default: a temporary folder)')
+  parser.add_argument('--numbers', help='also write the counts and the largest difference to this JSON file')
   parser.add_argument('--only', nargs='+', choices=PARTS, help='these parts alone (default: all)')
   args = parser.parse_args()
   # Tiny programs: XLA's optimisation passes cost more than they save (as in the test suite); the
@@ -486,6 +498,8 @@ def main() -> int:
       sources |= {('transformers folder', k): v for k, v in hf_folders.items()}
       teachers(checks, sources, images)
     LOG_PATH.write_text(LOG.getvalue())
+    if args.numbers:
+      pathlib.Path(args.numbers).write_text(json.dumps(checks.numbers()))
     return checks.report()
 
 
