@@ -15,8 +15,9 @@ by more than ``TOLERANCE`` or raised (the error is the row's note).
   image against the library's own preprocessing; bare timm ``.safetensors`` files (no config) with
   their architecture's preprocessing.
 - They read ours: a briefly trained digits workdir exported with ``vit.export_weights`` (with no
-  ``--arch``, and with the README's), a distilled DeiT and a model fine-tuned from a timm folder,
-  opened with ``timm.create_model('local-dir:...')`` and transformers' ``from_pretrained``.
+  ``--arch``, and with one), a model fine-tuned from a timm folder and a distilled DeiT (to timm and
+  transformers), opened with ``timm.create_model('local-dir:...')`` and transformers'
+  ``from_pretrained``: logits and features.
 - A teacher from their folders: ``config.distill.teacher`` set to each folder gives timm's and
   transformers' logits (``vit.distillation.load_teacher``).
 """
@@ -397,26 +398,23 @@ def they_read_ours(checks, torch, timm, transformers, root, timm_folders, traini
 
   rng = np.random.default_rng(1)
   exports = (
-    ('vit_digits', 'timm, no --arch', ''),
-    ('vit_digits', 'timm, --arch vit_base_patch32_siglip_gap_256', 'vit_base_patch32_siglip_gap_256'),
-    ('fine-tuned from timm', 'timm, no --arch', ''),
+    ('vit_digits', 'timm', 'timm, no --arch', ''),
+    ('vit_digits', 'timm', 'timm, --arch vit_base_patch32_siglip_gap_256', 'vit_base_patch32_siglip_gap_256'),
+    ('fine-tuned from timm', 'timm', 'timm, no --arch', ''),
+    ('fine-tuned from timm', 'transformers', 'transformers', ''),
   )
-  for name, what, arch in exports:
+  for name, to, what, arch in exports:
     with checks.case('our export', name, what) as row:
       workdir = trainings[name].wait()
       predictor = our_predictor(workdir)
       inputs = rng.uniform(-1, 1, (2, *predictor.task.sizes.image_shape)).astype(np.float32)
-      out = root / 'ours' / f'{workdir.name}_timm_{arch or "own"}'
-      export_weights.export(str(workdir), 'timm', str(out), arch)
-      model = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
-      with torch.no_grad():
-        theirs = model(torch.from_numpy(inputs).permute(0, 3, 1, 2)).numpy()
-      checks.compare(row, ours(predictor, inputs)[0], theirs)
+      out = root / 'ours' / f'{workdir.name}_{to}_{arch or "own"}'
+      export_weights.export(str(workdir), to, str(out), arch)
+      compare_export(checks, row, torch, timm, transformers, to, out, predictor, inputs)
 
   # A distilled DeiT of ours: the model our reader builds from timm's folder, written back by our export.
   source = timm_folders.get('deit_base_distilled_patch16_224')
   images = rng.uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
-  x = torch.from_numpy(images).permute(0, 3, 1, 2)
   common = dict(image_size=(16, 16), mean=(0.5,) * 3, std=(0.5,) * 3, class_names=list('abcde'))
   for to in ('timm', 'transformers'):
     with checks.case('our export', 'distilled DeiT', to) as row:
@@ -426,13 +424,36 @@ def they_read_ours(checks, torch, timm, transformers, root, timm_folders, traini
       out = root / 'ours' / f'deit_distilled_{to}'
       if to == 'timm':
         export_weights.write_timm(predictor.model, out, 'deit_base_distilled_patch16_224', **common)
-        model = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
       else:
         export_weights.write_transformers(predictor.model, out, **common)
-        model = transformers.DeiTForImageClassificationWithTeacher.from_pretrained(out).eval()
-      with torch.no_grad():
-        theirs = model(x) if to == 'timm' else model(pixel_values=x).logits
-      checks.compare(row, ours(predictor, images)[0], theirs.numpy())
+      compare_export(checks, row, torch, timm, transformers, to, out, predictor, images)
+
+
+def compare_export(checks, row, torch, timm, transformers, to, out, predictor, inputs) -> None:
+  """The library's logits of our exported folder into ``row``, then a row of its features (the
+  class token's for a distilled DeiT): a briefly trained head's logits are small, the features not."""
+  x = torch.from_numpy(inputs).permute(0, 3, 1, 2)
+  distilled = hasattr(predictor.model, 'distill_head')
+  with torch.no_grad():
+    if to == 'timm':
+      model = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+      logits = model(x).numpy()
+      tokens = model.forward_features(x)
+      features = tokens[:, 0].numpy() if distilled else model.forward_head(tokens, pre_logits=True).numpy()
+    else:
+      kind = (
+        transformers.DeiTForImageClassificationWithTeacher
+        if distilled
+        else transformers.ViTForImageClassification
+      )
+      model = kind.from_pretrained(out).eval()
+      logits = model(pixel_values=x).logits.numpy()
+      encoder = model.deit if distilled else model.vit
+      features = encoder(pixel_values=x).last_hidden_state[:, 0].numpy()
+  ours_logits, ours_features = ours(predictor, inputs)
+  checks.compare(row, ours_logits, logits)
+  with checks.case(row.source, row.model, f'{row.check}: features') as features_row:
+    checks.compare(features_row, ours_features, features)
 
 
 def teachers(checks, sources, images):
