@@ -349,3 +349,30 @@ def test_a_timm_folder_teacher_is_the_model_load_predictor_builds(tmp_path, dist
   np.testing.assert_allclose(logits, np.asarray(load_predictor(folder).model(own)[0]), rtol=1e-5, atol=1e-5)
   expected = tw.timm_forward(arrays, own, act='gelu_exact', eps=1e-6, no_embed_class=False, pool='token')
   np.testing.assert_allclose(logits, expected, rtol=2e-4, atol=2e-4)
+
+
+def test_a_transformers_folder_teacher_keeps_its_epsilon_and_distillation_head(tmp_path):
+  """``DeiTForImageClassificationWithTeacher`` as the teacher: epsilon 1e-12, exact GELU, both heads
+  averaged, its processor's mean and std, as transformers computes it."""
+  from tests import test_vit_weights as tw  # pylint: disable=g-import-not-at-top
+  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
+  from vit.distillation import load_teacher  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(41)
+  arrays = tw.transformers_arrays(rng, prefix='deit.', teacher=True, classes=10)
+  processor = {
+    'size': {'height': tw.IMAGE, 'width': tw.IMAGE},
+    'image_mean': [0.4] * 3,
+    'image_std': [0.3] * 3,
+  }
+  folder = tw.write_transformers_folder(
+    tmp_path / 'hf', arrays, tw.transformers_config('deit', classes=10), processor
+  )
+  section = ml_collections.ConfigDict(dict(teacher=str(folder), checkpoint='latest', arch=''))
+  teacher = load_teacher(section, num_classes=10, image_shape=(tw.IMAGE, tw.IMAGE, 3), dtype='float32')
+  images = rng.uniform(-1, 1, (2, tw.IMAGE, tw.IMAGE, 3)).astype(np.float32)  # mean = std = 0.5
+  logits = np.asarray(teacher.logits(teacher.variables, images, (0.5,) * 3, (0.5,) * 3))
+  own = ((images * 0.5 + 0.5) - 0.4) / 0.3
+  np.testing.assert_allclose(logits, np.asarray(load_predictor(folder).model(own)[0]), rtol=1e-5, atol=1e-5)
+  expected, _ = tw.transformers_forward(arrays, own, act='gelu_exact', eps=1e-12, dinov2=False)
+  np.testing.assert_allclose(logits, expected, rtol=2e-4, atol=2e-4)

@@ -631,10 +631,9 @@ def test_ours_to_timm_to_ours_is_exact(architecture, tmp_path):
     np.testing.assert_array_equal(first, second)
   written = load_file(str(out / 'model.safetensors'))
   assert set(written) == set(arrays)
-  # pos_embed is written with the prefix tokens' (zero) rows: model_args say no_embed_class=False
-  assert all(written[key].shape == arrays[key].shape for key in arrays if key != 'pos_embed')
+  assert all(written[key].shape == arrays[key].shape for key in arrays)
   config = json.loads((out / 'config.json').read_text())
-  assert config['architecture'] == architecture and config['model_args']['no_embed_class'] is False
+  assert config['architecture'] == architecture and config['model_args']['embed_dim'] == WIDTH
 
 
 @pytest.mark.parametrize('model_type', ['vit', 'deit'])

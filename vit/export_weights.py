@@ -116,6 +116,8 @@ def write_timm(model, out, arch: str = '', *, image_size, mean, std, class_names
   model_args = timm_model_args(ours, image_size=image_size, channels=channels)
   name = (arch or base_architecture(ours)).partition('.')[0]
   try:
+    # the architecture's own table layout, so that its name alone (without model_args) reads the arrays
+    model_args['no_embed_class'] = bool(weights_timm.model_args(name)['no_embed_class'])
     rebuilt = weights_timm.resolve(name, model_args)
   except CheckpointError as error:
     raise CheckpointError(f'export: the model is not a timm {name}: {error}') from None
@@ -133,7 +135,7 @@ def write_timm(model, out, arch: str = '', *, image_size, mean, std, class_names
   canonical = _canonical(model)
   if not ours['patch_bias'] and not ours['norm_pre']:  # timm has a patch bias here: a zero one
     canonical['embedding/bias'] = np.zeros(ours['width'], np.float32)
-  arrays = weights_timm.from_canonical(canonical, no_embed_class=False)
+  arrays = weights_timm.from_canonical(canonical, no_embed_class=model_args['no_embed_class'])
   save_file(arrays, str(out / 'model.safetensors'))
   num_classes = int(model.head.kernel.shape[1])
   config = {

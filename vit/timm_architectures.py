@@ -6,15 +6,17 @@ where ``NAME_ARGS`` is the ``model_args`` dict in the name's function in ``visio
 ``deit.py``; a tag's preprocessing is its ``_cfg(...)`` in ``default_cfgs``, and a name's default tag is
 the one ``timm.models._registry.generate_default_cfgs`` picks (a tag ending in ``*``, else the first
 with weights). The JSON holds both, written from timm's source by this module run as a script, so
-no PyTorch or timm is needed to read it:
+no PyTorch or timm is needed to read it (the JSON here is timm 1.0.31's, the version the checks
+against the real library pin):
 
-  python -m vit.timm_architectures path/to/pytorch-image-models/timm/models
+  python -m vit.timm_architectures path/to/site-packages/timm/models
 
 A value timm passes as a class (a norm layer, an MLP, a block) is kept as the fact it stands for: a
 LayerNorm's epsilon becomes ``norm_eps``, anything else ``unsupported`` naming it.
 """
 
 import ast
+import collections
 import functools
 import json
 import pathlib
@@ -30,7 +32,7 @@ _CONSTANTS = {
   'OPENAI_CLIP_STD': (0.26862954, 0.26130258, 0.27577711),
 }
 _CFG_FIELDS = ('input_size', 'crop_pct', 'crop_mode', 'interpolation', 'mean', 'std', 'num_classes')
-_WEIGHTS_FIELDS = ('url', 'hf_hub_id', 'file', 'state_dict')
+_WEIGHTS_FIELDS = ('url', 'file', 'hf_hub_id')  # timm's PretrainedCfg.has_weights
 
 
 @functools.cache
@@ -89,13 +91,17 @@ def _cfg_call(node: ast.Call, defaults: dict) -> dict:
 
 def _read_module(path: pathlib.Path) -> tuple[dict, dict]:
   """``{name: {'model_args', 'distilled'}}`` and ``{'name.tag': cfg}`` of one timm model file."""
-  tree = ast.parse(path.read_text())
+  source_text = path.read_text()
+  tree = ast.parse(source_text)
   defaults, architectures, cfgs = {}, {}, {}
   for node in tree.body:
     if isinstance(node, ast.FunctionDef) and node.name == '_cfg':
       returned = next(n for n in ast.walk(node) if isinstance(n, ast.Return)).value
+      parameters = dict(zip([a.arg for a in node.args.args][-len(node.args.defaults) :], node.args.defaults))
       defaults = {
-        ast.literal_eval(k): _value(v) for k, v in zip(returned.keys, returned.values, strict=True) if k
+        ast.literal_eval(k): _value(parameters.get(getattr(v, 'id', None), v))
+        for k, v in zip(returned.keys, returned.values, strict=True)
+        if k
       }
       defaults['crop_mode'] = 'center'  # timm.data.constants.DEFAULT_CROP_MODE
   for node in tree.body:
@@ -119,6 +125,11 @@ def _read_module(path: pathlib.Path) -> tuple[dict, dict]:
       for key, value in zip(mapping.keys, mapping.values, strict=True):
         if isinstance(value, ast.Call) and ast.unparse(value.func) == '_cfg':
           cfgs[ast.literal_eval(key)] = _cfg_call(value, defaults)
+  if '_quick_gelu_cfgs' in source_text:  # vision_transformer.py copies each CLIP tag noted QuickGELU
+    for key, cfg in list(cfgs.items()):
+      notes = cfg.get('notes') or ('',)
+      if 'quickgelu' in notes[0]:
+        cfgs[key.replace('_clip_', '_clip_quickgelu_')] = cfg
   return architectures, cfgs
 
 
@@ -133,21 +144,28 @@ def build(models_dir: pathlib.Path) -> dict:
   for module in ('vision_transformer.py', 'deit.py'):
     architectures, cfgs = _read_module(models_dir / module)
     for name, entry in architectures.items():
-      tags, default, starred = {}, None, None
+      # timm.models._registry.generate_default_cfgs: the default tag is the first of this order
+      order, tags, starred, pretrained = collections.deque(), {}, False, False
       for key, cfg in cfgs.items():
         base, _, tag = key.partition('.')
         if base != name:
           continue
         has_weights = any(cfg.get(field) for field in _WEIGHTS_FIELDS)
-        if tag.endswith('*') and starred is None:
-          starred = tag.strip('*')
-        if has_weights and default is None:
-          default = tag.strip('*')
-        tags[tag.strip('*')] = {field: _json(cfg[field]) for field in _CFG_FIELDS if field in cfg}
+        priority = (has_weights and not tag) or (tag.endswith('*') and not starred)
+        tag = tag.strip('*')
+        if priority:
+          order.appendleft(tag)
+          starred = True
+        elif has_weights and not pretrained:
+          order.appendleft(tag)
+        else:
+          order.append(tag)
+        pretrained = pretrained or has_weights
+        tags[tag] = {field: _json(cfg[field]) for field in _CFG_FIELDS if field in cfg}
       result[name] = dict(
         model_args={key: _json(value) for key, value in entry['model_args'].items()},
         distilled=entry['distilled'],
-        default_tag=starred or default or next(iter(tags), ''),
+        default_tag=order[0] if order else '',
         tags=tags,
       )
   return dict(sorted(result.items()))
