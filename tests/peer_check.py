@@ -142,6 +142,7 @@ class Checks:
 LOG = io.StringIO()
 STARTED = time.perf_counter()
 LOG_PATH = pathlib.Path()
+_KEEP = []  # the torchvision schemas' library object: its definitions last while it does
 
 
 def _import_libraries():
@@ -157,7 +158,7 @@ def _import_libraries():
     if library is not None:
       ctypes.CDLL(str(library))
   except OSError:
-    schemas = torch.library.Library('torchvision', 'DEF')  # pylint: disable=unused-variable
+    schemas = torch.library.Library('torchvision', 'DEF')
     for name in ('nms', 'qnms'):
       schemas.define(f'{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor')
     _KEEP.append(schemas)
@@ -166,11 +167,10 @@ def _import_libraries():
 
   transformers.logging.set_verbosity_error()
   transformers.utils.logging.disable_progress_bar()
-  logging.getLogger('timm').setLevel(logging.ERROR)  # e.g. the one-channel model's mean, said once here
+  logging.getLogger('timm').setLevel(
+    logging.ERROR
+  )  # its notices (a one-channel model's mean) are not results
   return torch, timm, transformers
-
-
-_KEEP = []
 
 
 def randomised(torch, model, seed: int, scale: float = 0.2):
@@ -182,24 +182,12 @@ def randomised(torch, model, seed: int, scale: float = 0.2):
   return model.eval()
 
 
-def our_predictor(path):
-  """Our predictor for a workdir or a weights folder: ``trainer.predictor.load_predictor``, the one
-  entry point."""
+def our_predictor(path, **options):
+  """Our predictor for a workdir, a weights folder or a bare file (``arch=``), through the one entry
+  point, ``trainer.predictor.load_predictor``."""
   from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
 
-  return load_predictor(path)
-
-
-def weights_predictor(path, arch: str = ''):
-  """Our predictor for a weights folder or a bare file with its architecture, where the comparison is
-  of the numbers, not of the entry point (``vit.weights_predictor``'s while it has its own)."""
-  from vit import weights_predictor as module  # pylint: disable=g-import-not-at-top
-
-  if hasattr(module, 'load_predictor'):
-    return module.load_predictor(path, arch)
-  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
-
-  return load_predictor(path, arch=arch) if arch else load_predictor(path)
+  return load_predictor(path, **options)
 
 
 def ours(predictor, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -243,11 +231,9 @@ def we_read_timm(checks, torch, timm, root, images, photo):
     if arch not in folders:
       continue
     model, logits = folders[arch]
-    with checks.case('timm folder', arch, 'opened by trainer.predictor.load_predictor') as row:
-      checks.compare(row, ours(our_predictor(folder), images)[0], logits)
     predictor = None
     with checks.case('timm folder', arch, 'logits') as row:
-      predictor = weights_predictor(folder)
+      predictor = our_predictor(folder)
       checks.compare(row, ours(predictor, images)[0], logits)
     # A distilled DeiT's pooled features: timm's average the class and distillation tokens, ours are
     # the class token's (what the class head reads), compared with timm's class token.
@@ -287,7 +273,7 @@ def we_read_bare_files(checks, torch, timm, root, photo):
       safetensors.torch.save_file(model.state_dict(), str(path))
       transform = create_transform(**resolve_data_config({}, model=model))
       theirs = transform(Image.fromarray(photo)).permute(1, 2, 0).numpy()
-      predictor = weights_predictor(path, arch)
+      predictor = our_predictor(path, arch=arch)
       pixels = our_pixels(predictor, photo)
       checks.compare(row, pixels, theirs)
     with checks.case('timm bare file', arch, 'features') as row:
@@ -319,16 +305,13 @@ def we_read_transformers(checks, torch, transformers, root, images, photo):
       processor.save_pretrained(folder)
       with torch.no_grad():
         outputs = model(pixel_values=x)
-      predictor = weights_predictor(folder)
+      predictor = our_predictor(folder)
       logits, features = ours(predictor, images)
       if 'num_labels' in extra:
         checks.compare(row, logits, outputs.logits.numpy())
         written[name] = (folder, outputs.logits.numpy())
       else:
         checks.compare(row, features, outputs.pooler_output.numpy())
-    if 'num_labels' in extra:
-      with checks.case('transformers folder', name, 'opened by trainer.predictor.load_predictor') as row:
-        checks.compare(row, ours(our_predictor(folder), images)[0], outputs.logits.numpy())
     with checks.case('transformers folder', name, 'preprocessing (PIL backend)') as row:
       # transformers' PIL backend: its default (torchvision) backend resamples tensors, not PIL images
       pil = getattr(transformers, f'{processor_class}Pil').from_pretrained(folder)
@@ -420,7 +403,7 @@ def they_read_ours(checks, torch, timm, transformers, root, timm_folders, traini
     with checks.case('our export', 'distilled DeiT', to) as row:
       if source is None:
         raise RuntimeError('no timm folder of the distilled DeiT to start from')
-      predictor = weights_predictor(source[0])
+      predictor = our_predictor(source[0])
       out = root / 'ours' / f'deit_distilled_{to}'
       if to == 'timm':
         export_weights.write_timm(predictor.model, out, 'deit_base_distilled_patch16_224', **common)
