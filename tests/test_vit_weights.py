@@ -575,6 +575,14 @@ def test_transformers_processor_config_and_errors(tmp_path):
   prep = weights.read_weights(folder).preprocessing
   assert (prep.resize, prep.size, prep.crop, prep.interpolation) == ('shortest', (18,), (16, 16), 'bicubic')
   assert prep.std == (0.229, 0.224, 0.225)
+  # 47 x 61 -> 18 x 23: a margin of 7 rows, of which transformers' center_crop drops 3 above (not 4)
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+
+  from vit.weights_predictor import prepare_pixels  # pylint: disable=g-import-not-at-top
+
+  image = rng.integers(0, 256, (61, 47, 3), dtype=np.uint8)
+  resized = np.asarray(Image.fromarray(image).resize((18, 23), Image.BICUBIC))
+  np.testing.assert_array_equal(prepare_pixels(image, prep), resized[3:19, 1:17])
   bad = transformers_config('dinov2', eps=1e-6, classes=0)
   bad['num_attention_heads'] = 4
   bad['hidden_size'] = 32

@@ -48,6 +48,9 @@ class Preprocessing:
   interpolation: str  # 'bicubic' or 'bilinear'
   mean: tuple[float, ...]
   std: tuple[float, ...]
+  # The crop's corner for an odd margin: 'round' ((H - h) / 2 rounded, torchvision's center_crop,
+  # which timm uses) or 'floor' ((H - h) // 2, transformers' image processors).
+  crop_corner: str = 'round'
 
   @property
   def image_size(self) -> tuple[int, int]:
@@ -325,4 +328,4 @@ def _processor(processor: dict | None, side: int) -> Preprocessing:
   std = tuple(float(v) for v in processor.get('image_std', (0.5,) * 3))
   if not processor.get('do_normalize', True):
     mean, std = (0.0,) * 3, (1.0,) * 3
-  return Preprocessing(resize, sizes, crop, resample, mean, std)
+  return Preprocessing(resize, sizes, crop, resample, mean, std, crop_corner='floor')

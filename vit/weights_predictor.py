@@ -47,7 +47,8 @@ def prepare_pixels(image, preprocessing: weights.Preprocessing, channels: int = 
 
   ``shortest``: the shorter side to ``size[0]``, the longer ``int(size * long / short)`` (torchvision's
   and transformers' rule); ``exact``: to ``size``. The crop's corner is ``round((H - h) / 2)``
-  (torchvision's ``center_crop``).
+  (torchvision's ``center_crop``), or ``(H - h) // 2`` as transformers' processors place it
+  (``crop_corner``).
   """
   mode = 'L' if channels == 1 else 'RGB'
   if isinstance(image, np.ndarray):
@@ -74,7 +75,10 @@ def prepare_pixels(image, preprocessing: weights.Preprocessing, channels: int = 
     pil = pil.resize(new, resample)
   if preprocessing.crop:
     crop_h, crop_w = preprocessing.crop
-    top, left = int(round((new[1] - crop_h) / 2.0)), int(round((new[0] - crop_w) / 2.0))
+    if preprocessing.crop_corner == 'floor':
+      top, left = (new[1] - crop_h) // 2, (new[0] - crop_w) // 2
+    else:
+      top, left = int(round((new[1] - crop_h) / 2.0)), int(round((new[0] - crop_w) / 2.0))
     pil = pil.crop((left, top, left + crop_w, top + crop_h))
   return np.asarray(pil, np.uint8).reshape(pil.size[1], pil.size[0], channels)
 
