@@ -25,10 +25,11 @@ def save(figure: Figure, path: pathlib.Path) -> pathlib.Path:
 PIXELS_DPI = 90
 
 
-def pixels(figure: Figure) -> np.ndarray:
-  """The figure rendered as uint8 RGB ``[H, W, 3]`` at ``PIXELS_DPI`` (what the explorer page shows)."""
+def pixels(figure: Figure, tight: bool = True) -> np.ndarray:
+  """The figure rendered as uint8 RGB ``[H, W, 3]`` at ``PIXELS_DPI`` (what the explorer page shows);
+  ``tight=False`` keeps the figure's own extent, so that its data coordinates map to known pixels."""
   buffer = io.BytesIO()
-  figure.savefig(buffer, format='png', dpi=PIXELS_DPI)
+  figure.savefig(buffer, format='png', dpi=PIXELS_DPI, bbox_inches='tight' if tight else None)
   buffer.seek(0)
   return np.asarray(Image.open(buffer).convert('RGB'))
 
