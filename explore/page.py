@@ -108,7 +108,15 @@ def image_outputs(column: Column, source: dict | None, query: int | None, positi
     }
     label = example.label
     note = '' if label is None else f'label: {label}'
-    return _label(view['classes']), shown, drawing.pixels(figure), similarity, numbers, note, step_text
+    return (
+      _label(view['classes']),
+      shown,
+      drawing.pixels(figure),
+      similarity,
+      json.dumps(numbers),
+      note,
+      step_text,
+    )
   except UserError as error:
     return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), _message(error), gr.skip()
 
@@ -139,7 +147,7 @@ def _image_page(columns: list[Column]):
           label='position embedding similarity', interactive=False, elem_id=f'similarity-{column.index}'
         )
         with gr.Accordion('numbers behind the pictures', open=False):
-          numbers = gr.JSON(elem_id=f'numbers-{column.index}')
+          numbers = gr.Textbox(lines=6, max_lines=12, show_label=False, elem_id=f'numbers-{column.index}')
         per_run.append((column, slider, [classes, shown, attention, similarity, numbers, message, step_text]))
 
   def everything(source_value, query_value, *positions):
@@ -153,10 +161,13 @@ def _image_page(columns: list[Column]):
 
   def uploaded(path):
     if path is None:
-      return gr.skip(), gr.skip()
-    return {'kind': 'file', 'path': path, 'name': path.rsplit('/', 1)[-1]}, None
+      return gr.skip(), gr.skip(), gr.skip()
+    # The upload box is emptied, ready for the next file; the columns show the one read.
+    return {'kind': 'file', 'path': path, 'name': path.rsplit('/', 1)[-1]}, None, None
 
-  upload.change(uploaded, upload, [source, query]).then(everything, [source, query, *sliders], all_outputs)
+  upload.upload(uploaded, upload, [source, query, upload]).then(
+    everything, [source, query, *sliders], all_outputs
+  )
   for column, slider, outputs in per_run:
     slider.change(
       lambda source_value, query_value, position, column=column: image_outputs(
@@ -291,7 +302,7 @@ def sentence_outputs(column: Column, text: str, beam_size, position):
       alignment_html(view, key),
       drawing.pixels(cross),
       encoder,
-      numbers,
+      json.dumps(numbers),
       note,
       step_text,
     )
@@ -316,7 +327,7 @@ def _sentence_page(columns: list[Column], beam_size: int):
         cross = gr.Image(label='cross-attention per layer and head', interactive=False)
         encoder = gr.Image(label='encoder self-attention per layer and head', interactive=False)
         with gr.Accordion('numbers behind the pictures', open=False):
-          numbers = gr.JSON(elem_id=f'numbers-{column.index}')
+          numbers = gr.Textbox(lines=6, max_lines=12, show_label=False, elem_id=f'numbers-{column.index}')
         per_run.append((column, slider, [hypotheses, alignment, cross, encoder, numbers, message, step_text]))
   sliders = [slider for _, slider, _ in per_run]
   all_outputs = [output for _, _, outputs in per_run for output in outputs]
@@ -390,8 +401,10 @@ def _clip_page(columns: list[Column]):
       outputs += clip_outputs(column, source_value, position)
     return outputs
 
-  upload.change(
-    lambda path: gr.skip() if path is None else {'kind': 'file', 'path': path}, upload, source
+  upload.upload(
+    lambda path: (gr.skip(), gr.skip()) if path is None else ({'kind': 'file', 'path': path}, None),
+    upload,
+    [source, upload],
   ).then(everything, [source, *sliders], all_outputs)
   for column, slider, outputs in per_run:
     slider.change(lambda s, p, column=column: clip_outputs(column, s, p), [source, slider], outputs)
