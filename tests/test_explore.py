@@ -11,7 +11,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -217,11 +216,203 @@ def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor(
     page.mouse.click(box['x'] + 0.45 * box['width'], box['y'] + 0.5 * box['height'])
     picked = _numbers(page, 0, lambda n: n['input'].startswith('test example'))
     index = int(picked['input'].split()[-1])
-    from pipelines.image_sources import load_digits_source  # pylint: disable=g-import-not-at-top
     from ml_collections import ConfigDict  # pylint: disable=g-import-not-at-top
+
+    from pipelines.image_sources import load_digits_source  # pylint: disable=g-import-not-at-top
 
     test = load_digits_source(ConfigDict({'image_size': None})).splits['test']
     assert picked['classes'] == first([test.images[index]], top_k=5)[0]['classes']
     _message(page, 0, f'label: {test.labels[index]}')
+  finally:
+    server.close()
+
+
+@pytest.fixture(scope='module')
+def scan_workdir(tmp_path_factory):
+  from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+
+  workdir = tmp_path_factory.mktemp('explore') / 'scan'
+  train_and_evaluate(tiny_translation_config(eval_every_steps=4), workdir)
+  return workdir
+
+
+def _cross_attention(predictor, text: str, output_ids: list[int]) -> list[np.ndarray]:
+  """Per layer ``[heads, target, source]``: the decoder's cross-attention while it writes ``output_ids``."""
+  from seq2seq.tokenizer import BOS_ID  # pylint: disable=g-import-not-at-top
+
+  source = np.asarray([predictor.read(text).ids], np.int32)
+  decoder_input = np.asarray([[BOS_ID, *output_ids[:-1]]], np.int32)
+  _, intermediates = predictor.model(source, decoder_input, return_weights=True)
+  return [np.asarray(layer[0]) for layer in intermediates['cross_attention_weights']]
+
+
+def _alphas(page, selector: str) -> list[float]:
+  """The opacity of each matching element's background colour."""
+  colours = page.eval_on_selector_all(
+    selector, 'nodes => nodes.map(n => getComputedStyle(n).backgroundColor)'
+  )
+  alphas = []
+  for colour in colours:
+    parts = [float(x) for x in re.findall(r'[\d.]+', colour)]
+    alphas.append(parts[3] if len(parts) == 4 else 1.0)
+  return alphas
+
+
+def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentences(browser, scan_workdir):
+  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  server = Server(f'--workdir={scan_workdir}')
+  try:
+    page = _open(browser, server)
+    predictor = load_predictor(scan_workdir)
+    page.locator('#sentence textarea').fill('jump twice')
+    page.locator('#translate').click()
+    shown = _numbers(page, 0, lambda n: n.get('hypotheses'))
+    greedy, beam = shown['hypotheses']
+    beam_size = int(beam['search'].split()[-1])
+    assert greedy['translation'] == predictor(['jump twice'], beam_size=1)[0]['translation']
+    assert beam['translation'] == predictor(['jump twice'], beam_size=beam_size)[0]['translation']
+    sync_api.expect(page.locator('#hypotheses-0')).to_contain_text(f'beam of {beam_size}')
+    [prediction] = predictor.predict([predictor.read('jump twice')], beam_size=beam_size)
+    expected = _cross_attention(predictor, 'jump twice', prediction['_output_ids'])
+    for layer, direct in zip(beam['cross_attention'], expected):
+      np.testing.assert_allclose(layer, direct, atol=1e-5)
+    last = expected[-1].mean(axis=0)  # what the hover lights: the last layer, heads averaged
+    for i in range(len(beam['target'])):
+      page.locator(f'#alignment-0 .tgt[data-i="{i}"]').hover()
+      lit = _alphas(page, '#alignment-0 .src')
+      assert int(np.argmax(lit)) == int(np.argmax(last[i])), (i, lit, last[i])
+      np.testing.assert_allclose(lit, last[i] / last[i].max(), atol=2e-3)
+    _screenshot(page, 'explore_translator.png')
+
+    _set_checkpoint(page, 0, 0)
+    older = _numbers(page, 0, lambda n: n['step'] == 2)
+    assert (
+      older['hypotheses'][0]['translation']
+      == load_predictor(scan_workdir, 2)(['jump twice'], beam_size=1)[0]['translation']
+    )
+
+    for sentence, message in [
+      ('   ', 'empty'),
+      ('jump ' * 40, 'at most 8'),
+      ('blorf zonk', 'none of its words'),
+    ]:
+      page.locator('#sentence textarea').fill(sentence)
+      page.locator('#translate').click()
+      _message(page, 0, message)
+    page.locator('#sentence textarea').fill('jump blorf')
+    page.locator('#translate').click()
+    _message(page, 0, 'outside the vocabulary.*blorf')
+    _numbers(page, 0, lambda n: n['step'] == 2 and n['hypotheses'][0]['translation'] is not None)
+  finally:
+    server.close()
+
+
+@pytest.fixture(scope='module')
+def sweep_dir(tmp_path_factory):
+  from ablation import sweep, tables  # pylint: disable=g-import-not-at-top
+
+  workdir = tmp_path_factory.mktemp('explore') / 'sweep'
+  plan = sweep.plan_sweep(tiny_config(), ['model.posemb=none,learn2d'], 1, workdir)
+  tables.write_results(workdir, sweep.run_sweep(plan, log=lambda line: None))
+  return workdir
+
+
+def test_a_sweep_shows_its_table_and_its_arms_side_by_side(browser, sweep_dir, digit):
+  from ablation import tables  # pylint: disable=g-import-not-at-top
+  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  server = Server(f'--sweep={sweep_dir}')
+  try:
+    page = _open(browser, server)
+    table = page.locator('#sweep-table').inner_text()
+    summary = tables.read_results(sweep_dir)
+    for line in tables.markdown(summary).splitlines():
+      if line.startswith('|') and '---' not in line:
+        for cell in line.strip('|').split('|'):
+          assert cell.strip().replace('**', '') in table, cell
+    _upload(page, 'image-upload', digit)
+    for column, arm in enumerate(('posemb=none,seed=0', 'posemb=learn2d,seed=0')):
+      shown = _numbers(page, column, lambda n: n['classes'])
+      predictor = load_predictor(sweep_dir / arm)
+      assert shown['classes'] == predictor([str(digit)], top_k=5)[0]['classes']
+      image = predictor.prediction.prepare(predictor.read(str(digit))[None])
+      for layer, expected in zip(shown['attention'], _vit_reader(predictor.model, image)):
+        np.testing.assert_allclose(layer, expected, atol=1e-5)
+    sync_api.expect(page.locator('#similarity-1 img')).to_have_count(1)
+    assert page.locator('#similarity-0 img').count() == 0  # no learned table, no similarity
+    _screenshot(page, 'explore_sweep.png')
+  finally:
+    server.close()
+
+
+def test_bad_sources_are_one_line_and_a_run_without_checkpoints_is_a_message(
+  browser, vit_workdir, digit, tmp_path
+):
+  missing = subprocess.run(
+    [sys.executable, '-m', 'explore', f'--workdir={tmp_path / "nowhere"}'],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1].startswith('error: --workdir')
+  empty = tmp_path / 'untrained'
+  empty.mkdir()
+  for name in ('config.json', 'model.json', 'classes.json'):
+    if (vit_workdir / name).exists():
+      (empty / name).write_bytes((vit_workdir / name).read_bytes())
+  server = Server(f'--workdir={empty}')
+  try:
+    page = _open(browser, server)
+    _upload(page, 'image-upload', digit)
+    assert 'no intact checkpoint' in _message(page, 0, 'Error')
+  finally:
+    server.close()
+
+
+@pytest.fixture(scope='module')
+def video_workdir(tmp_path_factory):
+  from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+
+  workdir = tmp_path_factory.mktemp('explore') / 'video'
+  train_and_evaluate(tiny_video_config(total_steps=2, eval_every_steps=2, checkpoint_every_steps=2), workdir)
+  return workdir
+
+
+def test_a_video_run_answers_a_clip_and_refuses_one_of_the_wrong_shape(browser, video_workdir, tmp_path):
+  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  predictor = load_predictor(video_workdir)
+  clip = np.random.default_rng(0).integers(0, 256, predictor.prediction.input_shape, dtype=np.uint8)
+  np.save(tmp_path / 'clip.npy', clip)
+  np.save(tmp_path / 'short.npy', clip[:1])
+  server = Server(f'--workdir={video_workdir}')
+  try:
+    page = _open(browser, server)
+    _upload(page, 'clip-upload', tmp_path / 'short.npy')
+    _message(page, 0, 'Error')
+    _upload(page, 'clip-upload', tmp_path / 'clip.npy')
+    top = predictor([clip])[0]['classes'][0]['name']
+    sync_api.expect(page.locator('#classes-0')).to_contain_text(top)
+    assert page.locator('#classes-0').inner_text().split('\n')[1] == top
+  finally:
+    server.close()
+
+
+def test_a_timm_folder_is_explored_as_its_predictor(browser, digit, tmp_path):
+  from tests.test_vit_weights import CLASSES, timm_arrays, write_timm_folder  # pylint: disable=g-import-not-at-top
+  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  labels = [f'class {i}' for i in range(CLASSES)]
+  folder = write_timm_folder(
+    tmp_path / 'w', timm_arrays(np.random.default_rng(3)), 'vit_base_patch16_224', labels=labels
+  )
+  server = Server(f'--weights={folder}')
+  try:
+    page = _open(browser, server)
+    _upload(page, 'image-upload', digit)
+    shown = _numbers(page, 0, lambda n: n['classes'])
+    assert shown['classes'] == load_predictor(folder)([str(digit)], top_k=5)[0]['classes']
   finally:
     server.close()
