@@ -1,0 +1,203 @@
+"""How fast the explorer page answers, in a real browser: ``python -m benchmarks.explore_speed``.
+
+  python -m benchmarks.explore_speed --workdir runs/vit_digits --translator runs/transformer_scan \\
+      --image zero.png --image one.png --sentence 'jump twice' --sentence 'walk left'
+
+For the image workdir: the seconds from starting ``python -m explore`` to the page shown in Chromium
+(``ready_s``), and the seconds from an action to its answer on the page: a new image (``image_s``), a
+click on a patch (``patch_s``), a move of the checkpoint slider (``checkpoint_s``). For the translator:
+its ``ready_s``, a new sentence (``sentence_s``) and a checkpoint move. Each action is repeated
+``--repeats`` times (alternating inputs, patches and checkpoints) and its median printed; the first
+time of each (the one that compiles) is printed too. The last line is the JSON of all of them.
+
+Needs ``requirements-explore.txt`` and ``/usr/bin/chromium``.
+"""
+
+import json
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'An image classifier workdir (two or more checkpoints).')
+_TRANSLATOR = flags.DEFINE_string('translator', None, 'A translator workdir (two or more checkpoints).')
+_IMAGES = flags.DEFINE_multi_string(
+  'image', [], 'Images to upload, in turn (two or more, with different names).'
+)
+_SENTENCES = flags.DEFINE_multi_string('sentence', ['jump twice', 'walk left'], 'Sentences to type, in turn.')
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Times each action is timed.', lower_bound=2)
+
+
+def _start(workdir: str):
+  with socket.socket() as sock:
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+  start = time.perf_counter()
+  process = subprocess.Popen(
+    [sys.executable, '-m', 'explore', f'--workdir={workdir}', f'--port={port}'],
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+  for line in process.stdout:
+    found = re.search(r'Explorer ready at (\S+)', line)
+    if found:
+      return process, found.group(1), start
+  raise SystemExit(f'the explorer did not start for {workdir}')
+
+
+def _until(read, predicate, timeout: float = 120.0):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    text = read()
+    if text:
+      value = json.loads(text)
+      if predicate(value):
+        return value
+    time.sleep(0.02)
+  raise SystemExit('the page did not answer in time')
+
+
+def _timed(page, act, predicate) -> float:
+  box = page.locator('#numbers-0 textarea')
+  start = time.perf_counter()
+  act()
+  _until(box.input_value, predicate)
+  return time.perf_counter() - start
+
+
+def _open(browser, url, start, ready_selector):
+  page = browser.new_page(viewport={'width': 1300, 'height': 1000})
+  page.set_default_timeout(120_000)
+  page.goto(url)
+  page.locator(ready_selector).wait_for()
+  ready = time.perf_counter() - start
+  page.get_by_text('numbers behind the pictures').first.click()
+  return page, ready
+
+
+def _checkpoint(page, position: int):
+  box = page.locator('#checkpoint-0 input[type=number]')
+  box.fill(str(position))
+  box.press('Enter')
+
+
+def _summary(name: str, times: list[float]) -> dict:
+  return {f'{name}_first_s': round(times[0], 3), f'{name}_s': round(statistics.median(times[1:]), 3)}
+
+
+def measure_images(browser, workdir: str, images: list[str], repeats: int) -> dict:
+  process, url, start = _start(workdir)
+  try:
+    page, ready = _open(browser, url, start, '#image-upload')
+    numbers = {'ready_s': round(ready, 3)}
+    upload = page.locator('#image-upload input[type=file]')
+    times = []
+    for index in range(repeats):
+      image = images[index % len(images)]
+      name = image.rsplit('/', 1)[-1]
+      times.append(
+        _timed(
+          page,
+          lambda image=image: upload.set_input_files(image),
+          lambda n, name=name: n.get('input') == name and n.get('query') is None,
+        )
+      )
+    numbers.update(_summary('image', times))
+    picture = page.locator('#input-0 img')
+    times = []
+    for index in range(repeats):
+      box = picture.bounding_box()
+      x, y = (0.2, 0.2) if index % 2 == 0 else (0.8, 0.8)
+      previous = json.loads(page.locator('#numbers-0 textarea').input_value())['query']
+      times.append(
+        _timed(
+          page,
+          lambda x=x, y=y, box=box: page.mouse.click(
+            box['x'] + x * box['width'], box['y'] + y * box['height']
+          ),
+          lambda n, previous=previous: n['query'] != previous,
+        )
+      )
+    numbers.update(_summary('patch', times))
+    numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
+    return numbers
+  finally:
+    process.terminate()
+    process.wait()
+
+
+def _checkpoint_times(page, repeats: int) -> list[float]:
+  times = []
+  for index in range(repeats):
+    before = json.loads(page.locator('#numbers-0 textarea').input_value())['step']
+    times.append(
+      _timed(
+        page, lambda index=index: _checkpoint(page, index % 2), lambda n, before=before: n['step'] != before
+      )
+    )
+  return times
+
+
+def measure_translator(browser, workdir: str, sentences: list[str], repeats: int) -> dict:
+  process, url, start = _start(workdir)
+  try:
+    page, ready = _open(browser, url, start, '#sentence')
+    numbers = {'ready_s': round(ready, 3)}
+    box = page.locator('#sentence textarea')
+    times = []
+    for index in range(repeats):
+      sentence = sentences[index % len(sentences)]
+
+      def act(sentence=sentence):
+        box.fill(sentence)
+        page.locator('#translate').click()
+
+      previous = page.locator('#numbers-0 textarea').input_value()
+      times.append(
+        _timed(page, act, lambda n, previous=previous: json.dumps(n) != previous and 'hypotheses' in n)
+      )
+    numbers.update(_summary('sentence', times))
+    numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
+    return numbers
+  finally:
+    process.terminate()
+    process.wait()
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  from playwright.sync_api import sync_playwright  # pylint: disable=g-import-not-at-top
+
+  results = {}
+  with sync_playwright() as playwright:
+    browser = playwright.chromium.launch(executable_path='/usr/bin/chromium', args=['--no-sandbox'])
+    if _WORKDIR.value:
+      if len(set(_IMAGES.value)) < 2:
+        raise app.UsageError(
+          'give two images or more (--image, repeated): each upload must differ from the last.'
+        )
+      for key, value in measure_images(browser, _WORKDIR.value, _IMAGES.value, _REPEATS.value).items():
+        results[f'image_run_{key}'] = value
+        print(f'image run: {key} {value}', flush=True)
+    if _TRANSLATOR.value:
+      if len(set(_SENTENCES.value)) < 2:
+        raise app.UsageError(
+          'give two sentences or more (--sentence, repeated): each must differ from the last.'
+        )
+      for key, value in measure_translator(
+        browser, _TRANSLATOR.value, _SENTENCES.value, _REPEATS.value
+      ).items():
+        results[f'translator_{key}'] = value
+        print(f'translator: {key} {value}', flush=True)
+    browser.close()
+  print(json.dumps(results))
+
+
+if __name__ == '__main__':
+  app.run(main)
