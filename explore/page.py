@@ -32,13 +32,18 @@ class Column:
 
   def __init__(self, index: int, run):
     self.index, self.run = index, run
+    self.slider_steps = len(run.steps())
     self._similarity = {}  # step -> pixels of the position-similarity figure
 
   def step_of(self, position) -> int | None:
+    """The step at slider ``position``; the latest where the page has no slider for the run (it kept one
+    checkpoint or none when the page was built)."""
     steps = self.run.steps()
     if not steps:
       return None
-    return steps[min(int(position if position is not None else len(steps) - 1), len(steps) - 1)]
+    if position is None or self.slider_steps <= 1:
+      return steps[-1]
+    return steps[min(int(position), len(steps) - 1)]
 
   def title(self, step) -> str:
     return self.run.name if self.run.weights else f'{self.run.name}, step {step}'

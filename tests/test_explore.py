@@ -169,12 +169,17 @@ def _vit_reader(model, image: np.ndarray, query=None) -> list[np.ndarray]:
 # The tests ---------------------------------------------------------------------------------------
 
 
-def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor(
+def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor_beside_an_untrained_one(
   browser, vit_workdir, digit, tmp_path
 ):
   from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
 
-  server = Server(f'--workdir={vit_workdir}')
+  untrained = tmp_path / 'untrained'  # a workdir whose run has not saved a checkpoint yet
+  untrained.mkdir()
+  for name in ('config.json', 'model.json', 'classes.json'):
+    if (vit_workdir / name).exists():
+      (untrained / name).write_bytes((vit_workdir / name).read_bytes())
+  server = Server(f'--workdir={vit_workdir}', f'--workdir={untrained}')
   try:
     page = _open(browser, server)
     _upload(page, 'image-upload', digit)
@@ -183,6 +188,7 @@ def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor(
     shown = _numbers(page, 0, lambda n: n['query'] is None and n['step'] == 6)
     assert shown['classes'] == latest([str(digit)], top_k=5)[0]['classes']
     assert page.locator('#classes-0').inner_text().split('\n')[1] == shown['classes'][0]['name']
+    assert 'no intact checkpoint' in _message(page, 1, 'Error')
     for layer, expected in zip(shown['attention'], _vit_reader(latest.model, image)):
       np.testing.assert_allclose(layer, expected, atol=1e-5)
 
@@ -223,6 +229,10 @@ def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor(
     test = load_digits_source(ConfigDict({'image_size': None})).splits['test']
     assert picked['classes'] == first([test.images[index]], top_k=5)[0]['classes']
     _message(page, 0, f'label: {test.labels[index]}')
+
+    page.get_by_text('Training and evaluation curves').click()
+    page.locator('#curves-button').click()
+    page.locator('#curves img').wait_for()
   finally:
     server.close()
 
@@ -346,9 +356,7 @@ def test_a_sweep_shows_its_table_and_its_arms_side_by_side(browser, sweep_dir, d
     server.close()
 
 
-def test_bad_sources_are_one_line_and_a_run_without_checkpoints_is_a_message(
-  browser, vit_workdir, digit, tmp_path
-):
+def test_a_path_that_is_no_workdir_is_one_line_before_anything_starts(tmp_path):
   missing = subprocess.run(
     [sys.executable, '-m', 'explore', f'--workdir={tmp_path / "nowhere"}'],
     cwd=ROOT,
@@ -356,19 +364,10 @@ def test_bad_sources_are_one_line_and_a_run_without_checkpoints_is_a_message(
     text=True,
     check=False,
   )
-  assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1].startswith('error: --workdir')
-  empty = tmp_path / 'untrained'
-  empty.mkdir()
-  for name in ('config.json', 'model.json', 'classes.json'):
-    if (vit_workdir / name).exists():
-      (empty / name).write_bytes((vit_workdir / name).read_bytes())
-  server = Server(f'--workdir={empty}')
-  try:
-    page = _open(browser, server)
-    _upload(page, 'image-upload', digit)
-    assert 'no intact checkpoint' in _message(page, 0, 'Error')
-  finally:
-    server.close()
+  assert missing.returncode == 2
+  assert (
+    missing.stderr.strip().splitlines()[-1] == f'error: --workdir {tmp_path / "nowhere"}: no such folder.'
+  )
 
 
 @pytest.fixture(scope='module')
