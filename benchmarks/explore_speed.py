@@ -4,7 +4,8 @@
       --image zero.png --image one.png --sentence 'jump twice' --sentence 'walk left'
 
 For the image workdir: the seconds from starting ``python -m explore`` to the page shown in Chromium
-(``ready_s``), and the seconds from an action to its answer on the page: a new image (``image_s``), a
+(``ready_s``; ``ready_cpu_s``: the CPU seconds the server process used until then, which grow much
+less than the wall-clock seconds when other jobs share the CPU), and the seconds from an action to its answer on the page: a new image (``image_s``), a
 click on a patch (``patch_s``), a move of the checkpoint slider (``checkpoint_s``). For the translator:
 its ``ready_s``, a new sentence (``sentence_s``) and a checkpoint move. Each action is repeated
 ``--repeats`` times (alternating inputs, patches and checkpoints) and its median printed; the first
@@ -14,6 +15,8 @@ Needs ``requirements-explore.txt`` and ``/usr/bin/chromium``.
 """
 
 import json
+import os
+import pathlib
 import re
 import socket
 import statistics
@@ -50,8 +53,15 @@ def _start(workdir: str):
   raise SystemExit(f'the explorer did not start for {workdir}')
 
 
-def _until(read, predicate, timeout: float = 120.0):
+def _cpu_seconds(pid: int) -> float:
+  """User and system CPU seconds process ``pid`` (all its threads) has used so far (Linux ``/proc``)."""
+  fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def _until(read, predicate, what: str, timeout: float = 120.0):
   deadline = time.monotonic() + timeout
+  text = ''
   while time.monotonic() < deadline:
     text = read()
     if text:
@@ -59,25 +69,26 @@ def _until(read, predicate, timeout: float = 120.0):
       if predicate(value):
         return value
     time.sleep(0.02)
-  raise SystemExit('the page did not answer in time')
+  raise SystemExit(f'the page did not answer {what} in {timeout:.0f} s; it shows {text[:200]}')
 
 
-def _timed(page, act, predicate) -> float:
+def _timed(page, act, predicate, what: str) -> float:
   box = page.locator('#numbers-0 textarea')
   start = time.perf_counter()
   act()
-  _until(box.input_value, predicate)
+  _until(box.input_value, predicate, what)
   return time.perf_counter() - start
 
 
-def _open(browser, url, start, ready_selector):
+def _open(browser, process, url, start, ready_selector):
+  """The page, once shown: and the seconds since the command started, and the CPU seconds the server used."""
   page = browser.new_page(viewport={'width': 1300, 'height': 1000})
   page.set_default_timeout(120_000)
   page.goto(url)
   page.locator(ready_selector).wait_for()
-  ready = time.perf_counter() - start
+  ready, cpu = time.perf_counter() - start, _cpu_seconds(process.pid)
   page.get_by_text('numbers behind the pictures').first.click()
-  return page, ready
+  return page, {'ready_s': round(ready, 3), 'ready_cpu_s': round(cpu, 3)}
 
 
 def _checkpoint(page, position: int):
@@ -93,8 +104,7 @@ def _summary(name: str, times: list[float]) -> dict:
 def measure_images(browser, workdir: str, images: list[str], repeats: int) -> dict:
   process, url, start = _start(workdir)
   try:
-    page, ready = _open(browser, url, start, '#image-upload')
-    numbers = {'ready_s': round(ready, 3)}
+    page, numbers = _open(browser, process, url, start, '#image-upload')
     upload = page.locator('#image-upload input[type=file]')
     times = []
     for index in range(repeats):
@@ -105,6 +115,7 @@ def measure_images(browser, workdir: str, images: list[str], repeats: int) -> di
           page,
           lambda image=image: upload.set_input_files(image),
           lambda n, name=name: n.get('input') == name and n.get('query') is None,
+          f'an upload of {name}',
         )
       )
     numbers.update(_summary('image', times))
@@ -113,14 +124,14 @@ def measure_images(browser, workdir: str, images: list[str], repeats: int) -> di
     for index in range(repeats):
       box = picture.bounding_box()
       x, y = (0.2, 0.2) if index % 2 == 0 else (0.8, 0.8)
+      where = {'x': x * box['width'], 'y': y * box['height']}
       previous = json.loads(page.locator('#numbers-0 textarea').input_value())['query']
       times.append(
         _timed(
           page,
-          lambda x=x, y=y, box=box: page.mouse.click(
-            box['x'] + x * box['width'], box['y'] + y * box['height']
-          ),
+          lambda where=where: picture.click(position=where),
           lambda n, previous=previous: n['query'] != previous,
+          'a click on a patch',
         )
       )
     numbers.update(_summary('patch', times))
@@ -137,7 +148,10 @@ def _checkpoint_times(page, repeats: int) -> list[float]:
     before = json.loads(page.locator('#numbers-0 textarea').input_value())['step']
     times.append(
       _timed(
-        page, lambda index=index: _checkpoint(page, index % 2), lambda n, before=before: n['step'] != before
+        page,
+        lambda index=index: _checkpoint(page, index % 2),
+        lambda n, before=before: n['step'] != before,
+        f'a move to checkpoint {index % 2}',
       )
     )
   return times
@@ -146,8 +160,7 @@ def _checkpoint_times(page, repeats: int) -> list[float]:
 def measure_translator(browser, workdir: str, sentences: list[str], repeats: int) -> dict:
   process, url, start = _start(workdir)
   try:
-    page, ready = _open(browser, url, start, '#sentence')
-    numbers = {'ready_s': round(ready, 3)}
+    page, numbers = _open(browser, process, url, start, '#sentence')
     box = page.locator('#sentence textarea')
     times = []
     for index in range(repeats):
@@ -159,7 +172,12 @@ def measure_translator(browser, workdir: str, sentences: list[str], repeats: int
 
       previous = page.locator('#numbers-0 textarea').input_value()
       times.append(
-        _timed(page, act, lambda n, previous=previous: json.dumps(n) != previous and 'hypotheses' in n)
+        _timed(
+          page,
+          act,
+          lambda n, previous=previous: json.dumps(n) != previous and 'hypotheses' in n,
+          f'the sentence {sentence!r}',
+        )
       )
     numbers.update(_summary('sentence', times))
     numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))

@@ -59,18 +59,18 @@ def _sources():
 
 
 def _kind(runs) -> str:
-  """What the runs read (one kind for all of them), from the first run with a checkpoint."""
-  from explore import views  # pylint: disable=g-import-not-at-top
+  """What the runs read (one kind for all of them), from their saved configs: nothing is restored
+  before the page is up."""
   from trainer.io import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
   kinds = set()
   for run in runs:
-    if run.weights:
-      kinds.add('image')
-    elif run.steps():
-      kinds.add(views.family(run.predictor()))
-    else:
-      kinds.add(_KINDS.get(workdir_lib.load_config(run.path).task.split('.')[0], 'image'))
+    task = 'vit' if run.weights else workdir_lib.load_config(run.path).task.split('.')[0]
+    if task not in _KINDS:
+      raise WorkdirError(
+        f'{run.path}: the explorer shows image, translation and video runs, not {task!r} ones.'
+      )
+    kinds.add(_KINDS[task])
   if len(kinds) > 1:
     raise WorkdirError(
       f'the runs read different inputs ({", ".join(sorted(kinds))}); show one kind at a time.'
@@ -106,9 +106,10 @@ def main(argv):
   except ImportError as error:
     cli.fail(f'the explorer needs its packages: pip install -r requirements-explore.txt ({error})')
   beam_size = 4
-  first = next((run for run in runs if run.steps()), None)
-  if kind == 'sentence' and first is not None:
-    beam_size = max(int(first.predictor().task.config.decode.beam_size), 2)
+  if kind == 'sentence':
+    from trainer.io import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+
+    beam_size = max(int(workdir_lib.load_config(runs[0].path).decode.beam_size), 2)
   page = page_lib.build(runs, kind, sweep=sweep, beam_size=beam_size)
   _, url, _ = page.launch(
     server_name=_HOST.value,

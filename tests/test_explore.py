@@ -192,8 +192,9 @@ def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor_besi
     for layer, expected in zip(shown['attention'], _vit_reader(latest.model, image)):
       np.testing.assert_allclose(layer, expected, atol=1e-5)
 
-    box = page.locator('#input-0 img').bounding_box()  # a 2 x 2 grid: the bottom right patch is 3
-    page.mouse.click(box['x'] + 0.8 * box['width'], box['y'] + 0.8 * box['height'])
+    picture = page.locator('#input-0 img')  # a 2 x 2 grid: the bottom right patch is 3
+    box = picture.bounding_box()
+    picture.click(position={'x': 0.8 * box['width'], 'y': 0.8 * box['height']})
     clicked = _numbers(page, 0, lambda n: n['query'] == 3)
     for layer, expected in zip(clicked['attention'], _vit_reader(latest.model, image, query=3)):
       np.testing.assert_allclose(layer, expected, atol=1e-5)
@@ -219,7 +220,7 @@ def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor_besi
     glance = page.locator('#glance-0 img')
     glance.wait_for()
     box = glance.bounding_box()
-    page.mouse.click(box['x'] + 0.45 * box['width'], box['y'] + 0.5 * box['height'])
+    glance.click(position={'x': 0.45 * box['width'], 'y': 0.5 * box['height']})
     picked = _numbers(page, 0, lambda n: n['input'].startswith('test example'))
     index = int(picked['input'].split()[-1])
     from ml_collections import ConfigDict  # pylint: disable=g-import-not-at-top
