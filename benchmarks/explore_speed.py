@@ -8,8 +8,8 @@ For the image workdir: the seconds from starting ``python -m explore`` to the pa
 less than the wall-clock seconds when other jobs share the CPU), and the seconds from an action to its answer on the page: a new image (``image_s``), a
 click on a patch (``patch_s``), a move of the checkpoint slider (``checkpoint_s``). For the translator:
 its ``ready_s``, a new sentence (``sentence_s``) and a checkpoint move. Each action is repeated
-``--repeats`` times (alternating inputs, patches and checkpoints) and its median printed; the first
-time of each (the one that compiles) is printed too. The last line is the JSON of all of them.
+``--repeats`` times (alternating inputs, patches and checkpoints): the first time (which may compile)
+and the median of the others are printed. The last line is the JSON of all of them.
 
 Needs ``requirements-explore.txt`` and ``/usr/bin/chromium``.
 """

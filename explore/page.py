@@ -483,10 +483,15 @@ def _glance_section(columns: list[Column], source, sliders, all_outputs, everyth
             }
             return example, None
 
-          outputs = [source] if extra_inputs is None else [source, extra_inputs]
-          picture.select((lambda h, e: pick(h, e)[0]) if extra_inputs is None else pick, held, outputs).then(
-            everything, [source, *([extra_inputs] if extra_inputs is not None else []), *sliders], all_outputs
-          )
+          def pick_example(held_value, event: gr.SelectData):
+            return pick(held_value, event)[0]
+
+          if extra_inputs is None:  # clips: the example alone
+            picture.select(pick_example, held, source).then(everything, [source, *sliders], all_outputs)
+          else:  # images: the example, and the query back to the class token
+            picture.select(pick, held, [source, extra_inputs]).then(
+              everything, [source, extra_inputs, *sliders], all_outputs
+            )
 
 
 def _curves_section(runs, sweep):

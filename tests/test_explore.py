@@ -396,6 +396,14 @@ def test_a_video_run_answers_a_clip_and_refuses_one_of_the_wrong_shape(browser, 
     top = predictor([clip])[0]['classes'][0]['name']
     sync_api.expect(page.locator('#classes-0')).to_contain_text(top)
     assert page.locator('#classes-0').inner_text().split('\n')[1] == top
+
+    page.get_by_text('The test set at a glance').click()
+    page.locator('#glance-button-0').click()
+    glance = page.locator('#glance-0 img')
+    glance.wait_for()
+    box = glance.bounding_box()
+    glance.click(position={'x': 0.45 * box['width'], 'y': 0.5 * box['height']})
+    _message(page, 0, r'label: \d+')  # a test clip, opened above
   finally:
     server.close()
 
