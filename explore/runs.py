@@ -41,7 +41,7 @@ class Run:
   def problem(self) -> str | None:
     """Why nothing of this run can be shown yet (one line), or ``None``."""
     if not self.weights and not self.steps():
-      return f'{self.path} has no intact checkpoint yet: train it, then reload the page.'
+      return f'{self.path} has no intact checkpoint yet: this column answers once the run has saved one.'
     return None
 
   def predictor(self, step: int | None = None) -> Predictor:
