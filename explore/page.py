@@ -189,7 +189,7 @@ def _image_page(columns: list[Column]):
         return gr.skip()
       predictor = column.run.predictor(column.step_of(position))
       example = _image_example(column, predictor, source_value)
-      grid = views.image_view(predictor, example)['grid']
+      grid = tuple(int(side) for side in predictor.model.grid)
       _, scale = views.shown_image(example.model_input, grid, None)
       patch = views.patch_at(*event.index, example.model_input.shape[1:3], grid, scale)
       return None if patch == query_value else patch
