@@ -132,6 +132,12 @@ def plot_training_curves(
   path: pathlib.Path,
   percent: bool = False,
 ) -> pathlib.Path:
+  return save(training_curves_figure(runs, metric, logged, split, percent), path)
+
+
+def training_curves_figure(
+  runs: list[tuple[pathlib.Path, str]], metric: str, logged: str | None, split: str, percent: bool = False
+) -> Figure:
   """``runs``: (workdir, group); the runs of a group (its seeds) share a colour and a legend entry.
   ``logged`` is the name ``metrics.jsonl`` gives ``metric`` (``<split>_<metric>`` with ``eval_splits``);
   ``None`` (a sweep's ``results.json`` written before it kept the name) looks for either."""
@@ -164,7 +170,19 @@ def plot_training_curves(
   for ax in (loss_ax, metric_ax):
     ax.grid(alpha=0.3)
   metric_ax.legend(fontsize=8)
-  return save(figure, path)
+  return figure
+
+
+def run_curves_figure(workdir: pathlib.Path, name: str) -> Figure:
+  """The training curves of one training workdir (``config.json``), its best metric on the right."""
+  config = workdir_lib.load_config(workdir)
+  return training_curves_figure(
+    [(workdir, name)],
+    config.best_metric,
+    observe_config.checkpoint_metric(config),
+    sweep_split(config),
+    _is_percent(config.task, config.best_metric),
+  )
 
 
 # Pictures of one trained model -------------------------------------------------------------------
@@ -203,17 +221,7 @@ def plot_workdir(workdir: str | pathlib.Path) -> list[pathlib.Path]:
       paths += plot_run_pictures(workdir / group[0]['name'], out_dir, group[0]['name'])
     return paths
   if (workdir / workdir_lib.CONFIG_FILE).exists():
-    config = workdir_lib.load_config(workdir)
-    paths = [
-      plot_training_curves(
-        [(workdir, workdir.name)],
-        config.best_metric,
-        observe_config.checkpoint_metric(config),
-        sweep_split(config),
-        out_dir / 'training_curves.png',
-        _is_percent(config.task, config.best_metric),
-      )
-    ]
+    paths = [save(run_curves_figure(workdir, workdir.name), out_dir / 'training_curves.png')]
     return paths + plot_run_pictures(workdir, out_dir, workdir.name)
   raise WorkdirError(
     f'{workdir} has neither {tables.RESULTS_JSON} (written by ablate.py) nor '

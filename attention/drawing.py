@@ -1,14 +1,18 @@
-"""Pictures of attention and of position embeddings, shared by every family's pictures and the
-ablation plots: saving a figure, similarity maps, attention rollout, heat maps.
+"""Pictures of attention and of position embeddings, shared by every family's pictures, the
+ablation plots and the explorer page (``explore``): similarity maps, attention rollout, heat maps,
+and a figure saved as a file or rendered to pixels.
 
 Nothing here knows a model family; a task's reporting (``draw_pictures``) composes these into its pictures.
 Only what draws imports this module (and matplotlib): the families' ``pictures`` modules, lazily.
+Each picture is a function returning a ``Figure`` (``*_figure``), which ``plot_*`` saves.
 """
 
+import io
 import pathlib
 
 import numpy as np
 from matplotlib.figure import Figure
+from PIL import Image
 
 
 def save(figure: Figure, path: pathlib.Path) -> pathlib.Path:
@@ -16,6 +20,18 @@ def save(figure: Figure, path: pathlib.Path) -> pathlib.Path:
   with path.open('wb') as file:  # a file object: the path may be in a bucket
     figure.savefig(file, format=path.suffix.lstrip('.') or 'png', dpi=110, bbox_inches='tight')
   return path
+
+
+PIXELS_DPI = 90
+
+
+def pixels(figure: Figure, tight: bool = True) -> np.ndarray:
+  """The figure rendered as uint8 RGB ``[H, W, 3]`` at ``PIXELS_DPI`` (what the explorer page shows);
+  ``tight=False`` keeps the figure's own extent, so that its data coordinates map to known pixels."""
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format='png', dpi=PIXELS_DPI, bbox_inches='tight' if tight else None)
+  buffer.seek(0)
+  return np.asarray(Image.open(buffer).convert('RGB'))
 
 
 def cosine_similarity(table: np.ndarray) -> np.ndarray:
@@ -27,6 +43,10 @@ def cosine_similarity(table: np.ndarray) -> np.ndarray:
 def plot_similarity(
   table: np.ndarray, grid: tuple[int, int] | None, title: str, path: pathlib.Path
 ) -> pathlib.Path:
+  return save(similarity_figure(table, grid, title), path)
+
+
+def similarity_figure(table: np.ndarray, grid: tuple[int, int] | None, title: str) -> Figure:
   """The cosine similarity of each row of ``table`` to every other.
 
   Without ``grid``, one matrix; with a ``(height, width)`` grid (rows in row-major order),
@@ -40,7 +60,7 @@ def plot_similarity(
     ax.set(xlabel='position', ylabel='position')
     ax.set_title(title, fontsize=10)
     figure.colorbar(image, ax=ax, label='cosine similarity')
-    return save(figure, path)
+    return figure
   height, width = grid
   figure = Figure(figsize=(0.8 * width + 1.6, 0.8 * height + 0.9))
   tiles = figure.subplots(height, width, squeeze=False)
@@ -60,7 +80,7 @@ def plot_similarity(
   figure.supylabel('input patch row', fontsize=10)
   figure.suptitle(title, fontsize=10)
   figure.colorbar(image, ax=tiles, shrink=0.8, label='cosine similarity')
-  return save(figure, path)
+  return figure
 
 
 def attention_rollout(weights: list[np.ndarray]) -> list[np.ndarray]:
@@ -88,7 +108,22 @@ def plot_token_attention(
   xlabel: str,
   ylabel: str,
 ) -> pathlib.Path:
-  """One heat map per layer, ``[len(rows), len(columns)]`` each, on one colour scale, labelled by token."""
+  return save(token_attention_figure(layers, columns, rows, title, xlabel=xlabel, ylabel=ylabel), path)
+
+
+def token_attention_figure(
+  layers: list[np.ndarray],
+  columns: list[str],
+  rows: list[str],
+  title: str,
+  *,
+  xlabel: str,
+  ylabel: str,
+  headings: list[str] | None = None,
+) -> Figure:
+  """One heat map per panel (by default one per layer, heads averaged), ``[len(rows), len(columns)]``
+  each, on one colour scale, labelled by token; ``headings`` names the panels otherwise."""
+  headings = headings or [f'layer {layer + 1} (mean of heads)' for layer in range(len(layers))]
   panel = (0.8 + 0.22 * len(columns), 0.8 + 0.22 * len(rows))
   figure = Figure(figsize=(panel[0] * len(layers) + 2.0, panel[1] + 1.2), layout='constrained')
   axes = figure.subplots(1, len(layers), squeeze=False, sharey=True)
@@ -98,9 +133,9 @@ def plot_token_attention(
     ax.set_xticks(range(len(columns)), columns, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
     ax.tick_params(axis='y', labelleft=layer == 0)
-    ax.set_title(f'layer {layer + 1} (mean of heads)', fontsize=8)
+    ax.set_title(headings[layer], fontsize=8)
     ax.set_xlabel(xlabel)
   axes[0, 0].set_ylabel(ylabel)
   figure.colorbar(image, ax=axes[0].tolist(), shrink=min(0.8, 4.0 / panel[1]), label='attention weight')
   figure.suptitle(title, fontsize=8)
-  return save(figure, path)
+  return figure

@@ -149,6 +149,12 @@ TABLES = {
     ('what', 'first answer', 'end of the process', 'CPU seconds', 'machine', 'recorded at'),
     ('predict_latency', 'predict_latency_cd5290c', 'predict_latency_3343a56'),
   ),
+  'explore-speed': Table(
+    'docs/results/speed.md',
+    ('what', 'page ready', 'its CPU seconds', 'new image', 'patch click', 'checkpoint (ViT)')
+    + ('new sentence', 'checkpoint (translator)', 'time', 'machine', 'recorded at'),
+    ('explore_speed',),
+  ),
   'predict-phases': Table(
     'docs/results/speed.md',
     ('what', 'import JAX', 'import Flax', 'import the trainer', 'load the workdir', 'first answer')

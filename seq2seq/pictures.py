@@ -38,7 +38,7 @@ def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[path
   return paths
 
 
-def _token_labels(tokenizer, ids: list[int]) -> list[str]:
+def token_labels(tokenizer, ids: list[int]) -> list[str]:
   return [_SPECIAL.get(token) or tokenizer.decode([token]) or f'#{token}' for token in ids]
 
 
@@ -72,15 +72,37 @@ def plot_sentence_attention(
   source_array = jnp.asarray([source_ids], jnp.int32)
   decoder_input = jnp.asarray([[BOS_ID] + list(output_ids[:-1])], jnp.int32)
   _, intermediates = model(source_array, decoder_input, return_weights=True)
-  layers = [
-    np.asarray(layer[0], np.float32).mean(axis=0) for layer in intermediates['cross_attention_weights']
-  ]
-  return drawing.plot_token_attention(
-    layers,
-    _token_labels(task.source_tokenizer, source_ids),
-    _token_labels(task.target_tokenizer, output_ids),
-    caption,
+  layers = [np.asarray(layer[0], np.float32) for layer in intermediates['cross_attention_weights']]
+  return drawing.save(
+    sentence_attention_figure(
+      layers,
+      token_labels(task.source_tokenizer, source_ids),
+      token_labels(task.target_tokenizer, output_ids),
+      caption,
+    ),
     path,
-    xlabel='source',
-    ylabel='translation',
+  )
+
+
+def sentence_attention_figure(
+  layers: list[np.ndarray],
+  columns: list[str],
+  rows: list[str],
+  caption: str,
+  *,
+  per_head=False,
+  ylabel='translation',
+):
+  """Per layer ``[heads, rows, columns]`` attention -> one panel per layer (heads averaged), or with
+  ``per_head`` one per layer and head."""
+  if not per_head:
+    panels = [layer.mean(axis=0) for layer in layers]
+    return drawing.token_attention_figure(panels, columns, rows, caption, xlabel='source', ylabel=ylabel)
+  panels, headings = [], []
+  for index, layer in enumerate(layers):
+    for head in range(layer.shape[0]):
+      panels.append(layer[head])
+      headings.append(f'layer {index + 1}, head {head + 1}')
+  return drawing.token_attention_figure(
+    panels, columns, rows, caption, xlabel='source', ylabel=ylabel, headings=headings
   )

@@ -46,6 +46,7 @@ LONGEST_FILES = (
   'test_multihost.py',
   'test_bad_config.py',
   'test_predict.py',
+  'test_explore.py',
   'test_vit_training.py',
   'test_video_scanned_layers.py',
   'test_tutorial.py',

@@ -36,6 +36,11 @@ def plot_clip_attention(
   """One model input ``[1, T, H, W, C]``: its frames, the spatial attention in each frame, the temporal
   attention between frames and the rollout (see the module docstring); ``caption`` beside them."""
   _, intermediates = model(jnp.asarray(clip), return_weights=True)
+  return drawing.save(clip_attention_figure(model, clip, intermediates, caption, title), path)
+
+
+def clip_attention_figure(model, clip: np.ndarray, intermediates: dict, caption: str, title: str) -> Figure:
+  """The picture of ``plot_clip_attention`` from the model's ``intermediates`` (``return_weights=True``)."""
   layers = [
     {axes: np.asarray(w[0], np.float32) for axes, w in layer.items()}
     for layer in intermediates['attention_weights']
@@ -65,7 +70,7 @@ def plot_clip_attention(
   axes[1, 0].set_ylabel('spatial (last layer)', fontsize=8)
   axes[2, 0].set_ylabel('rollout', fontsize=8)
   figure.suptitle(f'{title}: {model.attention} attention', fontsize=10)
-  return drawing.save(figure, path)
+  return figure
 
 
 def attention_summaries(layout: str, layers: list[dict], steps: int, patches: int, has_cls: bool):

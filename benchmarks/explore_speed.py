@@ -1,0 +1,221 @@
+"""How fast the explorer page answers, in a real browser: ``python -m benchmarks.explore_speed``.
+
+  python -m benchmarks.explore_speed --workdir runs/vit_digits --translator runs/transformer_scan \\
+      --image zero.png --image one.png --sentence 'jump twice' --sentence 'walk left'
+
+For the image workdir: the seconds from starting ``python -m explore`` to the page shown in Chromium
+(``ready_s``; ``ready_cpu_s``: the CPU seconds the server process used until then, which grow much
+less than the wall-clock seconds when other jobs share the CPU), and the seconds from an action to its answer on the page: a new image (``image_s``), a
+click on a patch (``patch_s``), a move of the checkpoint slider (``checkpoint_s``). For the translator:
+its ``ready_s``, a new sentence (``sentence_s``) and a checkpoint move. Each action is repeated
+``--repeats`` times (alternating inputs, patches and checkpoints): the first time (which may compile)
+and the median of the others are printed. The last line is the JSON of all of them.
+
+Needs ``requirements-explore.txt`` and ``/usr/bin/chromium``.
+"""
+
+import json
+import os
+import pathlib
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'An image classifier workdir (two or more checkpoints).')
+_TRANSLATOR = flags.DEFINE_string('translator', None, 'A translator workdir (two or more checkpoints).')
+_IMAGES = flags.DEFINE_multi_string(
+  'image', [], 'Images to upload, in turn (two or more, with different names).'
+)
+_SENTENCES = flags.DEFINE_multi_string('sentence', ['jump twice', 'walk left'], 'Sentences to type, in turn.')
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Times each action is timed.', lower_bound=2)
+
+
+def _start(workdir: str):
+  with socket.socket() as sock:
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+  start = time.perf_counter()
+  process = subprocess.Popen(
+    [sys.executable, '-m', 'explore', f'--workdir={workdir}', f'--port={port}'],
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+  for line in process.stdout:
+    found = re.search(r'Explorer ready at (\S+)', line)
+    if found:
+      return process, found.group(1), start
+  raise SystemExit(f'the explorer did not start for {workdir}')
+
+
+def _cpu_seconds(pid: int) -> float:
+  """User and system CPU seconds process ``pid`` (all its threads) has used so far (Linux ``/proc``)."""
+  fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def _until(read, predicate, what: str, timeout: float = 120.0):
+  deadline = time.monotonic() + timeout
+  text = ''
+  while time.monotonic() < deadline:
+    text = read()
+    if text:
+      value = json.loads(text)
+      if predicate(value):
+        return value
+    time.sleep(0.02)
+  raise SystemExit(f'the page did not answer {what} in {timeout:.0f} s; it shows {text[:200]}')
+
+
+def _timed(page, act, predicate, what: str) -> float:
+  box = page.locator('#numbers-0 textarea')
+  start = time.perf_counter()
+  act()
+  _until(box.input_value, predicate, what)
+  return time.perf_counter() - start
+
+
+def _open(browser, process, url, start, ready_selector):
+  """The page, once shown: and the seconds since the command started, and the CPU seconds the server used."""
+  page = browser.new_page(viewport={'width': 1300, 'height': 1000})
+  page.set_default_timeout(120_000)
+  page.goto(url)
+  page.locator(ready_selector).wait_for()
+  ready, cpu = time.perf_counter() - start, _cpu_seconds(process.pid)
+  page.get_by_text('numbers behind the pictures').first.click()
+  return page, {'ready_s': round(ready, 3), 'ready_cpu_s': round(cpu, 3)}
+
+
+def _checkpoint(page, position: int):
+  box = page.locator('#checkpoint-0 input[type=number]')
+  box.fill(str(position))
+  box.press('Enter')
+
+
+def _summary(name: str, times: list[float]) -> dict:
+  return {f'{name}_first_s': round(times[0], 3), f'{name}_s': round(statistics.median(times[1:]), 3)}
+
+
+def measure_images(browser, workdir: str, images: list[str], repeats: int) -> dict:
+  process, url, start = _start(workdir)
+  try:
+    page, numbers = _open(browser, process, url, start, '#image-upload')
+    upload = page.locator('#image-upload input[type=file]')
+    times = []
+    for index in range(repeats):
+      image = images[index % len(images)]
+      name = image.rsplit('/', 1)[-1]
+      times.append(
+        _timed(
+          page,
+          lambda image=image: upload.set_input_files(image),
+          lambda n, name=name: n.get('input') == name and n.get('query') is None,
+          f'an upload of {name}',
+        )
+      )
+    numbers.update(_summary('image', times))
+    picture = page.locator('#input-0 img')
+    times = []
+    for index in range(repeats):
+      box = picture.bounding_box()
+      x, y = (0.2, 0.2) if index % 2 == 0 else (0.8, 0.8)
+      where = {'x': x * box['width'], 'y': y * box['height']}
+      previous = json.loads(page.locator('#numbers-0 textarea').input_value())['query']
+      times.append(
+        _timed(
+          page,
+          lambda where=where: picture.click(position=where),
+          lambda n, previous=previous: n['query'] != previous,
+          'a click on a patch',
+        )
+      )
+    numbers.update(_summary('patch', times))
+    numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
+    return numbers
+  finally:
+    process.terminate()
+    process.wait()
+
+
+def _checkpoint_times(page, repeats: int) -> list[float]:
+  times = []
+  for index in range(repeats):
+    before = json.loads(page.locator('#numbers-0 textarea').input_value())['step']
+    times.append(
+      _timed(
+        page,
+        lambda index=index: _checkpoint(page, index % 2),
+        lambda n, before=before: n['step'] != before,
+        f'a move to checkpoint {index % 2}',
+      )
+    )
+  return times
+
+
+def measure_translator(browser, workdir: str, sentences: list[str], repeats: int) -> dict:
+  process, url, start = _start(workdir)
+  try:
+    page, numbers = _open(browser, process, url, start, '#sentence')
+    box = page.locator('#sentence textarea')
+    times = []
+    for index in range(repeats):
+      sentence = sentences[index % len(sentences)]
+
+      def act(sentence=sentence):
+        box.fill(sentence)
+        page.locator('#translate').click()
+
+      previous = page.locator('#numbers-0 textarea').input_value()
+      times.append(
+        _timed(
+          page,
+          act,
+          lambda n, previous=previous: json.dumps(n) != previous and 'hypotheses' in n,
+          f'the sentence {sentence!r}',
+        )
+      )
+    numbers.update(_summary('sentence', times))
+    numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
+    return numbers
+  finally:
+    process.terminate()
+    process.wait()
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  from playwright.sync_api import sync_playwright  # pylint: disable=g-import-not-at-top
+
+  results = {}
+  with sync_playwright() as playwright:
+    browser = playwright.chromium.launch(executable_path='/usr/bin/chromium', args=['--no-sandbox'])
+    if _WORKDIR.value:
+      if len(set(_IMAGES.value)) < 2:
+        raise app.UsageError(
+          'give two images or more (--image, repeated): each upload must differ from the last.'
+        )
+      for key, value in measure_images(browser, _WORKDIR.value, _IMAGES.value, _REPEATS.value).items():
+        results[f'image_run_{key}'] = value
+        print(f'image run: {key} {value}', flush=True)
+    if _TRANSLATOR.value:
+      if len(set(_SENTENCES.value)) < 2:
+        raise app.UsageError(
+          'give two sentences or more (--sentence, repeated): each must differ from the last.'
+        )
+      for key, value in measure_translator(
+        browser, _TRANSLATOR.value, _SENTENCES.value, _REPEATS.value
+      ).items():
+        results[f'translator_{key}'] = value
+        print(f'translator: {key} {value}', flush=True)
+    browser.close()
+  print(json.dumps(results))
+
+
+if __name__ == '__main__':
+  app.run(main)
