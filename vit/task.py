@@ -116,7 +116,8 @@ class ImageClassification(Task):
       raise ConfigError(
         f'batch_size ({config.batch_size}) must be divisible by data.augment.repeats ({repeats}).'
       )
-    check_mixing_batch(config.batch_size, config.get('data', {}).get('augment', {}))
+    if 'batch_size' in config:  # a training config
+      check_mixing_batch(config.batch_size, config.get('data', {}).get('augment', {}))
     if shapes is None:  # learned from the data, read (and checked) now
       self.sizes, class_names = self.data.shapes, self.data.class_names
     else:
