@@ -21,6 +21,7 @@ import numpy as np
 from flax import nnx
 from PIL import Image
 
+from attention.resample import SOURCE_RESAMPLE
 from trainer.errors import DataError, InputError
 from trainer.predictor import Predictor
 from vit import checkpoint_npz, weights
@@ -154,7 +155,9 @@ def load_predictor(path, arch: str = '') -> Predictor:
     title=f'{pathlib.Path(path).name} ({source.source} weights)',
   )
   model = task.make_model(nnx.Rngs(0))
-  report = checkpoint_npz.canonical_to_model(model, source.canonical, resample_method='bicubic')
+  report = checkpoint_npz.canonical_to_model(
+    model, source.canonical, resample_method=SOURCE_RESAMPLE[source.source]
+  )
   adapted = [item for item in report.adapted if not item.startswith('head:')]
   if adapted:
     print(f'{path}: {"; ".join(adapted)}', flush=True)
