@@ -167,16 +167,17 @@ def main(argv):
   # the garbage collector's passes over them slow the start-up and the exit (docs/results.md,
   # "Predict start-up"). Frozen, they are never looked at again.
   gc.disable()
-  from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
+  with cli.interrupt_exits('loading the model', 'nothing was written'):
+    from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 
-  if _WEIGHTS.value is not None:
-    from vit.weights_predictor import load_predictor as load_weights  # pylint: disable=g-import-not-at-top
+    if _WEIGHTS.value is not None:
+      from vit.weights_predictor import load_predictor as load_weights  # pylint: disable=g-import-not-at-top
 
-    predictor = cli.run_reporting_user_errors(load_weights, _WEIGHTS.value, _ARCH.value)
-  else:
-    predictor = cli.run_reporting_user_errors(
-      load_predictor, storage.as_path(_WORKDIR.value), _CHECKPOINT.value, _PARAMS.value
-    )
+      predictor = cli.run_reporting_user_errors(load_weights, _WEIGHTS.value, _ARCH.value)
+    else:
+      predictor = cli.run_reporting_user_errors(
+        load_predictor, storage.as_path(_WORKDIR.value), _CHECKPOINT.value, _PARAMS.value
+      )
   gc.freeze()
   gc.enable()
   note = missing_class_names_note(predictor) if _WEIGHTS.value is None else None
