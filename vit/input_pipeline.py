@@ -27,7 +27,9 @@ Config fields; `default_data_config()` has all of them with these defaults:
                     4 GiB as uint8, else load into memory; True/False force it. None.
   path              folder, idx, records: the data folder. None.
   cache_dir         folder: if set, decoded splits are cached there as .npy files keyed
-                    by the file list, sizes and times (nothing is written into `path`). None.
+                    by the file list, sizes and times (nothing is written into `path`), each
+                    written whole or not at all; a damaged one is decoded again, with a
+                    warning naming it. None.
   image_size        (H, W) to resize every image to (bilinear, aspect ratio not kept), or
                     None to keep the stored size (records: the first train image's);
                     needed when images differ in size. None.
