@@ -68,3 +68,21 @@ def test_ctrl_c_while_training_starts_is_one_line(moment, tmp_path):
   assert not (workdir / 'checkpoints').exists() or not any((workdir / 'checkpoints').iterdir())
   for path in workdir.glob('*.json') if workdir.exists() else ():
     json.loads(path.read_text())  # whatever was written is whole
+
+
+@pytest.mark.parametrize('moment', sorted(INSIDE))
+def test_ctrl_c_while_predict_loads_the_model_is_one_line(moment, tmp_path):
+  target = ('vit.weights_predictor', 'make_vit') if moment == 'model creation' else INSIDE[moment]
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+
+  from tests.test_vit_weights import timm_arrays, write_timm_folder  # pylint: disable=g-import-not-at-top
+
+  folder = write_timm_folder(tmp_path / 'w', timm_arrays(np.random.default_rng(0)), 'vit_base_patch16_224')
+  Image.new('RGB', (16, 16)).save(tmp_path / 'image.png')
+  features = tmp_path / 'features.npy'
+  command = ['predict.py', f'--weights={folder}', f'--features={features}', str(tmp_path / 'image.png')]
+  result = run_interrupted(('vit.weights_predictor', 'load_predictor'), target, command, tmp_path)
+  assert result.returncode == 130, result.stderr
+  assert result.stderr.splitlines() == ['interrupted while loading the model; nothing was written']
+  assert not features.exists()
