@@ -22,8 +22,9 @@ solarize above 128) and other values scale those linearly, as in big_vision. Mix
 is done by the input pipeline on float pixels, using `mix_partner` and the drawn `mix_weight`;
 each row's partner is the row at the mirrored place of the global batch, row `B - 1 - i`, as timm
 pairs a batch with its flip (`x.flip(0)`), so no row is its own partner (an even batch size, and
-with `repeats` a multiple of twice it, so that no row is paired with a copy of itself); so are CutMix (`cutmix_alpha`, `mix_switch_prob`) and random erasing (`erase_prob`),
-see `vit.batch_augmentation`. Repeated augmentation (`repeats`, Hoffer et al. 2020) puts each
+with `repeats` a multiple of twice it, so that no row is paired with a copy of itself). So are
+CutMix (`cutmix_alpha`, `mix_switch_prob`) and random erasing (`erase_prob`), see
+`vit.batch_augmentation`. Repeated augmentation (`repeats`, Hoffer et al. 2020) puts each
 example `repeats` times in a global batch, each copy augmented by its own row's draws
 (`pipelines.steps.repeated_example_ids`).
 """

@@ -378,6 +378,8 @@ class ImageData:
   ) -> dict[str, np.ndarray]:
     draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
     own = np.arange(rows.start, rows.stop)
+    if draw.mix_partner is not None and len(own) % 2:  # a stream holds this process's rows only
+      raise ValueError(f'mixing a streamed set pairs the {len(own)} rows of each process: make it even')
     partner = None if draw.mix_partner is None else own[::-1]
     return self._augmented_batch(examples, own, own, partner, draw)
 
