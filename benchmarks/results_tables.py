@@ -259,7 +259,7 @@ TABLES = {
     'docs/results.md',
     ('what', 'command', 'without', 'with', 'time', 'machine', 'recorded at'),
     ('recipes_ema', 'recipes_ema_warmup', 'recipes_ema_7db6a83')
-    + ('recipes_cutmix', 'recipes_erasing', 'recipes_repeats', 'recipes_distill'),
+    + ('recipes_cutmix', 'recipes_cutmix_90003c6', 'recipes_erasing', 'recipes_repeats', 'recipes_distill'),
   ),
   'posemb-resample': Table(
     'docs/vit.md',
