@@ -13,7 +13,7 @@ neither, from standard input one per line, each answered as it comes.
   python predict.py --weights dinov2-small/ photos/ --features photos.npy
 
 ``--weights PATH`` reads a timm or Hugging Face transformers ViT folder (or a bare timm ``.safetensors``
-with ``--arch``) instead of a workdir (``vit.weights_predictor``); ``--features FILE.npy`` writes each
+with ``--arch``) instead of a workdir (``trainer.predictor.load_predictor`` opens either); ``--features FILE.npy`` writes each
 input's pooled pre-logits embedding, one row per input read, in order, instead of classes.
 
 One line per input on stdout (``--json``: one JSON object), in the order given. An input that cannot
@@ -171,9 +171,8 @@ def main(argv):
     from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 
     if _WEIGHTS.value is not None:
-      from vit.weights_predictor import load_predictor as load_weights  # pylint: disable=g-import-not-at-top
-
-      predictor = cli.run_reporting_user_errors(load_weights, _WEIGHTS.value, _ARCH.value)
+      options = {'arch': _ARCH.value} if _ARCH.value else {}
+      predictor = cli.run_reporting_user_errors(load_predictor, _WEIGHTS.value, **options)
     else:
       predictor = cli.run_reporting_user_errors(
         load_predictor, storage.as_path(_WORKDIR.value), _CHECKPOINT.value, _PARAMS.value

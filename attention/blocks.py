@@ -42,6 +42,7 @@ class BlockOptions:
   ``attention_dropout`` (on the attention weights), ``activation`` (the MLP's), ``norm_placement``,
   ``layernorm_epsilon`` (of every LayerNorm), ``layer_scale`` (0: none), ``use_bias`` (of the
   attention projections), ``attention_kernel`` (``attention.multi_head.ATTENTION_KERNELS``),
+  ``attention_pad_multiple`` (the fused call's lengths padded to a multiple of it; 0: not padded),
   ``dtype`` (computed in; ``None``: the inputs') and ``param_dtype``.
   """
 
@@ -54,6 +55,7 @@ class BlockOptions:
   layer_scale: float = 0.0
   use_bias: bool = True
   attention_kernel: str = 'auto'
+  attention_pad_multiple: int = 0
   dtype: Any = None
   param_dtype: Any = jnp.float32
 
@@ -69,6 +71,10 @@ class BlockOptions:
     for name in ('dropout', 'attention_dropout'):
       if not 0.0 <= getattr(self, name) < 1.0:
         raise ValueError(f'{name} must be in [0, 1), got {getattr(self, name)}.')
+    if self.attention_pad_multiple < 0:
+      raise ValueError(
+        f'attention_pad_multiple must be >= 0 (0: no padding), got {self.attention_pad_multiple}.'
+      )
     if not self.layernorm_epsilon > 0:
       raise ValueError(f'layernorm_epsilon must be positive, got {self.layernorm_epsilon}.')
     for name in ('dtype', 'param_dtype'):
@@ -96,6 +102,7 @@ def attention_layer(num_heads: int, features: int, options: BlockOptions, **laye
     dropout_rate=options.attention_dropout,
     use_bias=options.use_bias,
     fused_kernel=ATTENTION_KERNELS[options.attention_kernel],
+    pad_multiple=options.attention_pad_multiple,
     dtype=options.dtype,
     param_dtype=options.param_dtype,
     **layer,

@@ -112,6 +112,28 @@ def combine_masks(*masks):
   return combined
 
 
+def pad_mask(mask, batch: int, k_len: int, pad_q: int, pad_k: int) -> Mask:
+  """``mask`` (``None``, boolean or ``Mask``) for queries and keys padded by ``pad_q`` and ``pad_k``
+  positions after the ``k_len`` keys: the padded keys are cut by a key length, a dense part is padded
+  with ``False``; padded queries see what the key length lets them (their rows are thrown away)."""
+  structured = mask if isinstance(mask, Mask) else Mask(dense=mask)
+  dense = structured.dense
+  if dense is not None:
+    dense = jnp.asarray(dense, bool)
+    dense = dense.reshape((1,) * (4 - dense.ndim) + dense.shape)
+    widths = [
+      (0, 0),
+      (0, 0),
+      (0, pad_q if dense.shape[2] > 1 else 0),
+      (0, pad_k if dense.shape[3] > 1 else 0),
+    ]
+    dense = jnp.pad(dense, widths, constant_values=False)
+  keys = jnp.full((batch,), k_len, jnp.int32)
+  if structured.key_lengths is not None:
+    keys = jnp.minimum(keys, structured.key_lengths.astype(jnp.int32))
+  return Mask(key_lengths=keys, query_lengths=structured.query_lengths, dense=dense, causal=structured.causal)
+
+
 def masked_softmax(logits: jax.Array, mask: jax.Array | None) -> jax.Array:
   """Softmax over the last axis in float32; masked entries get exactly zero weight.
 

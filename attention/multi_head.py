@@ -15,6 +15,13 @@ option (``ATTENTION_KERNELS``) chooses:
   XLA's implementation of the fused call (docs/results.md, "Training throughput on a GPU").
 - ``'fused'``: the fused call wherever the score allows it, XLA's implementation where cuDNN refuses.
 - ``'explicit'``: the explicit path.
+
+``pad_multiple`` (a model's ``attention_pad_multiple``; 0, the default: off) pads the queries, keys
+and values of the fused call to a multiple of that many positions, the padded keys masked by a key
+length, and cuts the padded query rows from the output, so the numbers are the unpadded call's. JAX's
+cuDNN path refuses to train on odd lengths (``"Unsupported sequence length Q 197, KV 197"``: a ViT's
+class token and 14x14 patches); any even multiple gives it a length it takes. The explicit path is
+never padded.
 """
 
 import jax
@@ -22,7 +29,7 @@ import jax.numpy as jnp
 from absl import logging
 from flax import nnx
 
-from attention.masks import Mask, causal_mask, combine_masks, has_any_key, masked_softmax
+from attention.masks import Mask, causal_mask, combine_masks, has_any_key, masked_softmax, pad_mask
 from attention.positional import Rotary
 from attention.scores import AttentionScore
 
@@ -67,6 +74,34 @@ def _int32(lengths):
   return None if lengths is None else lengths.astype(jnp.int32)
 
 
+def padded_fused_attention(query, key, value, *, bias, mask, scale, multiple: int, xla_fallback: bool = True):
+  """``fused_attention`` on queries, keys and values padded to a multiple of ``multiple`` positions
+  (``[batch, length, heads, head_dim]``): the padded keys are masked by a key length, the padded
+  query rows are cut from the output, so it equals the unpadded call; ``None`` as ``fused_attention``."""
+  q_len, k_len = query.shape[1], key.shape[1]
+  pad_q, pad_k = -q_len % multiple, -k_len % multiple
+  if not pad_q and not pad_k:
+    return fused_attention(query, key, value, bias=bias, mask=mask, scale=scale, xla_fallback=xla_fallback)
+
+  def pad(x, positions):
+    return jnp.pad(x, ((0, 0), (0, positions), (0, 0), (0, 0)))
+
+  if bias is not None:  # [batch or 1, heads or 1, q_len or 1, k_len or 1]
+    bias = jnp.pad(
+      bias, ((0, 0), (0, 0), (0, pad_q if bias.shape[2] > 1 else 0), (0, pad_k if bias.shape[3] > 1 else 0))
+    )
+  context = fused_attention(
+    pad(query, pad_q),
+    pad(key, pad_k),
+    pad(value, pad_k),
+    bias=bias,
+    mask=pad_mask(mask, query.shape[0], k_len, pad_q, pad_k),
+    scale=scale,
+    xla_fallback=xla_fallback,
+  )
+  return None if context is None else context[:, :q_len]
+
+
 class MultiHeadAttention(nnx.Module):
   """Query, key, value and output projections (with biases if ``use_bias``) around a score.
 
@@ -99,6 +134,7 @@ class MultiHeadAttention(nnx.Module):
     learn_temperature: bool = True,
     additive_features: int | None = None,
     fused_kernel: bool | None = None,
+    pad_multiple: int = 0,
     cross_attention: bool = False,
     dtype=None,
     param_dtype=jnp.float32,
@@ -114,6 +150,9 @@ class MultiHeadAttention(nnx.Module):
     self.dtype = dtype
     # None: the fused kernel where it is a real kernel (GPU); True or False forces the choice.
     self.fused_kernel = fused_kernel
+    if pad_multiple < 0:
+      raise ValueError(f'pad_multiple must be >= 0 (0: no padding), got {pad_multiple}.')
+    self.pad_multiple = pad_multiple
     self.cross_attention = cross_attention
     if kv_features is not None and kv_features != in_features and not cross_attention:
       raise ValueError(
@@ -187,9 +226,11 @@ class MultiHeadAttention(nnx.Module):
     context = None
     if fused_kernel and fused_scale is not None and not return_weights and not weights_dropped:
       fused_bias = None if bias is None else bias.astype(query.dtype)
-      context = fused_attention(
-        query, key, value, bias=fused_bias, mask=mask, scale=fused_scale, xla_fallback=not auto
-      )
+      fused = dict(bias=fused_bias, mask=mask, scale=fused_scale, xla_fallback=not auto)
+      if self.pad_multiple:
+        context = padded_fused_attention(query, key, value, multiple=self.pad_multiple, **fused)
+      else:
+        context = fused_attention(query, key, value, **fused)
     if context is not None:
       # The fused kernel averages the values of an all-masked row; the explicit path gives zeros.
       visible = mask.rows_with_any_key(q_len, k_len) if isinstance(mask, Mask) else has_any_key(mask)

@@ -1,5 +1,9 @@
 """Positional encodings for 1-D sequences and 2-D patch grids, chosen by a short string.
 
+Each kind is one class, registered under its name in ``KINDS`` when it is defined; every list of
+kinds (``POSEMB_KINDS``, ``ADDITIVE_KINDS``, the video model's, the pictures') is derived from what
+the classes say of themselves (``kinds``). Adding a kind is one subclass of ``PositionKind``.
+
 Kinds (``POSEMB_KINDS``):
 ``none``        no position information (the model is permutation-equivariant)
 ``learn1d``     a learned table, one row per position (a grid is read in row-major order)
@@ -28,41 +32,16 @@ Prefix tokens (a class token) get no additive encoding and no 2-D relative bias.
 """
 
 import dataclasses
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-POSEMB_KINDS = ('none', 'learn1d', 'learn2d', 'sincos1d', 'sincos2d', 'relative', 'relative2d', 'rope')
 INJECTIONS = ('stem', 'every_layer', 'every_layer_shared')
-ADDITIVE_KINDS = ('learn1d', 'learn2d', 'sincos1d', 'sincos2d')
-GRID_ONLY_KINDS = ('learn2d', 'sincos2d', 'relative2d')
-SINCOS2D_LAYOUTS = ('rows_cols', 'big_vision')
 
 _TABLE_INIT = nnx.initializers.normal(stddev=0.02)
-
-
-def check_posemb(kind: str, injection: str = 'stem', grid: tuple[int, int] | None = None) -> None:
-  """Raises ``ValueError`` for an unknown kind or injection, or a combination that does not exist."""
-  if kind not in POSEMB_KINDS:
-    raise ValueError(f'Unknown positional encoding {kind!r}; allowed values: {", ".join(POSEMB_KINDS)}.')
-  if injection not in INJECTIONS:
-    raise ValueError(
-      f'Unknown positional-encoding injection {injection!r}; allowed values: {", ".join(INJECTIONS)}.'
-    )
-  if not combination_exists(kind, injection):
-    raise ValueError(
-      f'Positional encoding {kind!r} has no {injection!r} injection: it is not added to the tokens '
-      "(use injection 'stem', its default placement)."
-    )
-  if kind in GRID_ONLY_KINDS and grid is None:
-    raise ValueError(f'Positional encoding {kind!r} needs a 2-D patch grid, but the input is a 1-D sequence.')
-
-
-def combination_exists(kind: str, injection: str) -> bool:
-  """Whether ``(kind, injection)`` is a real configuration (Table 8 writes N/A otherwise)."""
-  return injection == 'stem' or kind in ADDITIVE_KINDS
 
 
 def sincos_1d_table(length: int, dim: int, max_wavelength: float = 10_000.0) -> np.ndarray:
@@ -97,10 +76,8 @@ def big_vision_sincos_2d(height: int, width: int, dim: int, temperature: float =
   return table.astype(np.float32)
 
 
-def check_sincos2d_layout(layout: str) -> str:
-  if layout not in SINCOS2D_LAYOUTS:
-    raise ValueError(f'Unknown sincos2d_layout {layout!r}; allowed values: {", ".join(SINCOS2D_LAYOUTS)}.')
-  return layout
+SINCOS2D_TABLES = {'rows_cols': sincos_2d_table, 'big_vision': big_vision_sincos_2d}
+SINCOS2D_LAYOUTS = tuple(SINCOS2D_TABLES)
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, max_wavelength: float = 10_000.0) -> jax.Array:
@@ -138,12 +115,118 @@ class Rotary:
     return apply_rope(x, positions, self.max_wavelength)
 
 
-class RelativePositionBias(nnx.Module):
+@dataclasses.dataclass(frozen=True)
+class Tokens:
+  """What a position kind is built for: the tokens' width and heads, and where they lie.
+
+  ``length`` positions after ``num_prefix_tokens`` prefix tokens, laid out on ``grid`` (rows,
+  columns; row-major) for patch grids; ``max_distance`` clips relative offsets (``None``: the
+  longest there is); ``sincos2d_layout`` chooses the ``sincos2d`` table (``SINCOS2D_LAYOUTS``).
+  """
+
+  dim: int
+  length: int
+  num_heads: int = 1
+  grid: tuple[int, int] | None = None
+  num_prefix_tokens: int = 0
+  max_distance: int | None = None
+  sincos2d_layout: str = 'rows_cols'
+  param_dtype: Any = jnp.float32
+
+
+#: every kind by name, in the order the classes are defined
+KINDS: dict[str, type['PositionKind']] = {}
+
+
+class PositionKind(nnx.Module):
+  """One kind of positional encoding, built with ``(tokens: Tokens, *, rngs)``.
+
+  A subclass names itself (``name``), which registers it in ``KINDS``, and says how it acts: an
+  additive table (``adds_table``; called with no arguments it returns the ``[positions, dim]``
+  table), a bias on every layer's attention logits (``biases_attention``; called with
+  ``(q_len, k_len, q_offset)`` it returns ``[1, heads, q_len, k_len]``), a rotation of queries and
+  keys (``rotary``), or none of these. ``learned``: its table has trained parameters;
+  ``needs_grid``: it exists for patch grids only.
+  """
+
+  name: ClassVar[str]
+  adds_table: ClassVar[bool] = False
+  biases_attention: ClassVar[bool] = False
+  rotary: ClassVar[Rotary | None] = None
+  learned: ClassVar[bool] = False
+  needs_grid: ClassVar[bool] = False
+
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    KINDS[cls.name] = cls
+
+  def __call__(self) -> jax.Array:
+    """A table kind's table (its ``table`` unless it says otherwise)."""
+    return self.table[...]
+
+
+class NoPositions(PositionKind):
+  name = 'none'
+
+
+class Learn1D(PositionKind):
+  name = 'learn1d'
+  adds_table = learned = True
+
+  def __init__(self, tokens: Tokens, *, rngs: nnx.Rngs):
+    self.table = nnx.Param(_TABLE_INIT(rngs.params(), (tokens.length, tokens.dim), tokens.param_dtype))
+
+
+class Learn2D(PositionKind):
+  name = 'learn2d'
+  adds_table = learned = needs_grid = True
+
+  def __init__(self, tokens: Tokens, *, rngs: nnx.Rngs):
+    if tokens.dim % 2:
+      raise ValueError(f'learn2d needs an even width, got {tokens.dim}.')
+    (height, width), half = tokens.grid, tokens.dim // 2
+    self.row_table = nnx.Param(_TABLE_INIT(rngs.params(), (height, half), tokens.param_dtype))
+    self.column_table = nnx.Param(_TABLE_INIT(rngs.params(), (width, half), tokens.param_dtype))
+
+  def __call__(self) -> jax.Array:
+    rows, columns = self.row_table[...], self.column_table[...]
+    height, width = rows.shape[0], columns.shape[0]
+    return jnp.concatenate([jnp.repeat(rows, width, axis=0), jnp.tile(columns, (height, 1))], axis=1)
+
+
+class Sincos1D(PositionKind):
+  name = 'sincos1d'
+  adds_table = True
+
+  def __init__(self, tokens: Tokens, *, rngs: nnx.Rngs):
+    del rngs
+    self.table = nnx.Variable(jnp.asarray(sincos_1d_table(tokens.length, tokens.dim)))
+
+
+class Sincos2D(PositionKind):
+  name = 'sincos2d'
+  adds_table = needs_grid = True
+
+  def __init__(self, tokens: Tokens, *, rngs: nnx.Rngs):
+    del rngs
+    if tokens.sincos2d_layout not in SINCOS2D_TABLES:
+      raise ValueError(
+        f'Unknown sincos2d_layout {tokens.sincos2d_layout!r}; allowed values: {", ".join(SINCOS2D_LAYOUTS)}.'
+      )
+    make_table = SINCOS2D_TABLES[tokens.sincos2d_layout]
+    self.table = nnx.Variable(jnp.asarray(make_table(*tokens.grid, tokens.dim)))
+
+
+class RelativePositionBias(PositionKind):
   """A learned bias per head and per 1-D offset ``key - query``, clipped to ``+-max_distance``."""
 
-  def __init__(self, num_heads: int, max_distance: int, *, param_dtype=jnp.float32, rngs: nnx.Rngs):
-    self.max_distance = max_distance
-    self.table = nnx.Param(_TABLE_INIT(rngs.params(), (2 * max_distance + 1, num_heads), param_dtype))
+  name = 'relative'
+  biases_attention = learned = True
+
+  def __init__(self, tokens: Tokens, *, rngs: nnx.Rngs):
+    self.max_distance = tokens.max_distance or (tokens.num_prefix_tokens + tokens.length - 1)
+    shape = (2 * self.max_distance + 1, tokens.num_heads)
+    self.table = nnx.Param(_TABLE_INIT(rngs.params(), shape, tokens.param_dtype))
 
   def __call__(self, q_len: int, k_len: int, q_offset: int | jax.Array = 0) -> jax.Array:
     """``[1, heads, q_len, k_len]`` for queries at ``q_offset + i`` and keys at ``j``."""
@@ -152,24 +235,18 @@ class RelativePositionBias(nnx.Module):
     return jnp.transpose(self.table[...][index], (2, 0, 1))[None]
 
 
-class RelativePositionBias2D(nnx.Module):
+class RelativePositionBias2D(PositionKind):
   """A learned bias per head and per 2-D offset ``(dy, dx)`` between the patches of a grid."""
 
-  def __init__(
-    self,
-    num_heads: int,
-    grid: tuple[int, int],
-    num_prefix_tokens: int = 0,
-    *,
-    param_dtype=jnp.float32,
-    rngs: nnx.Rngs,
-  ):
-    self.grid = tuple(grid)
-    self.num_prefix_tokens = num_prefix_tokens
+  name = 'relative2d'
+  biases_attention = learned = needs_grid = True
+
+  def __init__(self, tokens: Tokens, *, rngs: nnx.Rngs):
+    self.grid = tuple(tokens.grid)
+    self.num_prefix_tokens = tokens.num_prefix_tokens
     height, width = self.grid
-    self.table = nnx.Param(
-      _TABLE_INIT(rngs.params(), ((2 * height - 1) * (2 * width - 1), num_heads), param_dtype)
-    )
+    shape = ((2 * height - 1) * (2 * width - 1), tokens.num_heads)
+    self.table = nnx.Param(_TABLE_INIT(rngs.params(), shape, tokens.param_dtype))
 
   def __call__(self, q_len: int, k_len: int, q_offset: int | jax.Array = 0) -> jax.Array:
     height, width = self.grid
@@ -185,55 +262,59 @@ class RelativePositionBias2D(nnx.Module):
     return jnp.transpose(bias, (2, 0, 1))[None]
 
 
-class AdditiveTable(nnx.Module):
-  """One additive table ``[positions, dim]``: learned (1-D or row+column) or fixed sinusoids."""
+class Rope(PositionKind):
+  name = 'rope'
+  rotary = Rotary()
 
-  def __init__(
-    self,
-    kind: str,
-    dim: int,
-    *,
-    length: int,
-    grid: tuple[int, int] | None,
-    sincos2d_layout: str = 'rows_cols',
-    param_dtype=jnp.float32,
-    rngs: nnx.Rngs,
-  ):
-    check_sincos2d_layout(sincos2d_layout)
-    self.kind = kind
-    if kind == 'learn1d':
-      self.table = nnx.Param(_TABLE_INIT(rngs.params(), (length, dim), param_dtype))
-    elif kind == 'learn2d':
-      if dim % 2:
-        raise ValueError(f'learn2d needs an even width, got {dim}.')
-      height, width = grid
-      self.row_table = nnx.Param(_TABLE_INIT(rngs.params(), (height, dim // 2), param_dtype))
-      self.column_table = nnx.Param(_TABLE_INIT(rngs.params(), (width, dim // 2), param_dtype))
-    elif kind == 'sincos1d':
-      self.table = nnx.Variable(jnp.asarray(sincos_1d_table(length, dim)))
-    elif kind == 'sincos2d':
-      make_table = sincos_2d_table if sincos2d_layout == 'rows_cols' else big_vision_sincos_2d
-      self.table = nnx.Variable(jnp.asarray(make_table(*grid, dim)))
-    else:
-      raise ValueError(f'{kind!r} is not an additive positional encoding.')
 
-  def __call__(self) -> jax.Array:
-    if self.kind == 'learn2d':
-      rows, columns = self.row_table[...], self.column_table[...]
-      height, width = rows.shape[0], columns.shape[0]
-      return jnp.concatenate([jnp.repeat(rows, width, axis=0), jnp.tile(columns, (height, 1))], axis=1)
-    return self.table[...]
+def kinds(**wanted: bool) -> tuple[str, ...]:
+  """The names of the kinds whose properties have the ``wanted`` values (``kinds(adds_table=True)``)."""
+  return tuple(
+    name for name, kind in KINDS.items() if all(getattr(kind, key) == value for key, value in wanted.items())
+  )
+
+
+POSEMB_KINDS = tuple(KINDS)
+ADDITIVE_KINDS = kinds(adds_table=True)
+GRID_ONLY_KINDS = kinds(needs_grid=True)
+
+
+class NoSuchCombination(ValueError):
+  """Options that each exist but not together (the N/A cells of ViT Table 8)."""
+
+
+def check_posemb(kind: str, injection: str = 'stem', grid: tuple[int, int] | None = None) -> None:
+  """Raises ``ValueError`` for an unknown kind or injection, ``NoSuchCombination`` for a combination
+  that does not exist."""
+  if kind not in KINDS:
+    raise ValueError(f'Unknown positional encoding {kind!r}; allowed values: {", ".join(KINDS)}.')
+  if injection not in INJECTIONS:
+    raise ValueError(
+      f'Unknown positional-encoding injection {injection!r}; allowed values: {", ".join(INJECTIONS)}.'
+    )
+  if not combination_exists(kind, injection):
+    raise NoSuchCombination(
+      f'Positional encoding {kind!r} has no {injection!r} injection: it is not added to the tokens '
+      "(use injection 'stem', its default placement)."
+    )
+  if KINDS[kind].needs_grid and grid is None:
+    raise ValueError(f'Positional encoding {kind!r} needs a 2-D patch grid, but the input is a 1-D sequence.')
+
+
+def combination_exists(kind: str, injection: str) -> bool:
+  """Whether ``(kind, injection)`` is a real configuration (Table 8 writes N/A otherwise)."""
+  return injection == 'stem' or KINDS[kind].adds_table
 
 
 class PositionalEncoding(nnx.Module):
   """Everything one Transformer stack needs to know about positions.
 
-  ``before_layer(x, layer)`` adds the additive table where the injection says;
-  ``attention_bias(layer, ...)`` returns the relative bias for that layer's
-  attention, or ``None``; ``rotary`` is the ``Rotary`` that the stack hands its
-  attention layers (``None`` unless the kind is ``rope``).
-  Give ``grid`` for patch grids (row-major tokens after the prefix tokens) and
-  ``max_length`` for 1-D sequences; ``sincos2d_layout`` chooses the ``sincos2d`` table.
+  ``table_before(layer)`` is the additive table the injection adds before ``layer`` (or ``None``)
+  and ``add_table`` adds it to the tokens; ``attention_bias(layer, ...)`` returns the relative bias
+  for that layer's attention, or ``None``; ``rotary`` is the ``Rotary`` that the stack hands its
+  attention layers (``None`` unless the kind rotates). Give ``grid`` for patch grids (row-major
+  tokens after the prefix tokens) and ``max_length`` for 1-D sequences; ``sincos2d_layout``
+  chooses the ``sincos2d`` table.
   """
 
   def __init__(
@@ -253,67 +334,46 @@ class PositionalEncoding(nnx.Module):
     rngs: nnx.Rngs,
   ):
     check_posemb(kind, injection, grid)
-    check_sincos2d_layout(sincos2d_layout)
     if grid is None and max_length is None:
       raise ValueError('PositionalEncoding needs max_length (1-D sequences) or grid (patch grids).')
     self.kind = kind
     self.injection = injection
     self.num_prefix_tokens = num_prefix_tokens
-    length = grid[0] * grid[1] if grid is not None else max_length
-    if kind in ADDITIVE_KINDS:
-      num_tables = num_layers if injection == 'every_layer' else 1
-      self.tables = nnx.List(
-        [
-          AdditiveTable(
-            kind,
-            dim,
-            length=length,
-            grid=grid,
-            sincos2d_layout=sincos2d_layout,
-            param_dtype=param_dtype,
-            rngs=rngs,
-          )
-          for _ in range(num_tables)
-        ]
-      )
-    elif kind == 'relative':
-      max_distance = max_distance or (num_prefix_tokens + length - 1)
-      self.biases = nnx.List(
-        [
-          RelativePositionBias(num_heads, max_distance, param_dtype=param_dtype, rngs=rngs)
-          for _ in range(num_layers)
-        ]
-      )
-    elif kind == 'relative2d':
-      self.biases = nnx.List(
-        [
-          RelativePositionBias2D(num_heads, grid, num_prefix_tokens, param_dtype=param_dtype, rngs=rngs)
-          for _ in range(num_layers)
-        ]
-      )
+    tokens = Tokens(
+      dim=dim,
+      length=grid[0] * grid[1] if grid is not None else max_length,
+      num_heads=num_heads,
+      grid=grid,
+      num_prefix_tokens=num_prefix_tokens,
+      max_distance=max_distance,
+      sincos2d_layout=sincos2d_layout,
+      param_dtype=param_dtype,
+    )
+    make = KINDS[kind]
+    num_tables = (num_layers if injection == 'every_layer' else 1) if make.adds_table else 0
+    num_biases = num_layers if make.biases_attention else 0
+    self.tables = nnx.List([make(tokens, rngs=rngs) for _ in range(num_tables)]) if num_tables else None
+    self.biases = nnx.List([make(tokens, rngs=rngs) for _ in range(num_biases)]) if num_biases else None
+    self.rotary = make.rotary
 
-  @property
-  def rotary(self) -> Rotary | None:
-    return Rotary() if self.kind == 'rope' else None
+  def table_before(self, layer: int) -> jax.Array | None:
+    """The table the injection adds before ``layer`` (the stem's is layer 0's), or ``None``."""
+    if self.tables is None or (self.injection == 'stem' and layer != 0):
+      return None
+    return self.tables[layer if self.injection == 'every_layer' else 0]()
 
-  def before_layer(self, x: jax.Array, layer: int, positions: jax.Array | None = None) -> jax.Array:
-    """Adds the encoding before ``layer`` if the injection says so.
+  def add_table(self, x: jax.Array, table: jax.Array | None, positions: jax.Array | None = None) -> jax.Array:
+    """``x`` plus ``table`` (from ``table_before``) on its tokens after the prefix tokens.
 
-    ``positions`` (``[length]`` or ``[batch, length]``) selects table rows for 1-D
-    sequences decoded piece by piece; by default the tokens are at ``0 .. length-1``.
+    ``positions`` (``[length]`` or ``[batch, length]``) selects table rows for 1-D sequences
+    decoded piece by piece or packed; by default the tokens are at ``0 .. length-1``.
     """
-    if self.kind not in ADDITIVE_KINDS:
+    if table is None:
       return x
-    if self.injection == 'stem' and layer != 0:
-      return x
-    table = self.tables[layer if self.injection == 'every_layer' else 0]()
     prefix, tokens = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
     if positions is None:
-      if tokens.shape[1] != table.shape[0] and self.kind in ('learn2d', 'sincos2d'):
-        raise ValueError(
-          f'{self.kind} table has {table.shape[0]} positions, input has {tokens.shape[1]} tokens.'
-        )
-      if tokens.shape[1] > table.shape[0]:
+      too_long = tokens.shape[1] > table.shape[0]
+      if too_long or (tokens.shape[1] != table.shape[0] and KINDS[self.kind].needs_grid):
         raise ValueError(
           f'{self.kind} table has {table.shape[0]} positions, input has {tokens.shape[1]} tokens.'
         )
@@ -324,27 +384,10 @@ class PositionalEncoding(nnx.Module):
         encoding = encoding[None]
     return jnp.concatenate([prefix, tokens + encoding.astype(x.dtype)], axis=1)
 
-  def layer_table(self, layer: int) -> jax.Array | None:
-    """The table added before ``layer`` (> 0; the stem adds layer 0's), or ``None``."""
-    if self.kind not in ADDITIVE_KINDS or self.injection == 'stem' or layer == 0:
-      return None
-    return self.tables[layer if self.injection == 'every_layer' else 0]()
-
-  def add_table(self, x: jax.Array, table: jax.Array | None, positions: jax.Array | None = None) -> jax.Array:
-    """``x`` plus ``table`` (from ``layer_table``) on its tokens after the prefix tokens, at
-    ``positions`` (as in ``before_layer``) or ``0 .. length-1``."""
-    if table is None:
-      return x
-    prefix, tokens = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
-    encoding = table[None, : tokens.shape[1]] if positions is None else table[jnp.asarray(positions)]
-    if encoding.ndim == 2:
-      encoding = encoding[None]
-    return jnp.concatenate([prefix, tokens + encoding.astype(x.dtype)], axis=1)
-
   def attention_bias(
     self, layer: int, q_len: int, k_len: int, q_offset: int | jax.Array = 0
   ) -> jax.Array | None:
     """``[1, heads, q_len, k_len]`` relative bias for ``layer``, or ``None``."""
-    if self.kind not in ('relative', 'relative2d'):
+    if self.biases is None:
       return None
     return self.biases[layer](q_len, k_len, q_offset)

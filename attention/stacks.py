@@ -1,5 +1,8 @@
 """The encoder and decoder stacks: blocks behind a positional encoding, with a final LayerNorm.
 
+A stack is built from one ``StackOptions`` (its sizes, the ``BlockOptions`` every block shares, the
+positional encoding, stochastic depth, the norms, scanning and remat) and from where its tokens lie
+(a patch ``grid`` or a ``max_length``, and the number of prefix tokens).
 Both stacks begin with the same stem: the positional encoding is added to the tokens
 and dropout is applied to the sum (as in Vaswani et al., the ViT and big_vision), so the
 positional part is dropped too. ``posemb`` and ``posemb_injection`` are the option strings
@@ -7,14 +10,15 @@ of ``attention.positional``; the stack builds one ``PositionalEncoding``, adds i
 and relative biases layer by layer and hands its ``rotary`` (RoPE) down to the attention
 layers. With ``norm_placement='post'`` every block already ends in a LayerNorm, so the
 stack adds no final one. Stochastic depth grows linearly from 0 at the first block to
-``drop_path_rate`` at the last. Every block is built with one ``attention.blocks.BlockOptions``
-(``block``: score, dropouts, activation, norm placement, epsilon, dtypes); only the drop-path rate,
-the rotary encoding and the decoder's ``encoder_features`` are each layer's own. The encoder may
+``drop_path_rate`` at the last. Only the drop-path rate, the rotary encoding and the decoder's
+``encoder_features`` are each layer's own. The encoder may
 normalise the tokens once more after the stem (``input_norm``: CLIP's ``ln_pre``) and leave out its
 final LayerNorm (``final_norm=False``: a model that normalises after pooling instead). ``scan_layers`` and ``remat`` choose how the blocks are kept
 and run (``attention.layers``): a list run layer by layer, or one stacked block scanned over
 depth, each block optionally rematerialised; the numbers are the same.
 """
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -26,33 +30,77 @@ from attention.masks import Mask, combine_masks
 from attention.positional import PositionalEncoding
 
 
+@dataclasses.dataclass(frozen=True)
+class StackOptions:
+  """What a stack is built with, besides where its tokens lie. ``input_norm`` and ``final_norm`` are
+  the encoder's (the decoder ends in a LayerNorm when its blocks are pre-norm)."""
+
+  features: int
+  depth: int
+  num_heads: int
+  mlp_features: int
+  block: BlockOptions = BlockOptions()
+  posemb: str = 'sincos1d'
+  posemb_injection: str = 'stem'
+  sincos2d_layout: str = 'rows_cols'
+  drop_path_rate: float = 0.0
+  input_norm: bool = False
+  final_norm: bool = True
+  scan_layers: bool = False
+  remat: str = 'none'
+
+  @classmethod
+  def of(cls, options, **fields) -> 'StackOptions':
+    """The stack options a model's options hold: each field of ``options`` named as one of these,
+    with ``fields`` (what a model names otherwise, or decides) over them."""
+    named = {f.name: getattr(options, f.name) for f in dataclasses.fields(cls) if hasattr(options, f.name)}
+    return cls(**{**named, **fields})
+
+
 class _Stack(nnx.Module):
-  """What both stacks share: the positional encoding, the stem and the final LayerNorm."""
+  """What both stacks share: the positional encoding, the stem, the blocks and the final LayerNorm."""
 
-  def _build_common(self, features, depth, num_heads, block: BlockOptions, rngs, **positional):
-    """``positional``: the ``PositionalEncoding``'s kind, injection and where the tokens lie."""
+  def _build_common(self, options: StackOptions, block_class, rngs, *, block_args: dict, **tokens):
+    """The blocks are ``block_class``'s, each also given ``block_args``; ``tokens``: where the tokens
+    lie (``max_length``, ``grid``, ``num_prefix_tokens``)."""
     self.positional = PositionalEncoding(
-      dim=features,
-      num_heads=num_heads,
-      num_layers=depth,
-      param_dtype=block.param_dtype,
+      options.posemb,
+      options.posemb_injection,
+      dim=options.features,
+      num_heads=options.num_heads,
+      num_layers=options.depth,
+      sincos2d_layout=options.sincos2d_layout,
+      param_dtype=options.block.param_dtype,
       rngs=rngs,
-      **positional,
+      **tokens,
     )
-    self.dropout = nnx.Dropout(block.dropout)
-    self.final_norm = block.norm_placement == 'pre'
-    self.depth = depth
+    self.dropout = nnx.Dropout(options.block.dropout)
+    self.depth = options.depth
+    self.scan_layers, self.remat = options.scan_layers, check_remat(options.remat)
+    rate = options.drop_path_rate
+    self.drop_path_rates = tuple(rate * i / max(self.depth - 1, 1) for i in range(self.depth))
 
-  def _keep_blocks(self, make_block, drop_path_rate, scan_layers, remat):
-    """Builds the blocks (``make_block(rate)``) as a list, or stacked for scanning."""
-    self.scan_layers, self.remat = scan_layers, check_remat(remat)
-    self.drop_path_rates = tuple(drop_path_rate * i / max(self.depth - 1, 1) for i in range(self.depth))
-    self.blocks = keep_blocks(make_block, self.drop_path_rates, scan_layers)
+    def make_block(rate):
+      return block_class(
+        options.features,
+        options.num_heads,
+        options.mlp_features,
+        options.block,
+        drop_path_rate=rate,
+        rotary=self.positional.rotary,
+        rngs=rngs,
+        **block_args,
+      )
+
+    self.blocks = keep_blocks(make_block, self.drop_path_rates, self.scan_layers)
 
   def _per_layer(self, q_len, k_len, *, deterministic, rngs):
     """Each layer's inputs: position table, attention bias and, scanned, drop-path rate and dropout key."""
-    per_layer = [
-      dict(table=self.positional.layer_table(layer), bias=self.positional.attention_bias(layer, q_len, k_len))
+    per_layer = [  # the stem adds layer 0's table
+      dict(
+        table=self.positional.table_before(layer) if layer else None,
+        bias=self.positional.attention_bias(layer, q_len, k_len),
+      )
       for layer in range(self.depth)
     ]
     return layer_inputs(
@@ -69,70 +117,40 @@ class _Stack(nnx.Module):
 
   def _stem(self, x, *, positions, deterministic, rngs):
     """The first layer's positional encoding, then dropout on the sum."""
-    x = self.positional.before_layer(x, 0, positions=positions)
+    x = self.positional.add_table(x, self.positional.table_before(0), positions)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
   def _finish(self, x):
-    return self.norm(x) if self.final_norm else x
+    return x if self.norm is None else self.norm(x)
 
 
 class Encoder(_Stack):
-  """A stack of encoder blocks, each built with ``block``. Give ``grid`` for patch grids,
-  ``max_length`` for sequences."""
+  """A stack of encoder blocks as ``options`` say. Give ``grid`` for patch grids, ``max_length`` for
+  sequences."""
 
   def __init__(
     self,
+    options: StackOptions,
     *,
-    features: int,
-    depth: int,
-    num_heads: int,
-    mlp_features: int,
-    block: BlockOptions = BlockOptions(),
-    posemb: str = 'sincos1d',
-    posemb_injection: str = 'stem',
     max_length: int | None = None,
     grid: tuple[int, int] | None = None,
     num_prefix_tokens: int = 0,
-    sincos2d_layout: str = 'rows_cols',
-    drop_path_rate: float = 0.0,
-    input_norm: bool = False,
-    final_norm: bool = True,
-    scan_layers: bool = False,
-    remat: str = 'none',
     rngs: nnx.Rngs,
   ):
+    block = options.block
     self._build_common(
-      features,
-      depth,
-      num_heads,
-      block,
+      options,
+      EncoderBlock,
       rngs,
-      kind=posemb,
-      injection=posemb_injection,
+      block_args={},
       max_length=max_length,
       grid=grid,
       num_prefix_tokens=num_prefix_tokens,
-      sincos2d_layout=sincos2d_layout,
     )
-    self._keep_blocks(
-      lambda rate: EncoderBlock(
-        features,
-        num_heads,
-        mlp_features,
-        block,
-        drop_path_rate=rate,
-        rotary=self.positional.rotary,
-        rngs=rngs,
-      ),
-      drop_path_rate,
-      scan_layers,
-      remat,
-    )
-    self.final_norm = self.final_norm and final_norm
-    if self.final_norm:
-      self.norm = layer_norm(features, block, rngs=rngs)
-    if input_norm:
-      self.norm_pre = layer_norm(features, block, rngs=rngs)
+    self.final_norm = options.final_norm and block.norm_placement == 'pre'
+    self.norm = layer_norm(options.features, block, rngs=rngs) if self.final_norm else None
+    if options.input_norm:
+      self.norm_pre = layer_norm(options.features, block, rngs=rngs)
 
   def __call__(
     self,
@@ -173,46 +191,22 @@ class Encoder(_Stack):
 
 
 class Decoder(_Stack):
-  """A stack of causal decoder blocks, each built with ``block``, attending to an encoder output of
-  ``encoder_features`` (default: ``features``); 1-D sequences only."""
+  """A stack of causal decoder blocks as ``options`` say, attending to an encoder output of
+  ``encoder_features`` (default: ``options.features``); 1-D sequences only."""
 
   def __init__(
     self,
+    options: StackOptions,
     *,
-    features: int,
-    depth: int,
-    num_heads: int,
-    mlp_features: int,
     max_length: int,
-    block: BlockOptions = BlockOptions(),
-    posemb: str = 'sincos1d',
-    posemb_injection: str = 'stem',
     encoder_features: int | None = None,
-    drop_path_rate: float = 0.0,
-    scan_layers: bool = False,
-    remat: str = 'none',
     rngs: nnx.Rngs,
   ):
+    block = options.block
     self._build_common(
-      features, depth, num_heads, block, rngs, kind=posemb, injection=posemb_injection, max_length=max_length
+      options, DecoderBlock, rngs, block_args=dict(encoder_features=encoder_features), max_length=max_length
     )
-    self._keep_blocks(
-      lambda rate: DecoderBlock(
-        features,
-        num_heads,
-        mlp_features,
-        block,
-        drop_path_rate=rate,
-        rotary=self.positional.rotary,
-        encoder_features=encoder_features,
-        rngs=rngs,
-      ),
-      drop_path_rate,
-      scan_layers,
-      remat,
-    )
-    if self.final_norm:
-      self.norm = layer_norm(features, block, rngs=rngs)
+    self.norm = layer_norm(options.features, block, rngs=rngs) if block.norm_placement == 'pre' else None
 
   def __call__(
     self,
@@ -271,7 +265,7 @@ class Decoder(_Stack):
     new_cache = []
     for layer in range(self.depth):
       block = layer_of(self.blocks, layer)
-      x = self.positional.before_layer(x, layer, positions=positions)
+      x = self.positional.add_table(x, self.positional.table_before(layer), positions)
       bias = self.positional.attention_bias(layer, x.shape[1], max_length, q_offset=index)
       x, layer_cache = block.decode_step(x, cache[layer], cross_mask=cross_mask, self_bias=bias)
       new_cache.append(layer_cache)

@@ -1,4 +1,5 @@
-"""The results tables of docs/results.md and the README, made from the records: ``python -m benchmarks.results_tables``.
+"""The results tables of docs/results.md, docs/results/*.md, docs/ablations.md and the README, made from the
+records: ``python -m benchmarks.results_tables``.
 
   python -m benchmarks.results_tables          # says which tables differ from the records (exit 1 if any)
   python -m benchmarks.results_tables --write  # rewrites them
@@ -13,7 +14,10 @@ the numbers whose names match a pattern with ``*``, such as an ablation's seeds:
 ``runs.decay=0.0,seed=*.metrics.accuracy``; ``{metric|gib:format}`` and ``{metric|millions:format}``
 for a number in GiB of its bytes, or in millions), or, for the columns every record can fill, made from
 its fields: ``what``, ``command``, ``time`` (wall and CPU seconds, load), ``machine`` and ``recorded
-at`` (commit and date; "transcribed" where the record was copied from the page of before records).
+at`` (commit and date; "transcribed" where the record was copied from the page of before records), and,
+for the short lines of the headline page, ``config`` (the ``--config`` file of its command), ``wall time``
+(the wall-clock time alone) and ``machine kind`` (the machine in a word: CPU-A, CPU-B, a GPU's name; the
+names docs/glossary.md defines).
 
 One command may measure several rows (a chain such as benchmarks/mnist_to_digits.py): its record's
 ``parts`` maps a part's name to that row's own ``what`` and ``cells``, and a table names the row
@@ -85,88 +89,80 @@ TPU_COMPILE_ROWS = (
   + ('transformer_big_v5p', 'vit_g14_v4_scanned_remat_full', 'tiny_vit_v5e_scanned', 'tiny_vit_v5e_unrolled')
   + ('vit_g14_v5e_fsdp_remat_full', 'vit_g14_v5e_fsdp_heads13', 'tiny_vit_v5e_fsdp_one_layer')
 )
+HEADLINE_RUNS = ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'vit_mnist') + (
+  'transformer_scan',
+  'transformer_multi30k',
+  'transformer_multi30k_long/end',
+  'rnn_scan',
+  'rnn_multi30k',
+  'video_digits',
+)
+SHORT = ('config', 'result', 'wall time', 'machine kind')  # the headline page's columns: short lines
 TABLES = {
   'readme': Table(
     'README.md',
-    ('model and data', 'result', 'time', 'machine', 'more'),
+    ('model and data', 'result', 'time', 'machine kind', 'more'),
     ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'transformer_scan')
     + ('transformer_multi30k_long/end', 'rnn_scan', 'rnn_multi30k', 'video_digits'),
   ),
-  'headline': Table(
+  'headline': Table('docs/results.md', SHORT, HEADLINE_RUNS),
+  'headline-gpu': Table(
     'docs/results.md',
+    ('model', 'throughput', 'MFU', 'machine kind'),
+    ('h100_vit_b16_bf16', 'h200_vit_b16_bf16', 'h100_transformer_base_bf16')
+    + ('h200_transformer_base_bf16_len1024', 'h200_transformer_base_bf16_len1024_explicit'),
+  ),
+  'headline-cpu': Table(
+    'docs/results.md',
+    ('setting', 'median', 'of the defaults'),
+    tuple(f'cpu_settings_avx512/{name}' for name in CPU_SETTINGS),
+  ),
+  'vit-runs': Table(
+    'docs/results/vit.md',
     STANDARD,
-    (
-      'vit_digits',
-      'vit_digits_avx512',
-      'vit_digits_eigen_avx512',
-      'vit_digits_b2ea671',
-      'vit_digits_seed1',
-      'vit_digits_seed2',
-      'vit_digits_0.2_cpu_a',
-      'vit_digits_0.2_cpu_b',
-    )
-    + (
-      'vit_digits_old_decay',
-      'vit_digits_old_decay_1d94d24',
-      'mnist_to_digits/finetune',
-      'mnist_to_digits/scratch',
-      'vit_digits_finetune_0.2',
-      'vit_digits_scratch_0.2',
-    )
-    + (
-      'vit_mnist',
-      'vit_mnist_0.2',
-      'transformer_scan',
-      'transformer_scan_550de58',
-      'transformer_scan_b2ea671',
-      'transformer_scan_c77cbdf',
-    )
-    + ('transformer_scan_0.2_cpu_a',)
-    + (
-      'transformer_scan_0.2_cpu_b',
-      'transformer_multi30k',
-      'transformer_multi30k_0.2',
-      'transformer_multi30k_0.1',
-    )
-    + (
-      'transformer_multi30k_long/end',
-      'transformer_multi30k_long_0.2',
-      'rnn_scan',
-      'rnn_scan_0.2',
-      'rnn_multi30k',
-      'rnn_multi30k_0.2',
-      'video_digits',
-      'video_digits_b2ea671',
-      'video_digits_d3fc74a',
-    )
-    + (
-      'video_digits_0.2',
-      'video_digits_0.2_shared',
-      'decode_speed_beam',
-      'decode_speed_greedy',
-      'decode_speed_beam_0.2',
-      'decode_speed_greedy_0.2',
-    ),
+    ('vit_digits', 'vit_digits_avx512', 'vit_digits_eigen_avx512', 'vit_digits_seed1', 'vit_digits_seed2')
+    + ('mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'vit_mnist'),
+  ),
+  'translation-runs': Table(
+    'docs/results/translation.md',
+    STANDARD,
+    ('transformer_scan', 'transformer_scan_550de58', 'transformer_multi30k', 'transformer_multi30k_long/end')
+    + ('rnn_scan', 'rnn_multi30k'),
+  ),
+  'decode-speed': Table(
+    'docs/results/translation.md', STANDARD, ('decode_speed_beam', 'decode_speed_greedy')
+  ),
+  'video-runs': Table('docs/results/video.md', STANDARD, ('video_digits',)),
+  'history-runs': Table(
+    'docs/results/history.md',
+    STANDARD,
+    ('vit_digits_b2ea671', 'vit_digits_0.2_cpu_a', 'vit_digits_0.2_cpu_b', 'vit_digits_old_decay')
+    + ('vit_digits_old_decay_1d94d24', 'vit_digits_finetune_0.2', 'vit_digits_scratch_0.2', 'vit_mnist_0.2')
+    + ('transformer_scan_b2ea671', 'transformer_scan_c77cbdf', 'transformer_scan_0.2_cpu_a')
+    + ('transformer_scan_0.2_cpu_b', 'transformer_multi30k_0.2', 'transformer_multi30k_0.1')
+    + ('transformer_multi30k_long_0.2', 'rnn_scan_0.2', 'rnn_multi30k_0.2', 'video_digits_b2ea671')
+    + ('video_digits_d3fc74a', 'video_digits_0.2', 'video_digits_0.2_shared', 'decode_speed_beam_0.2')
+    + ('decode_speed_greedy_0.2',),
   ),
   'predict-startup': Table(
-    'docs/results.md',
+    'docs/results/speed.md',
     ('what', 'first answer', 'end of the process', 'CPU seconds', 'machine', 'recorded at'),
     ('predict_latency', 'predict_latency_cd5290c', 'predict_latency_3343a56'),
   ),
   'predict-phases': Table(
-    'docs/results.md',
+    'docs/results/speed.md',
     ('what', 'import JAX', 'import Flax', 'import the trainer', 'load the workdir', 'first answer')
     + ('to the first answer', 'second answer', 'the whole process', 'CPU seconds', 'machine', 'recorded at'),
     ('predict_phases', 'predict_phases_collect_garbage'),
   ),
   'cpu-settings': Table(
-    'docs/results.md',
+    'docs/results/speed.md',
     ('setting', 'the run', 'images/s in rounds 1, 2, 3', 'median', 'of the defaults'),
     tuple(f'cpu_settings_avx512/{name}' for name in CPU_SETTINGS),
   ),
-  'cpu-step': Table('docs/results.md', STANDARD, ('vit_throughput_profile', 'vit_throughput_scratch')),
+  'cpu-step': Table('docs/results/speed.md', STANDARD, ('vit_throughput_profile', 'vit_throughput_scratch')),
   'throughput': Table(
-    'docs/results.md',
+    'docs/results/speed.md',
     ('what', 'command', 'images/s', 'machine', 'recorded at'),
     ('vit_timm_rounds/ours', 'vit_timm_rounds/timm')
     + ('vit_throughput', 'timm_vit_throughput', 'vit_throughput_defaults', 'vit_throughput_accum4')
@@ -176,20 +172,20 @@ TABLES = {
     + ('timm_vit_throughput_0.2',),
   ),
   'tpu-compile': Table(
-    'docs/results.md',
+    'docs/results/compile.md',
     ('#', 'model', 'slice', 'batch', 'mesh', 'layers, remat', 'parameters', 'params + optimizer per chip')
     + ('XLA per chip: arguments, temporaries, total of HBM', 'fits', 'FLOPs per step (XLA)')
     + ('collectives per step', 'compile', 'machine', 'recorded at'),
     tuple(f'compile_{name}' for name in TPU_COMPILE_ROWS),
   ),
   'gpu': Table(
-    'docs/results.md',
+    'docs/results/speed.md',
     ('what', 'command', 'throughput', 'ms/step', 'cuDNN attention calls', 'time', 'machine', 'recorded at'),
     ('vit_b16_gpu_bf16_explicit', 'vit_b16_gpu_bf16', 'vit_b16_gpu_f32')
     + ('transformer_base_gpu_bf16', 'transformer_base_gpu_bf16_explicit'),
   ),
   'gpu-2': Table(
-    'docs/results.md',
+    'docs/results/speed.md',
     (
       'what',
       'command',
@@ -207,18 +203,18 @@ TABLES = {
     + ('h200_vit_b16_bf16_batch512', 'h200_vit_b16_bf16_cudnn_layer_norm'),
   ),
   'gpu-flops': Table(
-    'docs/results.md',
+    'docs/results/speed.md',
     ('what', 'FLOPs per step', 'parameters', 'machine', 'recorded at'),
-    ('gpu_model_flops/vit_b16', 'gpu_model_flops/transformer_base'),
+    ('gpu_model_flops/vit_b16', 'gpu_model_flops/transformer_base', 'posemb_cifar10_model_flops'),
   ),
   'input-pipeline': Table(
-    'docs/results.md',
+    'docs/results/speed.md',
     ('what', 'command', 'images/s', 'machine', 'recorded at'),
     ('input_pipeline_folder', 'input_pipeline_grain_per_record', 'input_pipeline_randaugment')
     + ('input_pipeline_records_1_thread', 'input_pipeline_records_2_threads'),
   ),
   'mixed-precision': Table(
-    'docs/results.md',
+    'docs/results/vit.md',
     STANDARD,
     ('vit_digits_bfloat16_seed0', 'vit_digits_bfloat16_seed1', 'vit_digits_bfloat16_seed2')
     + ('vit_digits_dropout', 'transformer_scan_bfloat16')
@@ -226,7 +222,7 @@ TABLES = {
     + ('transformer_scan_bfloat16_0.2', 'vit_digits_dropout_0.2'),
   ),
   'pretrained': Table(
-    'docs/results.md',
+    'docs/results/vit.md',
     STANDARD,
     ('mnist_to_digits', 'mnist_to_digits/pretrain', 'mnist_to_digits/export', 'mnist_to_digits/finetune')
     + ('mnist_to_digits/scratch', 'mnist_to_digits/probe')
@@ -234,7 +230,7 @@ TABLES = {
     + ('vit_digits_scratch_0.2', 'vit_digits_probe', 'vit_digits_probe_0.2'),
   ),
   'fewshot': Table(
-    'docs/results.md',
+    'docs/results/vit.md',
     ('what', '1-shot', '5-shot', '10-shot', '25-shot', 'machine', 'recorded at'),
     (
       'mnist_to_digits/fewshot_digits',
@@ -250,13 +246,13 @@ TABLES = {
     ),
   ),
   'multi30k-long': Table(
-    'docs/results.md',
+    'docs/results/translation.md',
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio', 'perplexity', 'machine', 'recorded at'),
     ('transformer_multi30k_long/end', 'transformer_multi30k_long/average_last_5')
     + ('transformer_multi30k_long_0.2', 'transformer_multi30k_long_avg5_0.2'),
   ),
   'recipes': Table(
-    'docs/results.md',
+    'docs/results/vit.md',
     ('what', 'command', 'without', 'with', 'time', 'machine', 'recorded at'),
     ('recipes_ema', 'recipes_ema_warmup', 'recipes_ema_7db6a83')
     + ('recipes_cutmix', 'recipes_cutmix_90003c6', 'recipes_erasing', 'recipes_repeats', 'recipes_distill'),
@@ -272,21 +268,23 @@ TABLES = {
     ),
   ),
   'recipe-step': Table(
-    'docs/results.md',
+    'docs/results/vit.md',
     ('command', 'the student alone', 'with EMA', 'with its teacher', 'machine', 'recorded at'),
     ('recipe_step',),
   ),
   'packing': Table(
-    'docs/results.md', STANDARD, ('packing_multi30k', 'transformer_multi30k', 'transformer_multi30k_packed')
+    'docs/results/translation.md',
+    STANDARD,
+    ('packing_multi30k', 'transformer_multi30k', 'transformer_multi30k_packed'),
   ),
   'scan-recipe': Table(
-    'docs/results.md',
+    'docs/results/translation.md',
     ('what', 'command', 'held-out exact match, seeds 0, 1, 2', 'test exact match, seeds 0, 1, 2')
     + ('time', 'machine', 'recorded at'),
     ('transformer_scan_steps',),
   ),
   'one-reduction': Table(
-    'docs/results.md',
+    'docs/results/compile.md',
     (
       'mesh',
       'command',
@@ -330,26 +328,28 @@ TABLES = {
     ('model.attention_score', 'val PPL', 'val BLEU', 'val exact match'),
     tuple(f'rnn_scores_multi30k/{score}' for score in RNN_SCORES),
   ),
-  'weights-against-torch': Table('docs/results.md', STANDARD, ('weights_against_torch',)),
+  'weights-against-torch': Table('docs/results/vit.md', STANDARD, ('weights_against_torch',)),
   'video-layouts-digits': Table(
     'docs/ablations.md',
     ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
     tuple(f'video_layouts_digits/{layout}' for layout in VIDEO_LAYOUTS),
   ),
   'linear-probe-step': Table(
-    'docs/results.md',
+    'docs/results/vit.md',
     ('what', 'FLOPs per step (XLA)', 'ms per step', 'against the probe', 'machine', 'recorded at'),
     ('linear_probe_step/frozen', 'linear_probe_step/trained'),
   ),
   'ablation-sweeps': Table(
-    'docs/results.md',
+    'docs/ablations.md',
     ('what', 'time', 'machine', 'recorded at'),
     ('table8_digits', 'transformer_scan_posemb_simple', 'transformer_scan_posemb_length', 'rnn_scores_scan')
     + ('rnn_scores_scan_length', 'rnn_scores_multi30k', 'video_tubelet_time', 'video_layouts_digits')
     + ('video_layouts_one_frame', 'video_temporal_posemb_one_frame'),
   ),
-  'multi30k-rate': Table('docs/results.md', STANDARD, ('multi30k_long_rate_3918e38',)),
-  'remat-before-fix': Table('docs/results.md', STANDARD, ('compile_vit_g14_v5e_fsdp_remat_full_e8646e7',)),
+  'multi30k-rate': Table('docs/results/translation.md', STANDARD, ('multi30k_long_rate_3918e38',)),
+  'remat-before-fix': Table(
+    'docs/results/compile.md', STANDARD, ('compile_vit_g14_v5e_fsdp_remat_full_e8646e7',)
+  ),
   'video-layouts-one-frame': Table(
     'docs/ablations.md',
     ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
@@ -366,7 +366,7 @@ TABLES = {
     ('video_tubelet_time/sincos1d', 'video_tubelet_time/none'),
   ),
   'video-first-recipe': Table(
-    'docs/results.md',
+    'docs/results/video.md',
     ('what', 'command', 'accuracy', 'digit', 'direction', 'time', 'machine', 'recorded at'),
     ('video_divided_sincos_0.2', 'video_divided_learn1d_0.2', 'video_spacetime_learn1d_0.2'),
   ),
@@ -431,6 +431,33 @@ def time_cell(record: dict[str, Any]) -> str:
   return duration(record['wall_seconds']) + (f' ({"; ".join(details)})' if details else '')
 
 
+def machine_kind_cell(machine: dict[str, Any]) -> str:
+  """The machine in a word (docs/glossary.md): its label, its GPU, or the 2-core CPU kind by SIMD level."""
+  if machine.get('label'):
+    return machine['label']
+  if machine.get('accelerator'):
+    return accelerator_names(machine['accelerator'])
+  if not (machine.get('cpu') or '').startswith('AMD EPYC') or machine.get('cores') != 2:
+    return machine_cell(machine)
+  flags = machine.get('flags') or []
+  if any(flag.startswith('avx512') for flag in flags):
+    return 'CPU-A'
+  return 'CPU-B' if 'avx2' in flags else machine_cell(machine)
+
+
+def wall_time_cell(record: dict[str, Any]) -> str:
+  return duration(record['wall_seconds']) if record['wall_seconds'] is not None else 'not stated'
+
+
+def config_cell(record: dict[str, Any]) -> str:
+  """The config file the record's command (or its part's command) trains."""
+  command = (record.get('cells') or {}).get('command') or record['command']
+  match = re.search(r'--config[ =](configs/[\w.]+\.py)', command)
+  if not match:
+    raise TableError(f'record {record["name"]}: its command names no --config configs/NAME.py')
+  return f'`{match.group(1)}`'
+
+
 def recorded_cell(record: dict[str, Any]) -> str:
   commit = f'`{record["commit"][:7]}`' if record['commit'] else 'commit not stated'
   date = (record['date'] or '')[:10]
@@ -453,6 +480,14 @@ def cell(record: dict[str, Any], column: str) -> str:
     text = machine_cell(record['machine'])
   elif column == 'recorded at':
     text = recorded_cell(record)
+  elif column == 'config':
+    text = config_cell(record)
+  elif column == 'wall time':
+    text = (
+      render(cells['time'], record['numbers'], record['name']) if 'time' in cells else wall_time_cell(record)
+    )
+  elif column == 'machine kind':
+    text = machine_kind_cell(record['machine'])
   elif column == 'result':
     text = ', '.join(f'{metric} {value:g}' for metric, value in record['numbers'].items())
   else:

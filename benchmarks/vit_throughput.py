@@ -8,6 +8,8 @@
   python -m benchmarks.vit_throughput --ema_decay 0.9999   # with a moving average of the parameters
   python -m benchmarks.vit_throughput --variant B/16 --image_size 224 --num_classes 1000 \
     --dtype bfloat16 --batch_size 256 --profile_dir /tmp/vit_b16_trace   # an accelerator's numbers
+  python -m benchmarks.vit_throughput --variant B/16 --image_size 224 --num_classes 1000 \
+    --dtype bfloat16 --batch_size 256 --attention_pad_multiple 64   # 197 tokens padded to 256 for cuDNN
 
 The second and third lines compute the same update as the first, up to float rounding: micro-batches
 shrink the scratch memory that XLA:CPU allocates afresh each step (the benchmark prints it; the
@@ -64,6 +66,13 @@ _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps.')
 _SCAN = flags.DEFINE_boolean('scan_layers', False, 'Scan the encoder over depth (model.scan_layers).')
 _REMAT = flags.DEFINE_enum('remat', 'none', list(REMAT_POLICIES), 'Rematerialisation policy (model.remat).')
+_PAD_MULTIPLE = flags.DEFINE_integer(
+  'attention_pad_multiple',
+  0,
+  "Pad the fused attention call's tokens to a multiple of this, padded keys masked "
+  '(model.attention_pad_multiple; 0 = off): cuDNN trains on no odd length such as 197.',
+  lower_bound=0,
+)
 _GRAD_ACCUM = flags.DEFINE_integer(
   'grad_accum_steps', 1, 'Micro-batches per step (the same update, less memory).'
 )
@@ -92,6 +101,7 @@ def main(argv):
     scan_layers=_SCAN.value,
     remat=_REMAT.value,
     attention_kernel=step_flags.ATTENTION_KERNEL.value,
+    attention_pad_multiple=_PAD_MULTIPLE.value,
   )
   config.update(batch_size=_BATCH.value, grad_accum_steps=_GRAD_ACCUM.value)
   config.ema.decay = _EMA_DECAY.value
@@ -130,7 +140,8 @@ def main(argv):
   print(
     f'model: {shape}, {_IMAGE_SIZE.value}x{_IMAGE_SIZE.value}x3, {num_params / 1e6:.2f}M parameters, '
     f'{_DTYPE.value}, batch {_BATCH.value}, scan_layers {_SCAN.value}, remat {_REMAT.value}, '
-    f'ema_decay {_EMA_DECAY.value:g}, attention_kernel {step_flags.ATTENTION_KERNEL.value}'
+    f'ema_decay {_EMA_DECAY.value:g}, attention_kernel {step_flags.ATTENTION_KERNEL.value}, '
+    f'attention_pad_multiple {_PAD_MULTIPLE.value}'
   )
   cost_lines, cost_numbers = cost_report(compiled, flops, seconds, _DTYPE.value, step_flags.PEAK_TFLOPS.value)
   print('\n'.join(cost_lines))

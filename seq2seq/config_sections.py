@@ -6,15 +6,18 @@
 """
 
 import dataclasses
+from typing import Literal
 
+from seq2seq.scan import SCAN_SPLITS
 from trainer.config_sections import section_reader
+from trainer.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
 class Tokenizer:
-  kind: str = 'sentencepiece'  #: 'sentencepiece' or 'word'
+  kind: Literal['sentencepiece', 'word'] = 'sentencepiece'
   shared: bool = True  #: one vocabulary for both languages
-  model_type: str = 'unigram'
+  model_type: Literal['unigram', 'bpe'] = 'unigram'  #: SentencePiece's
   vocab_size: int = 8000
   character_coverage: float = 1.0
   max_training_sentences: int = 1_000_000
@@ -24,8 +27,8 @@ class Tokenizer:
 
 @dataclasses.dataclass(frozen=True)
 class TextData:
-  source: str = 'scan'  #: 'scan' | 'parallel' | 'tfds'
-  split: str = 'simple'  #: SCAN's split
+  source: Literal['scan', 'parallel', 'records', 'tfds'] = 'scan'
+  split: Literal[SCAN_SPLITS] = 'simple'  #: SCAN's split
   path: str | None = None
   name: str | None = None
   data_dir: str | None = None
@@ -39,6 +42,10 @@ class TextData:
   max_eval_examples: int = 0  #: 0 = the whole split
   packing: bool = False
   tokenizer: Tokenizer = Tokenizer()
+
+  def __post_init__(self):
+    if self.holdout < 0:
+      raise ConfigError(f'config.data.holdout is {self.holdout}; it must be a whole number of pairs >= 0.')
 
 
 @dataclasses.dataclass(frozen=True)

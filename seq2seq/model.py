@@ -52,6 +52,7 @@ from attention.layers import REMAT_POLICIES
 from attention.multi_head import ATTENTION_KERNELS
 from attention.positional import INJECTIONS, POSEMB_KINDS
 from attention.scores import SCORES
+from attention.stacks import StackOptions
 from seq2seq.tokenizer import PAD_ID
 from trainer.config_sections import from_section, to_section
 
@@ -119,6 +120,10 @@ class TransformerOptions:
   def block(self) -> BlockOptions:
     """What every encoder and decoder block is built with."""
     return BlockOptions.of(self)
+
+  def stack(self, depth: int) -> StackOptions:
+    """What the encoder or the decoder (of ``depth`` layers) is built with."""
+    return StackOptions.of(self, depth=depth, block=self.block())
 
 
 def model_options(section) -> TransformerOptions:
@@ -189,20 +194,8 @@ class Transformer(nnx.Module):
     self.target_embedding = (
       self.source_embedding if options.share_embeddings else embedding(target_vocab_size)
     )
-    stack = dict(
-      features=features,
-      num_heads=options.num_heads,
-      mlp_features=options.mlp_features,
-      block=block,
-      posemb=options.posemb,
-      posemb_injection=options.posemb_injection,
-      max_length=options.max_length,
-      scan_layers=options.scan_layers,
-      remat=options.remat,
-      rngs=rngs,
-    )
-    self.encoder = Encoder(depth=options.encoder_layers, **stack)
-    self.decoder = Decoder(depth=options.decoder_layers, **stack)
+    self.encoder = Encoder(options.stack(options.encoder_layers), max_length=options.max_length, rngs=rngs)
+    self.decoder = Decoder(options.stack(options.decoder_layers), max_length=options.max_length, rngs=rngs)
     self.tie_output = options.tie_output
     if not options.tie_output:
       self.output_projection = nnx.Linear(features, target_vocab_size, dtype=block.dtype, rngs=rngs)

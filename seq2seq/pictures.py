@@ -4,7 +4,7 @@
                                  sentence of the evaluation split, greedily translated, one panel
                                  per layer (the RNN has one layer of one head): source tokens
                                  across, target tokens down
-``posemb_similarity_<run>.png``  for a learned table (``learn1d``): the cosine similarity of each
+``posemb_similarity_<run>.png``  for a learned table (``learn1d`` and the like): the cosine similarity of each
                                  source position's embedding to every other's
 """
 
@@ -13,7 +13,8 @@ import pathlib
 import jax.numpy as jnp
 import numpy as np
 
-from attention import drawing
+from attention import Encoder, drawing
+from attention.positional import kinds
 from seq2seq.decoding import translate
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -22,8 +23,8 @@ _SPECIAL = {PAD_ID: '<pad>', UNK_ID: '<unk>', BOS_ID: '<bos>', EOS_ID: '<eos>'}
 
 def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:
   paths = []
-  positional = getattr(model.encoder, 'positional', None)  # the RNN has none
-  if positional is not None and positional.kind == 'learn1d':
+  positional = model.encoder.positional if isinstance(model.encoder, Encoder) else None  # the RNN's has none
+  if positional is not None and positional.kind in kinds(adds_table=True, learned=True):
     where = 'encoder, first layer' if len(positional.tables) > 1 else 'encoder'
     paths.append(
       drawing.plot_similarity(

@@ -43,15 +43,6 @@ ENCODER_CELLS = ('gru', 'lstm')
 ATTENTION_SCORES = (*SCORES, 'none')
 
 
-def check_options(encoder_cell: str, attention_score: str) -> None:
-  if encoder_cell not in ENCODER_CELLS:
-    raise ValueError(f'Unknown encoder_cell {encoder_cell!r}; allowed values: {", ".join(ENCODER_CELLS)}.')
-  if attention_score not in ATTENTION_SCORES:
-    raise ValueError(
-      f'Unknown attention_score {attention_score!r}; allowed values: {", ".join(ATTENTION_SCORES)}.'
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class RnnOptions:
   """The fields of an RNN translator's ``model`` section, with their defaults (the sizes of Bahdanau's
@@ -68,7 +59,6 @@ class RnnOptions:
   max_length: int = 256
 
   def __post_init__(self):
-    check_options(self.encoder_cell, self.attention_score)
     if min(self.embedding_features, self.encoder_hidden, self.decoder_hidden) < 1:
       raise ValueError(
         'embedding_features, encoder_hidden and decoder_hidden must be at least 1, got '

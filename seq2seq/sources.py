@@ -34,11 +34,10 @@ import numpy as np
 
 from pipelines.fetch_hint import fetch_hint
 from pipelines.parallel_text import read_parallel
-from seq2seq.scan import SCAN_SPLITS, read_scan_file, scan_split
+from seq2seq.scan import read_scan_file, scan_split
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.io.tfds_import import import_tfds_on_cpu
 
-SOURCES = ('scan', 'parallel', 'records', 'tfds')
 SCAN_FILES = {
   'simple': 'simple_split/tasks_{part}_simple.txt',
   'length': 'length_split/tasks_{part}_length.txt',
@@ -107,10 +106,8 @@ class HeldOutSource(PairSource):
 
 
 def open_source(config: ml_collections.ConfigDict) -> PairSource:
-  """The source ``config`` (a ``data`` section) names, with its held-out split if it asks for one."""
-  holdout = config.get('holdout', 0)  # absent from configs saved before it existed
-  if not isinstance(holdout, int) or isinstance(holdout, bool) or holdout < 0:
-    raise ConfigError(f'data.holdout must be a whole number of pairs >= 0, got {holdout!r}.')
+  """The source ``config`` (a complete ``data`` section) names, with its held-out split if it asks for one."""
+  holdout = config.holdout
   source = _open(config)
   if not holdout:
     return source
@@ -120,20 +117,10 @@ def open_source(config: ml_collections.ConfigDict) -> PairSource:
 
 
 def _open(config: ml_collections.ConfigDict) -> PairSource:
-  if config.source == 'scan':
-    return _scan_source(config)
-  if config.source == 'parallel':
-    return _parallel_source(config)
-  if config.source == 'records':
-    return _records_source(config)
-  if config.source == 'tfds':
-    return _tfds_source(config)
-  raise ConfigError(f'Unknown data.source {config.source!r}; allowed values: {", ".join(SOURCES)}.')
+  return _OPENERS[config.source](config)
 
 
 def _scan_source(config: ml_collections.ConfigDict) -> PairSource:
-  if config.split not in SCAN_SPLITS:
-    raise ConfigError(f'Unknown SCAN split {config.split!r}; allowed values: {", ".join(SCAN_SPLITS)}.')
   if config.path is None:
     generated = scan_split(config.split)
     return PairSource(f'SCAN {config.split} (generated)', generated.__getitem__, ('train', 'test'))
@@ -249,3 +236,12 @@ def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
     return pairs
 
   return PairSource(f'tfds data set {config.name!r}', read, list_splits=lambda: sorted(builder.info.splits))
+
+
+# ``data.source`` -> its opener (the choices are ``seq2seq.config_sections.TextData.source``)
+_OPENERS = {
+  'scan': _scan_source,
+  'parallel': _parallel_source,
+  'records': _records_source,
+  'tfds': _tfds_source,
+}

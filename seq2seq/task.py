@@ -47,7 +47,6 @@ import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from seq2seq import ablation_table, input_pipeline
 from seq2seq import config_sections as sections
 from seq2seq.architectures import architecture_of, make_translator, model_section
@@ -69,8 +68,7 @@ from trainer.errors import ConfigError, DataError, WorkdirError
 from trainer.io import storage
 from trainer.losses import token_losses
 from trainer.observe.reporting import Reporting
-from trainer.parameter_regexes import check_regexes_under_scan
-from trainer.task import NotApplicable, Task
+from trainer.task import Task
 from trainer.validation import check_split_name, resolve_split
 
 
@@ -136,7 +134,7 @@ class VocabSizes:
     (0: ``config.data.tokenizer.vocab_size``) for both."""
     if values.get('source_vocab_size') and values.get('target_vocab_size'):
       return cls(int(values['source_vocab_size']), int(values['target_vocab_size']))
-    vocab_size = values.get('vocab_size') or config.data.tokenizer.get('vocab_size') or 0
+    vocab_size = values.get('vocab_size') or config.data.tokenizer.vocab_size or 0
     if vocab_size < 1:
       raise ConfigError(
         'Set a vocabulary size (data.tokenizer.vocab_size) to build the task without its data.'
@@ -173,9 +171,9 @@ class Translation(Task):
     opened (and its evaluation split read) here, and ``prepare`` makes the tokenizers from it."""
     super().__init__(config, sizes)
     data = config.data
-    self.label_smoothing = config.get('label_smoothing', 0.0)
+    self.label_smoothing = config.label_smoothing
     for field in ('src_lang', 'tgt_lang'):  # parts of file names
-      if data.get(field) is not None:
+      if data[field] is not None:
         check_split_name(data[field], f'config.data.{field}')
     check_tokenizer_config(data.tokenizer)
     model = model_section(config.model)
@@ -192,19 +190,7 @@ class Translation(Task):
         f'model.max_length ({model.max_length}) must cover data.max_source_length '
         f'({data.max_source_length}) and data.max_target_length ({data.max_target_length}).'
       )
-    if (
-      architecture == 'transformer'
-      and model.posemb in POSEMB_KINDS
-      and model.posemb_injection in INJECTIONS
-      and not combination_exists(model.posemb, model.posemb_injection)
-    ):
-      raise NotApplicable(
-        f'model.posemb {model.posemb!r} has no {model.posemb_injection!r} injection; '
-        "only 'stem' exists for it."
-      )
-    self.packing = data.get('packing', False)  # absent from configs saved before it existed
-    if not isinstance(self.packing, bool):
-      raise ConfigError(f'data.packing must be True or False, got {self.packing!r}.')
+    self.packing = data.packing
     if self.packing and architecture != 'transformer':
       raise ConfigError(
         f'data.packing is for the Transformer; the {architecture} translator reads one pair per row '
@@ -216,20 +202,10 @@ class Translation(Task):
         f'decode.beam_size must be >= 1 and decode.max_extra_length >= 0, got '
         f'{decode.beam_size} and {decode.max_extra_length}.'
       )
-    # Build the model abstractly now, so a bad model option fails before any real work.
-    try:
-      nnx.eval_shape(
-        lambda: make_translator(model, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0))
-      )
-    except ValueError as error:
-      raise ConfigError(f'model: {error}') from error
-    if model.get('scan_layers', False):  # the paths do not depend on the vocabularies' sizes
-      check_regexes_under_scan(
-        config.get('optimizer'),
-        lambda scan: make_translator(
-          {**model.to_dict(), 'scan_layers': scan}, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0)
-        ),
-      )
+    # the paths and the options' checks do not depend on the vocabularies' sizes
+    self.check_model(
+      lambda section: make_translator(section, source_vocab_size=8, target_vocab_size=8, rngs=nnx.Rngs(0))
+    )
     self._training_batches = {}
     self._eval_tokens = {}
     self._recorded = sizes is not None

@@ -36,7 +36,6 @@ from trainer.config_sections import to_section
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.io import storage
 
-TOKENIZER_KINDS = ('word', 'sentencepiece')
 TOKENIZER_DIR = 'tokenizer'
 
 
@@ -46,12 +45,6 @@ def default_tokenizer_config() -> ml_collections.ConfigDict:
 
 
 def check_tokenizer_config(config: ml_collections.ConfigDict) -> None:
-  if config.kind not in TOKENIZER_KINDS:
-    raise ConfigError(
-      f'Unknown tokenizer kind {config.kind!r}; allowed values: {", ".join(TOKENIZER_KINDS)}.'
-    )
-  if config.kind == 'sentencepiece' and config.model_type not in ('unigram', 'bpe'):
-    raise ConfigError(f'Unknown tokenizer model_type {config.model_type!r}; allowed values: unigram, bpe.')
   model_files = [config.model_file] + ([] if config.shared else [config.target_model_file])
   if config.kind == 'word' and any(model_files):
     raise ConfigError("tokenizer.model_file is for kind 'sentencepiece', not 'word'")

@@ -210,7 +210,8 @@ def test_the_gpu_records_script_refuses_an_unknown_record_and_a_machine_without_
   unknown = subprocess.run([*script, 'vit_b16_gpu_fp8'], capture_output=True, text=True, check=False)
   assert (
     unknown.returncode == 2
-    and "unknown record vit_b16_gpu_fp8; these are, each after the GPU's tag: vit_b16_bf16" in unknown.stderr
+    and "unknown record vit_b16_gpu_fp8; these are, each after the GPU's tag: posemb_cifar10"
+    in unknown.stderr
   )
   (tmp_path / 'nvidia-smi').write_text('#!/bin/sh\nexit 9\n')  # a driver that finds no GPU
   (tmp_path / 'nvidia-smi').chmod(0o755)

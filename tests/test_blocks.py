@@ -9,6 +9,7 @@ from flax import nnx
 
 from attention import BlockOptions, Decoder, DecoderBlock, Encoder, EncoderBlock, causal_mask, sincos_1d_table
 from attention.blocks import DropPath
+from attention.stacks import StackOptions
 
 FEATURES, HEADS, LENGTH = 8, 2, 5
 
@@ -92,8 +93,9 @@ def test_relu_and_gelu_differ_only_in_the_activation():
 def _stack(kind, **options):
   """A small stack; the options that are ``BlockOptions`` fields go into its ``block``."""
   block = {name: options.pop(name) for name in list(options) if name in _BLOCK_FIELDS}
-  common = dict(features=FEATURES, depth=2, num_heads=HEADS, mlp_features=16, max_length=8, rngs=nnx.Rngs(0))
-  return (Encoder if kind == 'encoder' else Decoder)(**{**common, **options}, block=BlockOptions(**block))
+  sizes = dict(features=FEATURES, depth=2, num_heads=HEADS, mlp_features=16)
+  stack = StackOptions(**{**sizes, **options}, block=BlockOptions(**block))
+  return (Encoder if kind == 'encoder' else Decoder)(stack, max_length=8, rngs=nnx.Rngs(0))
 
 
 _BLOCK_FIELDS = {field.name for field in dataclasses.fields(BlockOptions)}
@@ -110,12 +112,12 @@ def test_post_norm_stack_has_no_final_norm_and_ends_with_its_last_block(kind):
   if kind == 'encoder':
     out, intermediates = stack(x)
     np.testing.assert_array_equal(out, intermediates['pre_norm'])
-    expected = stack.positional.before_layer(x, 0)
+    expected = stack.positional.add_table(x, stack.positional.table_before(0))
     for block in stack.blocks:
       expected, _ = block(expected)
   else:
     out, _ = stack(x, encoded)
-    expected = stack.positional.before_layer(x, 0)
+    expected = stack.positional.add_table(x, stack.positional.table_before(0))
     for block in stack.blocks:
       expected, _ = block(expected, encoded, self_mask=causal_mask(LENGTH))
   np.testing.assert_allclose(out, expected, atol=1e-6)

@@ -17,6 +17,7 @@ CONFIGS = {
   'vit_mnist': 'mnist',
   'vit_mnist_pretrain': 'mnist',
   'vit_cifar10': 'cifar10',
+  'vit_cifar10_posemb': 'cifar10',
 }
 
 

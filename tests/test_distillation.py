@@ -323,3 +323,56 @@ def test_the_model_flops_of_a_distilled_step_count_the_teachers_forward_pass(tmp
     counts[name] = ModelFlops.of_task(config, task, num_steps=8)(metrics, batch)
   # the teacher (width 24, 16 patches of 16x16x1) runs forward only, inside the step
   assert counts['with teacher'] > counts['student'] > 0, counts
+
+
+@pytest.mark.parametrize('distilled', [False, True])
+def test_a_timm_folder_teacher_is_the_model_load_predictor_builds(tmp_path, distilled):
+  """A timm folder as the teacher: timm's exact GELU, its distillation token and second head, its own
+  mean and std and resolution, as ``trainer.predictor.load_predictor`` builds it for the same folder
+  and as timm computes it (the NumPy forward of ``tests/test_vit_weights.py``)."""
+  from tests import test_vit_weights as tw  # pylint: disable=g-import-not-at-top
+  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
+  from vit.distillation import load_teacher  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(40)
+  arrays = tw.timm_arrays(rng, dist=distilled, classes=10, channels=1)
+  name = 'deit_tiny_distilled_patch16_224' if distilled else 'deit_tiny_patch16_224'
+  cfg = {'input_size': [1, tw.IMAGE, tw.IMAGE], 'crop_pct': 1.0, 'mean': [0.3], 'std': [0.2]}
+  folder = tw.write_timm_folder(tmp_path / 'timm', arrays, name, pretrained_cfg=cfg)
+  section = ml_collections.ConfigDict(dict(teacher=str(folder), checkpoint='latest', arch=''))
+  teacher = load_teacher(section, num_classes=10, image_shape=(8, 8, 1), dtype='float32')
+  assert teacher.image_shape == (tw.IMAGE, tw.IMAGE, 1) and (teacher.mean, teacher.std) == ((0.3,), (0.2,))
+  student_images = rng.uniform(-1, 1, (2, 8, 8, 1)).astype(np.float32)  # normalised with mean = std = 0.5
+  logits = np.asarray(teacher.logits(teacher.variables, student_images, (0.5,), (0.5,)))
+  pixels = jax.image.resize(student_images * 0.5 + 0.5, (2, tw.IMAGE, tw.IMAGE, 1), method='bilinear')
+  own = (np.asarray(pixels) - 0.3) / 0.2
+  np.testing.assert_allclose(logits, np.asarray(load_predictor(folder).model(own)[0]), rtol=1e-5, atol=1e-5)
+  expected = tw.timm_forward(arrays, own, act='gelu_exact', eps=1e-6, no_embed_class=False, pool='token')
+  np.testing.assert_allclose(logits, expected, rtol=2e-4, atol=2e-4)
+
+
+def test_a_transformers_folder_teacher_keeps_its_epsilon_and_distillation_head(tmp_path):
+  """``DeiTForImageClassificationWithTeacher`` as the teacher: epsilon 1e-12, exact GELU, both heads
+  averaged, its processor's mean and std, as transformers computes it."""
+  from tests import test_vit_weights as tw  # pylint: disable=g-import-not-at-top
+  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
+  from vit.distillation import load_teacher  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(41)
+  arrays = tw.transformers_arrays(rng, prefix='deit.', teacher=True, classes=10)
+  processor = {
+    'size': {'height': tw.IMAGE, 'width': tw.IMAGE},
+    'image_mean': [0.4] * 3,
+    'image_std': [0.3] * 3,
+  }
+  folder = tw.write_transformers_folder(
+    tmp_path / 'hf', arrays, tw.transformers_config('deit', classes=10), processor
+  )
+  section = ml_collections.ConfigDict(dict(teacher=str(folder), checkpoint='latest', arch=''))
+  teacher = load_teacher(section, num_classes=10, image_shape=(tw.IMAGE, tw.IMAGE, 3), dtype='float32')
+  images = rng.uniform(-1, 1, (2, tw.IMAGE, tw.IMAGE, 3)).astype(np.float32)  # mean = std = 0.5
+  logits = np.asarray(teacher.logits(teacher.variables, images, (0.5,) * 3, (0.5,) * 3))
+  own = ((images * 0.5 + 0.5) - 0.4) / 0.3
+  np.testing.assert_allclose(logits, np.asarray(load_predictor(folder).model(own)[0]), rtol=1e-5, atol=1e-5)
+  expected, _ = tw.transformers_forward(arrays, own, act='gelu_exact', eps=1e-12, dinov2=False)
+  np.testing.assert_allclose(logits, expected, rtol=2e-4, atol=2e-4)

@@ -15,7 +15,7 @@ from absl import flags
 from ml_collections import config_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
+PAGES = [ROOT / 'README.md', ROOT / 'CONTRIBUTING.md', *sorted((ROOT / 'docs').rglob('*.md'))]
 ABSL_FLAGS = {'help', 'helpfull', 'helpshort', 'helpxml', 'verbosity', 'v', 'logtostderr', 'alsologtostderr'}
 ABSL_FLAGS |= {'log_dir', 'flagfile', 'undefok', 'only_check_args', 'pdb_post_mortem', 'run_with_pdb'}
 COMMAND = re.compile(r'^\s*(\w+=\S+\s+)*python3?\s')

@@ -1,9 +1,9 @@
 """``data.holdout``: training pairs moved to the split 'holdout', a fixed draw, to choose by instead of test."""
 
-import ml_collections
 import pytest
 
 from ablation import sweep, tables
+from seq2seq import config_sections as sections
 from seq2seq.sources import HOLDOUT_SPLIT, open_source
 from seq2seq.task import Translation
 from tests.translation_test_configs import tiny_translation_config
@@ -12,9 +12,8 @@ from trainer.io.metrics_io import read_metrics
 
 
 def scan_data(**fields):
-  return ml_collections.ConfigDict(
-    dict(source='scan', split='simple', path=None, train_split='train', **fields)
-  )
+  """A complete ``data`` section, read as a config's is."""
+  return sections.SECTIONS['data'](dict(source='scan', split='simple', **fields))
 
 
 def test_held_out_pairs_leave_training_and_are_the_same_draw_every_time():
@@ -36,10 +35,18 @@ def test_no_holdout_is_the_source_itself():
   assert set(source.split_names()) == {'test', 'train'}
 
 
-@pytest.mark.parametrize('value', [-1, 2.5, True, '10'])
-def test_a_holdout_that_is_not_a_count_is_refused(value):
-  with pytest.raises(ConfigError, match='data.holdout must be a whole number'):
-    open_source(scan_data(holdout=value))
+@pytest.mark.parametrize(
+  'value, message',
+  [
+    (-1, 'it must be a whole number of pairs >= 0'),
+    (2.5, 'it must be an integer'),
+    (True, 'it must be an integer'),
+    ('10', 'it must be an integer'),
+  ],
+)
+def test_a_holdout_that_is_not_a_count_is_refused(value, message):
+  with pytest.raises(ConfigError, match=f'^config.data.holdout is {value!r}; {message}'):
+    scan_data(holdout=value)
 
 
 def test_a_holdout_as_large_as_the_training_split_is_refused():

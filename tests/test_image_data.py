@@ -224,7 +224,7 @@ def test_random_resized_crop_of_in_memory_images_is_deterministic_and_changes_th
 @pytest.mark.parametrize(
   'fields, message',
   [
-    ({'source': 'csv'}, "'csv' is not one of"),
+    ({'source': 'csv'}, "^config.data.source is 'csv'; allowed values: digits, tfds, folder, idx, records.$"),
     ({'source': 'digits', 'augment': {'randaugment_magnitude': 31}}, '0..30'),
     ({'source': 'digits', 'augment': {'crop_padding': 8}}, 'below the image side'),
     ({'source': 'digits', 'mean': (0.5,)}, 'both data.mean and data.std'),

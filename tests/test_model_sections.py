@@ -12,6 +12,7 @@ from flax import nnx
 
 from attention import Encoder
 from attention.positional import PositionalEncoding, big_vision_sincos_2d, sincos_2d_table
+from attention.stacks import StackOptions
 from seq2seq import architectures, rnn_model
 from seq2seq import model as transformer_model
 from tests.vit_test_configs import tiny_vit_config
@@ -172,17 +173,16 @@ def test_the_big_vision_sincos2d_table_is_built_in_place():
   np.testing.assert_array_equal(encoding.tables[0]()[...], big_vision_sincos_2d(2, 3, 8))
   ours = PositionalEncoding('sincos2d', dim=8, num_heads=2, num_layers=1, grid=(2, 3), rngs=nnx.Rngs(0))
   np.testing.assert_array_equal(ours.tables[0]()[...], sincos_2d_table(2, 3, 8))
-  encoder = Encoder(
+  options = StackOptions(
     features=8,
     depth=2,
     num_heads=2,
     mlp_features=16,
     posemb='sincos2d',
     posemb_injection='every_layer',
-    grid=(2, 3),
     sincos2d_layout='big_vision',
-    rngs=nnx.Rngs(0),
   )
+  encoder = Encoder(options, grid=(2, 3), rngs=nnx.Rngs(0))
   for table in encoder.positional.tables:
     np.testing.assert_array_equal(table()[...], big_vision_sincos_2d(2, 3, 8))
   with pytest.raises(ValueError, match="Unknown sincos2d_layout 'columns_rows'"):

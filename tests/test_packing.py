@@ -237,6 +237,7 @@ def test_packing_is_checked_before_any_data_is_read():
   from configs import rnn_scan, transformer_scan
   from seq2seq.task import Translation
   from trainer.errors import ConfigError
+  from trainer.validation import resolve_config
 
   config = rnn_scan.get_config()
   config.data.packing = True
@@ -244,8 +245,8 @@ def test_packing_is_checked_before_any_data_is_read():
     Translation(config)
   config = transformer_scan.get_config()
   config.data = ml_collections.ConfigDict(dict(config.data.to_dict(), packing='yes'))
-  with pytest.raises(ConfigError, match="data.packing must be True or False, got 'yes'"):
-    Translation(config)
+  with pytest.raises(ConfigError, match="^config.data.packing is 'yes'; it must be True or False.$"):
+    resolve_config(config, Translation)
   config = transformer_scan.get_config()
   config.data.packing = True
   shapes = Translation.without_data(config, {'vocab_size': 16}).batch_shapes(4)

@@ -23,6 +23,7 @@ from attention import (
   sincos_2d_table,
 )
 from attention.resample import RESAMPLE_METHODS
+from attention.stacks import StackOptions
 
 GRID = (3, 4)
 FEATURES, HEADS = 16, 2
@@ -45,13 +46,11 @@ def test_sincos_2d_is_row_then_column_sinusoids():
 
 def _encoder(posemb, injection='stem', grid=GRID, prefix=0, seed=0):
   length = grid[0] * grid[1] + prefix
+  options = StackOptions(
+    features=FEATURES, depth=2, num_heads=HEADS, mlp_features=32, posemb=posemb, posemb_injection=injection
+  )
   return Encoder(
-    features=FEATURES,
-    depth=2,
-    num_heads=HEADS,
-    mlp_features=32,
-    posemb=posemb,
-    posemb_injection=injection,
+    options,
     grid=grid,
     max_length=length,
     num_prefix_tokens=prefix,
@@ -104,12 +103,11 @@ def test_shared_injection_adds_the_same_table_before_every_layer():
   encoding = PositionalEncoding(
     'learn1d', 'every_layer_shared', dim=8, num_heads=2, num_layers=3, max_length=5, rngs=nnx.Rngs(0)
   )
-  x = jnp.zeros((1, 5, 8))
-  np.testing.assert_array_equal(encoding.before_layer(x, 0), encoding.before_layer(x, 2))
+  np.testing.assert_array_equal(encoding.table_before(0), encoding.table_before(2))
   stem = PositionalEncoding(
     'learn1d', 'stem', dim=8, num_heads=2, num_layers=3, max_length=5, rngs=nnx.Rngs(0)
   )
-  np.testing.assert_array_equal(stem.before_layer(x, 2), x)
+  assert stem.table_before(2) is None
 
 
 def test_prefix_tokens_get_no_additive_encoding():
@@ -117,7 +115,7 @@ def test_prefix_tokens_get_no_additive_encoding():
     'learn2d', dim=8, num_heads=2, num_layers=1, grid=GRID, num_prefix_tokens=1, rngs=nnx.Rngs(0)
   )
   x = jnp.zeros((1, 13, 8))
-  out = encoding.before_layer(x, 0)
+  out = encoding.add_table(x, encoding.table_before(0))
   np.testing.assert_array_equal(out[:, 0], 0.0)
   assert np.abs(np.asarray(out[:, 1:])).sum() > 0
 
@@ -284,17 +282,16 @@ def test_cached_decoder_block_equals_full_pass(posemb):
 
 
 def test_encoder_returns_attention_maps_and_stochastic_depth_trains():
-  encoder = Encoder(
+  options = StackOptions(
     features=FEATURES,
     depth=3,
     num_heads=HEADS,
     mlp_features=32,
     posemb='learn1d',
-    max_length=6,
     drop_path_rate=0.5,
     block=BlockOptions(dropout=0.0),  # so that only stochastic depth makes training differ
-    rngs=nnx.Rngs(0),
   )
+  encoder = Encoder(options, max_length=6, rngs=nnx.Rngs(0))
   x = _tokens(6)
   out, intermediates = encoder(x, return_weights=True)
   assert [w.shape for w in intermediates['attention_weights']] == [(2, HEADS, 6, 6)] * 3
@@ -379,3 +376,45 @@ def test_torch_bicubic_aa_is_pillows_filter_and_jax_cubic(old, new):
   np.testing.assert_allclose(ours.reshape(*new, 3), reference, atol=2e-6)
   jax_cubic = np.asarray(resample_grid_table(jnp.asarray(grid.reshape(-1, 3)), old, new, 0, 'bicubic'))
   np.testing.assert_allclose(ours, jax_cubic, atol=2e-6)
+
+
+def test_a_new_kind_is_one_class_and_the_lists_of_kinds_follow_it(monkeypatch):
+  import attention.positional as positional
+
+  monkeypatch.setattr(positional, 'KINDS', dict(positional.KINDS))  # the class below registers here only
+
+  class Ramp(positional.PositionKind):
+    name = 'ramp'
+    adds_table = True
+
+    def __init__(self, tokens, *, rngs):
+      del rngs
+      self.table = nnx.Variable(
+        jnp.arange(tokens.length * tokens.dim, dtype=jnp.float32).reshape(tokens.length, -1)
+      )
+
+    def __call__(self):
+      return self.table[...]
+
+  assert positional.kinds(adds_table=True)[-1] == 'ramp' and 'ramp' not in positional.kinds(needs_grid=True)
+  assert positional.combination_exists('ramp', 'every_layer')
+  encoding = PositionalEncoding(
+    'ramp', 'every_layer', dim=4, num_heads=2, num_layers=2, max_length=3, rngs=nnx.Rngs(0)
+  )
+  x = jnp.zeros((1, 3, 4))
+  np.testing.assert_array_equal(
+    encoding.add_table(x, encoding.table_before(1))[0], np.arange(12).reshape(3, 4)
+  )
+  assert encoding.attention_bias(1, 3, 3) is None and encoding.rotary is None
+
+
+def test_the_kinds_say_how_they_act():
+  import attention.positional as positional
+  from video.model import SPATIAL_POSEMBS, TEMPORAL_POSEMBS
+
+  assert positional.kinds(adds_table=True) == ('learn1d', 'learn2d', 'sincos1d', 'sincos2d')
+  assert positional.kinds(biases_attention=True) == ('relative', 'relative2d')
+  assert positional.kinds(adds_table=True, learned=True) == ('learn1d', 'learn2d')
+  assert positional.KINDS['rope'].rotary is not None
+  assert SPATIAL_POSEMBS == ('none', 'learn1d', 'learn2d', 'sincos1d', 'sincos2d', 'learn3d')
+  assert TEMPORAL_POSEMBS == ('none', 'learn1d', 'sincos1d', 'relative')

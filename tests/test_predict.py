@@ -466,3 +466,12 @@ def test_predict_phases_times_each_phase_of_a_fresh_process(digits_workdir, tmp_
   assert numbers['to_first_answer']['min'] >= sum(numbers[phase]['min'] for phase in to_first_answer)
   assert numbers['second_answer']['median'] < numbers['first_answer']['median']  # compiled once
   assert numbers['process_seconds']['median'] > numbers['to_first_answer']['median']  # start and exit too
+
+
+@pytest.mark.slow  # starts a process that loads a trained workdir
+def test_loading_a_workdir_read_only_prints_nothing(digits_workdir):
+  """``load_predictor`` opens the checkpoints read-only; orbax's notices about that are not the user's."""
+  code = f'from trainer.predictor import load_predictor; load_predictor({str(digits_workdir)!r})'
+  run = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout == '' and run.stderr == ''

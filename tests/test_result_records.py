@@ -328,3 +328,30 @@ def test_a_row_may_show_one_part_of_a_record_that_measured_several():
   ]
   with pytest.raises(results_tables.TableError, match="part 'third' of record chain"):
     results_tables.markdown(results_tables.Table('page.md', ('what',), ('chain/third',)), {'chain': record})
+
+
+def test_the_short_columns_name_the_config_the_wall_time_and_the_machine_in_a_word():
+  epyc = {'label': None, 'cpu': 'AMD EPYC', 'cores': 2, 'accelerator': None}
+  assert results_tables.machine_kind_cell(epyc | {'flags': ['avx2', 'avx512f']}) == 'CPU-A'
+  assert results_tables.machine_kind_cell(epyc | {'flags': ['avx', 'avx2']}) == 'CPU-B'
+  assert results_tables.machine_kind_cell(epyc | {'flags': ['avx2'], 'label': 'CPU-S'}) == 'CPU-S'
+  gpu = epyc | {'cpu': 'Intel Xeon', 'cores': 16, 'flags': [], 'accelerator': 'GPU 0: NVIDIA H200 (UUID: x)'}
+  assert results_tables.machine_kind_cell(gpu) == 'NVIDIA H200'
+  other = epyc | {'cores': 8, 'flags': ['avx2']}  # not the 2-core kind the glossary names
+  assert results_tables.machine_kind_cell(other) == 'AMD EPYC, 8 cores, AVX2'
+  run = {
+    'name': 'r',
+    'command': 'python train.py --config configs/vit_digits.py --workdir runs/w && python evaluate.py --workdir runs/w',
+    'numbers': {'seconds': 52.4},
+    'wall_seconds': 83.0,
+    'cells': {},
+  }
+  assert results_tables.cell(run, 'config') == '`configs/vit_digits.py`'
+  assert results_tables.cell(run, 'wall time') == '1 min 23 s'
+  part = run | {
+    'cells': {'command': '`python train.py --config=configs/rnn_scan.py`', 'time': '{seconds:.0f} s'}
+  }
+  assert results_tables.cell(part, 'config') == '`configs/rnn_scan.py`'
+  assert results_tables.cell(part, 'wall time') == '52 s'
+  with pytest.raises(results_tables.TableError, match='names no --config'):
+    results_tables.cell(run | {'command': 'python -m benchmarks.decode_speed'}, 'config')

@@ -221,3 +221,14 @@ def test_layer_decay_with_a_scanned_encoder_is_refused_in_one_line():
   config.optimizer.layer_decay = 0.75
   with pytest.raises(ConfigError, match=r'^config\.optimizer\.layer_decay needs one parameter per layer'):
     load_task(config)
+
+
+def test_every_family_refuses_layer_decay_with_scanned_layers():
+  from tests.translation_test_configs import tiny_translation_config
+  from trainer.errors import ConfigError
+  from trainer.task import load_task
+
+  config = tiny_translation_config(**{'model.scan_layers': True})
+  config.optimizer.layer_decay = 0.75
+  with pytest.raises(ConfigError, match=r'^config\.optimizer\.layer_decay needs one parameter per layer'):
+    load_task(config)

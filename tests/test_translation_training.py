@@ -190,7 +190,7 @@ def test_bad_parallel_text_fails_before_any_work(tmp_path, damage):
       },
       'tfds build wmt14_translate/de-en',
     ),
-    ({'data.split': 'around_right'}, 'Unknown SCAN split'),
+    ({'data.split': 'around_right'}, "config.data.split is 'around_right'; allowed values: simple, length"),
     ({'data.path': '{tmp}/no_scan'}, r'simple_split/tasks_(train|test)_simple.txt'),
     ({'model.posemb': 'sincos2d'}, 'needs a 2-D patch grid'),
     (
@@ -199,7 +199,10 @@ def test_bad_parallel_text_fails_before_any_work(tmp_path, damage):
     ),
     ({'model.share_embeddings': True}, 'tokenizer.shared=True'),
     ({'model.max_length': 4}, 'model.max_length'),
-    ({'data.tokenizer.kind': 'bytes'}, 'Unknown tokenizer kind'),
+    (
+      {'data.tokenizer.kind': 'bytes'},
+      "config.data.tokenizer.kind is 'bytes'; allowed values: sentencepiece, word",
+    ),
   ],
 )
 def test_bad_config_fails_before_any_work(tmp_path, overrides, message):

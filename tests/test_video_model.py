@@ -291,3 +291,10 @@ def test_both_encoders_of_the_factorised_encoder_ramp_their_drop_path():
   rates = lambda blocks: [block.drop_path.rate for block in blocks]  # noqa: E731
   np.testing.assert_allclose(rates(model.layout.blocks), [0.0, 0.1, 0.2])
   np.testing.assert_allclose(rates(model.layout.temporal_blocks), [0.0, 0.1, 0.2])
+
+
+def test_a_part_the_options_leave_out_is_none():
+  model = tiny_video(pool='gap', spatial_posemb='none', temporal_posemb='relative')
+  assert (model.class_token, model.spatial_table, model.temporal_table, model.spacetime_table) == (None,) * 4
+  model = tiny_video(spatial_posemb='learn3d', temporal_posemb='none')
+  assert model.spacetime_table is not None and model.spatial_table is None

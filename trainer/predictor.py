@@ -7,11 +7,18 @@ recorded, so no training or evaluation data is read. The prediction protocol of 
 (``read_input``: image files or arrays, sentences, clips), predicts (``predict``) and draws the
 attention for one input (``explain``); this module knows no model family.
 
+A path that is not a workdir (a weights folder or file from another library) is opened by a model
+family: a top-level package of the project with a module ``path_opener`` (``PATH_OPENER``), whose
+``opens(path)`` says whether the family reads it and ``open_predictor(path)`` returns a ``Predictor``
+(``vit/path_opener.py``: timm and Hugging Face ViT weights). A new family adds its own module there.
+
   predictor = load_predictor('runs/vit_digits')
+  predictor = load_predictor('vit_base_patch16_224.augreg2_in21k_ft_in1k/')   # a timm folder
   predictor(['digit.png'])          # [{'classes': [{'index': 7, 'name': '7', 'probability': 0.98}, ...]}]
   predictor.explain('digit.png', 'digit_attention.png')
 """
 
+import importlib
 import pathlib
 import re
 import weakref
@@ -140,18 +147,42 @@ class Predictor:
     return self.prediction.explain(self.model, value, prediction, storage.as_path(path), title)
 
 
-def load_predictor(workdir, checkpoint: str | int = 'latest', params: str = 'raw') -> Predictor:
-  """Restores checkpoint ``checkpoint`` ('latest', 'best' or a step) of ``workdir`` for prediction;
-  ``params='ema'``: the moving average of its parameters (``trainer/ema.py``)."""
-  workdir = storage.as_path(workdir)
-  if (workdir / workdir_lib.CONFIG_FILE).exists() and 'task' not in workdir_lib.load_config(workdir):
-    raise WorkdirError(
-      f'{workdir} is not a workdir written by train.py (its config.json names no task); for timm or '
-      'Hugging Face weights use predict.py --weights, or vit.weights_predictor.load_predictor.'
-    )
+def load_predictor(path, checkpoint: str | int = 'latest', params: str = 'raw', **options) -> Predictor:
+  """A predictor over ``path``: checkpoint ``checkpoint`` ('latest', 'best' or a step) of a workdir
+  (``params='ema'``: the moving average of its parameters, ``trainer/ema.py``), or weights a model
+  family opens (``path_openers``; ``options`` go to its ``open_predictor``, e.g. a bare timm file's
+  ``arch``)."""
+  workdir = storage.as_path(path)
+  if not _names_a_task(workdir):
+    for opener in path_openers():
+      if opener.opens(path):
+        return opener.open_predictor(path, **options)
+    if (workdir / workdir_lib.CONFIG_FILE).exists():
+      raise WorkdirError(
+        f'{workdir} is not a workdir written by train.py (its config.json names no task), nor weights '
+        'that a model family reads.'
+      )
   task, parts, params, step = restore_checkpoint(workdir, checkpoint, read_data=False, params=params)
   class_names = workdir_lib.load_class_names(workdir)
   return Predictor(workdir, task, parts.merge(params), int(step), class_names)
+
+
+PATH_OPENER = 'path_opener'
+
+
+def path_openers() -> list:
+  """The ``path_opener`` modules of the project's top-level packages, in name order."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  names = sorted(
+    p.parent.name for p in root.glob(f'*/{PATH_OPENER}.py') if (p.parent / '__init__.py').exists()
+  )
+  return [importlib.import_module(f'{name}.{PATH_OPENER}') for name in names]
+
+
+def _names_a_task(path) -> bool:
+  """A folder whose ``config.json`` names a task, as ``train.py`` writes it."""
+  config = path / workdir_lib.CONFIG_FILE
+  return config.exists() and 'task' in workdir_lib.load_config(path)
 
 
 def missing_class_names_note(predictor: Predictor) -> str | None:

@@ -12,7 +12,7 @@ optional, held by composition: prediction on a user's inputs (``task.prediction`
 import abc
 import importlib
 import pathlib
-from typing import Any, ClassVar, Iterator, Protocol
+from typing import Any, Callable, ClassVar, Iterator, Protocol
 
 import jax
 import ml_collections
@@ -20,10 +20,12 @@ import numpy as np
 from clu import metrics as clu_metrics
 from flax import nnx
 
+from attention.positional import NoSuchCombination
 from trainer import validation
 from trainer.devices import Devices
 from trainer.errors import ConfigError
 from trainer.observe.reporting import Reporting
+from trainer.parameter_regexes import check_scanned_layers
 from trainer.prediction import Prediction
 
 Batch = dict[str, np.ndarray]
@@ -211,6 +213,49 @@ class Task(abc.ABC):
   def num_train_examples(self) -> int:
     """Training-set size, for durations given in epochs."""
     raise NotImplementedError(f'{type(self).__name__} does not know its training-set size; set total_steps.')
+
+  def check_model(self, build: Callable[[ml_collections.ConfigDict], nnx.Module]) -> None:
+    """Builds the model of ``config.model`` abstractly (``build(model_section)``, no arrays made), so a
+    bad model option fails before any real work: options that exist but not together are
+    ``NotApplicable`` (a sweep skips them), any other ``ValueError`` a ``ConfigError``; a model that
+    scans its layers is built in both forms and the optimizer's regexes checked against them
+    (``trainer.parameter_regexes.check_scanned_layers``)."""
+    try:
+      nnx.eval_shape(lambda: build(self.config.model))
+    except NoSuchCombination as error:
+      raise NotApplicable(f'model: {error}') from None
+    except ValueError as error:
+      raise ConfigError(f'model: {error}') from error
+    check_scanned_layers(self.config, build)
+
+
+class BatchesFromData:
+  """The batch methods of a ``Task`` whose ``data`` serves them: ``train_batches``, ``eval_batches``
+  (the split's name checked), ``num_train`` and ``split_names`` (``vit.input_pipeline.ImageData``,
+  ``video.input_pipeline.VideoData``). Listed before ``Task`` among a task's bases."""
+
+  data: Any
+
+  def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
+    return self.data.train_batches(
+      batch_size=batch_size,
+      seed=seed,
+      start_step=start_step,
+      process_index=process_index,
+      process_count=process_count,
+    )
+
+  def eval_batches(self, split, *, batch_size, process_index, process_count):
+    validation.check_split_name(split, 'split')
+    return self.data.eval_batches(
+      split, batch_size=batch_size, process_index=process_index, process_count=process_count
+    )
+
+  def num_train_examples(self) -> int:
+    return self.data.num_train
+
+  def eval_split_names(self) -> tuple[str, ...]:
+    return tuple(self.data.split_names)
 
 
 def task_class(spec: str) -> type[Task]:

@@ -52,12 +52,10 @@ class ClipSet:
 def load_moving_digits(config: ml_collections.ConfigDict) -> ClipSet:
   if config.digits == 'digits':
     images = image_sources.load_digits_source(ml_collections.ConfigDict({'image_size': None}))
-  elif config.digits == 'mnist':
+  else:  # 'mnist'
     images = image_sources.load_idx_source(
       ml_collections.ConfigDict({'path': config.path, 'image_size': None})
     )
-  else:
-    raise ConfigError(f'data.digits: unknown value {config.digits!r}; allowed values: digits, mnist')
   size = images.image_shape[0] * config.digit_scale
   travel = config.speed * (config.num_frames - 1)
   if not 0 <= config.jitter <= (config.frame_size - size) // 2:

@@ -5,6 +5,7 @@
 """
 
 import dataclasses
+from typing import Literal
 
 from trainer.config_sections import section_reader
 
@@ -17,8 +18,8 @@ class Augment:
 
 @dataclasses.dataclass(frozen=True)
 class VideoData:
-  source: str = 'moving_digits'  #: 'moving_digits' | 'folder' | 'tfds'
-  digits: str = 'digits'
+  source: Literal['moving_digits', 'folder', 'tfds'] = 'moving_digits'
+  digits: Literal['digits', 'mnist'] = 'digits'
   num_frames: int = 8
   frame_size: int = 32
   digit_scale: int = 2

@@ -22,6 +22,7 @@ from flax import nnx
 
 from attention.blocks import LAYERNORM_EPSILON
 from attention.layers import layer_of, stack_blocks, unstack_blocks
+from attention.positional import KINDS
 from trainer.errors import ConfigError
 from video.model import VideoTransformer, inflate_kernel
 
@@ -77,10 +78,14 @@ def init_from_image_vit(video: VideoTransformer, image, method: str = 'central')
   video.tubelet_embedding.kernel[...] = inflate_kernel(image_kernel, frames, method)
   bias = image.patch_embedding.bias
   video.tubelet_embedding.bias[...] = bias[...] if bias is not None else np.zeros(image_kernel.shape[-1])
-  if video.pool == 'cls':
+  if video.class_token is not None:
     video.class_token[...] = image.class_token[...]
   positional = image.encoder.positional
-  if video.spatial_posemb in ('learn1d', 'learn2d') and positional.kind == video.spatial_posemb:
+  if (
+    video.spatial_table is not None
+    and KINDS[video.spatial_posemb].learned
+    and positional.kind == video.spatial_posemb
+  ):
     nnx.update(video.spatial_table, nnx.state(positional.tables[0]))
   _copy_blocks(image.encoder.blocks, image.encoder.scan_layers, video.layout.blocks, video.layout.scan_layers)
   nnx.update(video.layout.norm, nnx.state(image.encoder.norm))

@@ -55,10 +55,6 @@ def default_data_config() -> ml_collections.ConfigDict:
 
 
 def load_video_data(data_config: ml_collections.ConfigDict) -> VideoData:
-  if data_config.source not in _LOADERS:
-    raise ConfigError(
-      f'data.source: unknown value {data_config.source!r}; allowed values: {", ".join(_LOADERS)}'
-    )
   if data_config.augment.crop_padding < 0:
     raise ConfigError(f'data.augment.crop_padding must be >= 0, got {data_config.augment.crop_padding}')
   if data_config.source == 'moving_digits' and data_config.augment.flip:

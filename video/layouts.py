@@ -38,7 +38,7 @@ from flax import nnx
 
 from attention.blocks import BlockOptions, DropPath, EncoderBlock, Mlp, attention_layer, layer_norm
 from attention.layers import check_remat, keep_blocks, layer_inputs, layer_options, run_layers
-from attention.positional import RelativePositionBias
+from attention.positional import KINDS, Tokens
 
 LAYOUTS = ('spacetime', 'factorised_encoder', 'divided', 'factorised_dot_product')
 AXES = {
@@ -94,9 +94,12 @@ def drop_path_ramp(drop_path: float, depth: int) -> tuple[float, ...]:
   return tuple(drop_path * i / max(depth - 1, 1) for i in range(depth))  # hashable: part of the graph
 
 
-def _time_biases(num_heads, num_frames, depth, rngs):
-  distance = max(num_frames - 1, 1)
-  return nnx.List([RelativePositionBias(num_heads, distance, rngs=rngs) for _ in range(depth)])
+def _time_biases(options, num_heads, num_frames, depth, rngs):
+  """``depth`` biases of the temporal kind (``attention.positional``) over ``num_frames`` frames."""
+  tokens = Tokens(
+    dim=options.width, length=num_frames, num_heads=num_heads, max_distance=max(num_frames - 1, 1)
+  )
+  return nnx.List([KINDS[options.temporal_posemb](tokens, rngs=rngs) for _ in range(depth)])
 
 
 def _pool(x: jax.Array, pool: str, axis: int) -> jax.Array:
@@ -115,7 +118,7 @@ class _Layout(nnx.Module):
     self.depth, self.num_heads, self.pool = options.depth, options.num_heads, options.pool
     self.num_frames = num_frames
     self.drop_path_rates = drop_path_ramp(options.drop_path, options.depth)
-    self.time_relative = options.temporal_posemb == 'relative'
+    self.time_relative = KINDS[options.temporal_posemb].biases_attention
     self.scan_layers, self.remat = options.scan_layers, check_remat(options.remat)
 
   def _encoder_block(self, options, block: BlockOptions, rngs):
@@ -156,7 +159,7 @@ class SpaceTime(_Layout):
     self.blocks = self._keep(self._encoder_block(options, block, rngs), self.drop_path_rates)
     self.norm = layer_norm(options.width, block, rngs=rngs)
     if self.time_relative:
-      self.time_biases = _time_biases(options.num_heads, num_frames, options.depth, rngs)
+      self.time_biases = _time_biases(options, options.num_heads, num_frames, options.depth, rngs)
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
     batch, time, space, features = tokens.shape
@@ -195,7 +198,7 @@ class FactorisedEncoder(_Layout):
     self.temporal_blocks = self._keep(make_block, self.temporal_drop_path_rates)
     self.temporal_norm = layer_norm(options.width, block, rngs=rngs)
     if self.time_relative:
-      self.time_biases = _time_biases(options.num_heads, num_frames, options.temporal_depth, rngs)
+      self.time_biases = _time_biases(options, options.num_heads, num_frames, options.temporal_depth, rngs)
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights, time_table=None):
     batch, time, space, features = tokens.shape
@@ -257,7 +260,7 @@ class Divided(_Layout):
     self.blocks = self._keep(self._encoder_block(options, block, rngs), self.drop_path_rates)
     self.norm = layer_norm(options.width, block, rngs=rngs)
     if self.time_relative:
-      self.time_biases = _time_biases(options.num_heads, num_frames, options.depth, rngs)
+      self.time_biases = _time_biases(options, options.num_heads, num_frames, options.depth, rngs)
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
     x = _with_class_column(tokens, class_token)
@@ -334,7 +337,7 @@ class FactorisedDotProduct(_Layout):
     )
     self.norm = layer_norm(options.width, block, rngs=rngs)
     if self.time_relative:
-      self.time_biases = _time_biases(options.num_heads // 2, num_frames, options.depth, rngs)
+      self.time_biases = _time_biases(options, options.num_heads // 2, num_frames, options.depth, rngs)
 
   def __call__(self, tokens, class_token, *, deterministic, rngs, return_weights):
     x = _with_class_column(tokens, class_token)

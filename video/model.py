@@ -29,14 +29,19 @@ from flax.nnx.nn.dtypes import promote_dtype
 from attention import DTYPES, BlockOptions
 from attention.layers import REMAT_POLICIES
 from attention.multi_head import ATTENTION_KERNELS
-from attention.positional import AdditiveTable
+from attention.positional import KINDS, Tokens, kinds
 from attention.scores import SCORES
 from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError
 from video import layouts
 
-SPATIAL_POSEMBS = ('none', 'learn1d', 'learn2d', 'sincos1d', 'sincos2d', 'learn3d')
-TEMPORAL_POSEMBS = ('none', 'learn1d', 'sincos1d', 'relative')
+# the additive kinds of ``attention.positional`` and ``learn3d``; in time, the 1-D additive and bias kinds
+SPATIAL_POSEMBS = ('none', *kinds(adds_table=True), 'learn3d')
+TEMPORAL_POSEMBS = (
+  'none',
+  *kinds(adds_table=True, needs_grid=False),
+  *kinds(biases_attention=True, needs_grid=False),
+)
 POOLS = ('cls', 'gap')
 STACKS = layouts.STACKS
 _LAYOUT_CLASSES = {
@@ -45,25 +50,6 @@ _LAYOUT_CLASSES = {
   'divided': layouts.Divided,
   'factorised_dot_product': layouts.FactorisedDotProduct,
 }
-
-
-def check_options(
-  *, attention: str, spatial_posemb: str, temporal_posemb: str, pool: str, remat: str = 'none'
-) -> None:
-  """Raises ``ConfigError`` naming the allowed values of a bad option or combination."""
-  for name, value, allowed in (
-    ('attention', attention, layouts.LAYOUTS),
-    ('spatial_posemb', spatial_posemb, SPATIAL_POSEMBS),
-    ('temporal_posemb', temporal_posemb, TEMPORAL_POSEMBS),
-    ('pool', pool, POOLS),
-    ('remat', remat, tuple(REMAT_POLICIES)),
-  ):
-    if value not in allowed:
-      raise ConfigError(f'model.{name}: unknown value {value!r}; allowed values: {", ".join(allowed)}')
-  if spatial_posemb == 'learn3d' and temporal_posemb != 'none':
-    raise ConfigError(
-      f"model.spatial_posemb 'learn3d' already encodes time; temporal_posemb must be 'none', got {temporal_posemb!r}"
-    )
 
 
 def token_grid(clip_shape, tubelet) -> tuple[int, int, int]:
@@ -103,13 +89,11 @@ class VideoOptions:
   attention_kernel: Literal[tuple(ATTENTION_KERNELS)] = 'auto'
 
   def __post_init__(self):
-    check_options(
-      attention=self.attention,
-      spatial_posemb=self.spatial_posemb,
-      temporal_posemb=self.temporal_posemb,
-      pool=self.pool,
-      remat=self.remat,
-    )
+    if self.spatial_posemb == 'learn3d' and self.temporal_posemb != 'none':
+      raise ConfigError(
+        "model.spatial_posemb 'learn3d' already encodes time; temporal_posemb must be 'none', "
+        f'got {self.temporal_posemb!r}'
+      )
 
   def block(self) -> BlockOptions:
     """What every block of every layout is built with."""
@@ -178,18 +162,15 @@ class VideoTransformer(nnx.Module):
     self.tubelet_embedding = TubeletEmbedding(
       clip_shape[-1], width, options.tubelet, dtype=block.dtype, rngs=rngs
     )
-    if options.pool == 'cls':
-      self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
-    if options.spatial_posemb == 'learn3d':
-      self.spacetime_table = AdditiveTable(
-        'learn1d', width, length=steps * rows * columns, grid=None, rngs=rngs
-      )
-    elif options.spatial_posemb != 'none':
-      self.spatial_table = AdditiveTable(
-        options.spatial_posemb, width, length=rows * columns, grid=(rows, columns), rngs=rngs
-      )
-    if options.temporal_posemb in ('learn1d', 'sincos1d'):
-      self.temporal_table = AdditiveTable(options.temporal_posemb, width, length=steps, grid=None, rngs=rngs)
+    self.class_token = nnx.Param(jnp.zeros((1, 1, width))) if options.pool == 'cls' else None
+    spatial, temporal = options.spatial_posemb, options.temporal_posemb
+    spacetime = Tokens(dim=width, length=steps * rows * columns)
+    self.spacetime_table = KINDS['learn1d'](spacetime, rngs=rngs) if spatial == 'learn3d' else None
+    space = Tokens(dim=width, length=rows * columns, grid=(rows, columns))
+    additive = spatial != 'learn3d' and KINDS[spatial].adds_table
+    self.spatial_table = KINDS[spatial](space, rngs=rngs) if additive else None
+    time = Tokens(dim=width, length=steps)
+    self.temporal_table = KINDS[temporal](time, rngs=rngs) if KINDS[temporal].adds_table else None
     self.dropout = nnx.Dropout(options.dropout)
     self.layout = _LAYOUT_CLASSES[options.attention](options, block, num_frames=steps, rngs=rngs)
     head_init = nnx.initializers.zeros if options.head_zero_init else nnx.initializers.lecun_normal()
@@ -198,11 +179,11 @@ class VideoTransformer(nnx.Module):
   def embed(self, clips: jax.Array) -> jax.Array:
     """Tubelet tokens ``[batch, time, space, width]`` with the additive positions added."""
     tokens = self.tubelet_embedding(clips)
-    if self.spatial_posemb == 'learn3d':
+    if self.spacetime_table is not None:
       tokens = tokens + self.spacetime_table().reshape(tokens.shape[1:]).astype(tokens.dtype)
-    elif self.spatial_posemb != 'none':
+    if self.spatial_table is not None:
       tokens = tokens + self.spatial_table()[None, None].astype(tokens.dtype)
-    if self.temporal_posemb in ('learn1d', 'sincos1d') and self.attention != 'factorised_encoder':
+    if self.temporal_table is not None and self.attention != 'factorised_encoder':
       tokens = tokens + self.temporal_table()[None, :, None].astype(tokens.dtype)
     return tokens
 
@@ -221,9 +202,9 @@ class VideoTransformer(nnx.Module):
     ``video.layouts.AXES`` for their dimensions).
     """
     tokens = self.dropout(self.embed(clips), deterministic=deterministic, rngs=rngs)
-    class_token = self.class_token[...].astype(tokens.dtype) if self.pool == 'cls' else None
+    class_token = None if self.class_token is None else self.class_token[...].astype(tokens.dtype)
     options = dict(deterministic=deterministic, rngs=rngs, return_weights=return_weights)
-    if self.attention == 'factorised_encoder' and self.temporal_posemb in ('learn1d', 'sincos1d'):
+    if self.attention == 'factorised_encoder' and self.temporal_table is not None:
       options['time_table'] = self.temporal_table()
     features, weights = self.layout(tokens, class_token, **options)
     intermediates = {'pre_logits': features, 'grid': self.grid}

@@ -17,12 +17,10 @@ import ml_collections
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.observe.reporting import Reporting
-from trainer.parameter_regexes import check_layer_numbering, check_scanned_layers
-from trainer.task import Task
-from trainer.validation import check_split_name
+from trainer.parameter_regexes import check_layer_numbering
+from trainer.task import BatchesFromData, Task
 from video import ablation_table
 from video import config_sections as sections
 from video.input_pipeline import ClipShapes, VideoData, load_video_data
@@ -64,7 +62,7 @@ class VideoReporting(Reporting):
     return {'gflops_per_clip': forward_cost(model, task.sizes.clip_shape) / 1e9}
 
 
-class VideoClassification(Task):
+class VideoClassification(BatchesFromData, Task):
   """Config: ``data`` (see ``video.input_pipeline``), ``model`` (see ``video.model``), ``label_smoothing``."""
 
   config_sections = sections.SECTIONS
@@ -87,17 +85,13 @@ class VideoClassification(Task):
     self.prediction = ClipPrediction(self.sizes, class_names)
     metrics = MovingDigitMetrics if self.label_parts else ClipMetrics
     self.train_metrics = self.eval_metrics = metrics
-    try:  # build abstractly, so any other bad model option fails before real work
-      nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
-    except ValueError as error:
-      raise ConfigError(f'model: {error}') from error
+    self.check_model(lambda section: self._video_model(section, nnx.Rngs(0)))
     check_layer_numbering(
-      config.get('optimizer'),
+      config.optimizer,
       lambda: self.make_model(nnx.Rngs(0)),
       functools.partial(parameter_layer, layout=model.attention, depth=model.depth),
       f'the {model.attention!r} layout',
     )
-    check_scanned_layers(config, lambda section: self.make_model(nnx.Rngs(0), section))
 
   @functools.cached_property
   def data(self) -> VideoData:
@@ -110,35 +104,13 @@ class VideoClassification(Task):
       'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
     }
 
-  def make_model(self, rngs: nnx.Rngs, model: ml_collections.ConfigDict | None = None) -> nnx.Module:
-    """The config's model, or that of another ``model`` section (``check_scanned_layers`` builds both
-    forms of a scanned one)."""
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return self._video_model(self.config.model, rngs)
+
+  def _video_model(self, section, rngs: nnx.Rngs) -> nnx.Module:
+    """The model of a ``model`` section (``check_model`` builds both forms of a scanned one)."""
     return make_video_model(
-      self.config.model if model is None else model,
-      num_classes=self.sizes.num_classes,
-      clip_shape=self.sizes.clip_shape,
-      rngs=rngs,
-    )
-
-  def num_train_examples(self) -> int:
-    return self.data.num_train
-
-  def eval_split_names(self) -> tuple[str, ...]:
-    return self.data.split_names
-
-  def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
-    return self.data.train_batches(
-      batch_size=batch_size,
-      seed=seed,
-      start_step=start_step,
-      process_index=process_index,
-      process_count=process_count,
-    )
-
-  def eval_batches(self, split, *, batch_size, process_index, process_count):
-    check_split_name(split, 'split')
-    return self.data.eval_batches(
-      split, batch_size=batch_size, process_index=process_index, process_count=process_count
+      section, num_classes=self.sizes.num_classes, clip_shape=self.sizes.clip_shape, rngs=rngs
     )
 
   def _outputs(self, logits, labels, losses) -> dict:

@@ -15,7 +15,7 @@ from trainer.config_sections import optional, section_reader
 @dataclasses.dataclass(frozen=True)
 class Augment:
   crop_padding: int = 0  #: pad by this many pixels, then crop a random window (0 = off)
-  crop_pad_mode: str = 'reflect'  #: 'reflect' or 'constant'
+  crop_pad_mode: Literal['reflect', 'constant'] = 'reflect'
   flip: bool = False
   randaugment_layers: int = 0  #: RandAugment ops per image (0 = off)
   randaugment_magnitude: int = 10
@@ -30,7 +30,7 @@ class Augment:
 
 @dataclasses.dataclass(frozen=True)
 class ImageData:
-  source: str = 'digits'  #: 'digits' | 'tfds' | 'folder' | 'idx' | 'records'
+  source: Literal['digits', 'tfds', 'folder', 'idx', 'records'] = 'digits'
   name: str | None = None
   data_dir: str | None = None
   random_access: bool | None = None
@@ -65,8 +65,9 @@ class FewShot:
 
 @dataclasses.dataclass(frozen=True)
 class Distill:
-  teacher: str = ''  #: a workdir of train.py, or an .npz the ViT reads; '' = off
+  teacher: str = ''  #: a workdir of train.py, a timm or transformers folder or file, or an .npz; '' = off
   checkpoint: str | int = 'latest'
+  arch: str = ''  #: a bare timm .safetensors teacher's architecture (e.g. deit_base_patch16_224)
   kind: Literal['soft', 'hard'] = 'soft'  #: soft: T^2 KL at the temperature; hard: the teacher's argmax
   temperature: float = 1.0
   alpha: float = 0.5  #: loss = (1 - alpha) * label loss + alpha * distillation loss

@@ -3,11 +3,13 @@ as a second target for the student.
 
 ``config.distill`` (every default in ``vit.config_sections.Distill``; ``teacher=''`` is off):
 
-- ``teacher``: a workdir written by ``train.py`` (its model, resolution and normalisation are its
-  own; ``checkpoint`` says which: ``'latest'``, ``'best'`` or a step), or weights the ViT reads
-  (``read_teacher_weights``: an ``.npz`` in the official or big_vision layout, whose width, depth,
-  heads, MLP, patch, pooling and resolution are read from its arrays, and which sees the student's
-  normalised images);
+- ``teacher``: a workdir written by ``train.py`` (``checkpoint`` says which: ``'latest'``, ``'best'``
+  or a step), or a timm or Hugging Face transformers folder or ``.safetensors`` file (a bare timm
+  file with its architecture in ``arch``): the model ``trainer.predictor.load_predictor`` builds for
+  that path, with its options, heads (a distilled DeiT's two), resolution, mean and std; or an
+  ``.npz`` in the official or big_vision layout (``read_teacher_weights``), whose width, depth,
+  heads, MLP, patch, pooling and resolution are read from its arrays, which has no other options
+  and sees the student's normalised images;
 - ``kind``: ``'soft'``, the KL divergence from the teacher's to the student's softmax at
   ``temperature`` T, times T^2 (Hinton et al.; DeiT); or ``'hard'``, the cross-entropy against the
   teacher's argmax (DeiT's hard distillation);
@@ -42,7 +44,7 @@ from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError, MissingFileError
 from trainer.io.workdir import CONFIG_FILE
 from trainer.losses import cross_entropy
-from vit import checkpoint_npz, config_sections, pretrained
+from vit import checkpoint_npz, config_sections, pretrained, weights
 from vit.model import ViTOptions, make_vit
 
 KINDS = ('soft', 'hard')
@@ -153,8 +155,8 @@ def load_teacher(config: ml_collections.ConfigDict, *, num_classes: int, image_s
   path = pathlib.Path(config.teacher)
   if not path.exists():
     raise MissingFileError(f'config.distill.teacher {path}: no such file or folder.')
-  if (path / CONFIG_FILE).is_file() and (path / 'checkpoints').is_dir():
-    teacher = _workdir_teacher(path, config.checkpoint)
+  if ((path / CONFIG_FILE).is_file() and (path / 'checkpoints').is_dir()) or weights.is_weights_path(path):
+    teacher = _predictor_teacher(path, config.checkpoint, config.get('arch', ''))
   else:
     canonical = read_teacher_weights(path)
     model_config = dataclasses.asdict(ViTOptions())
@@ -186,15 +188,18 @@ def read_teacher_weights(path: pathlib.Path) -> dict[str, np.ndarray]:
   return pretrained.read_canonical(ml_collections.ConfigDict(dict(path=str(path), checkpoint='latest')))
 
 
-def _workdir_teacher(workdir: pathlib.Path, checkpoint) -> Teacher:
-  from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top  (import cycle)
+def _predictor_teacher(path: pathlib.Path, checkpoint, arch: str) -> Teacher:
+  """The model ``trainer.predictor.load_predictor`` builds for ``path`` (a workdir's checkpoint, or a
+  timm or transformers folder or file: its options, heads and resolution), with the mean and std its
+  images are normalised with."""
+  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top  (import cycle)
 
   which = int(checkpoint) if str(checkpoint).isdigit() else checkpoint
-  task, parts, params, _ = restore_checkpoint(workdir, which, read_data=False)
-  graphdef, variables = nnx.split(parts.merge(params))
-  preparation = getattr(task, 'preparation', None)
+  predictor = load_predictor(path, which, **({'arch': arch} if arch else {}))
+  graphdef, variables = nnx.split(predictor.model)
+  preparation = getattr(predictor.task, 'preparation', None)
   mean, std = (preparation.mean, preparation.std) if preparation is not None else (None, None)
-  return Teacher(graphdef, variables, tuple(task.sizes.image_shape), mean, std)
+  return Teacher(graphdef, variables, tuple(predictor.task.sizes.image_shape), mean, std)
 
 
 def architecture_of(canonical: dict[str, np.ndarray], path) -> dict[str, Any]:

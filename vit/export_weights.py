@@ -1,18 +1,20 @@
 """Writes a ViT of ours as a timm or Hugging Face transformers folder (``config.json`` + ``model.safetensors``).
 
-  python -m vit.export_weights --workdir runs/vit_ft --to timm --arch vit_base_patch16_224 OUT
+  python -m vit.export_weights --workdir runs/vit_ft --to timm OUT
   python -m vit.export_weights --workdir runs/vit_ft --to transformers OUT
 
-timm reads the folder with ``timm.create_model(ARCH, pretrained=True,
-pretrained_cfg_overlay=dict(file='OUT/model.safetensors', source='file', num_classes=N), num_classes=N)``; transformers with
-``ViTForImageClassification.from_pretrained('OUT')``. Both configs carry our class names and our
-preprocessing (a bilinear resize to the model's size, the workdir's mean and std). ``--arch`` is the
-timm architecture; by default the one the workdir was fine-tuned from (``init_from``), when that was a
-timm source. The model's options must be that architecture's (a one-line error lists the
-differences); a model with a distillation token (``distill_token``) is a distilled DeiT
-(``deit_*_distilled_patch16_*``). transformers takes class-token ViTs without layer scale, registers,
-``norm_pre``, ``fc_norm`` or attention pooling: ``ViTForImageClassification``, or with a distillation
-token ``DeiTForImageClassificationWithTeacher`` (read with that class's ``from_pretrained``).
+timm: ``config.json`` names an ``architecture`` and gives ``model_args`` stating the whole model (sizes,
+pooling, class token, registers, ``pre_norm``, ``fc_norm``, layer scale, ``act_layer``), as timm's
+``push_to_hub(model_args=...)`` writes them. ``timm.create_model('local-dir:OUT')`` reads the folder
+whole; or ``timm.create_model(config['architecture'], pretrained=True,
+pretrained_cfg_overlay=dict(file='OUT/model.safetensors'), **config['model_args'])``. The
+architecture supplies only what ``model_args`` cannot say in JSON (``base_architecture``): the class of
+a distilled DeiT (two heads) and CLIP's LayerNorm epsilon 1e-5; ``--arch`` names another, which
+must build the same model (the folder is read back before it is written, and a one-line error lists
+what would differ). transformers reads its folder with ``ViTForImageClassification.from_pretrained('OUT')``;
+it takes class-token ViTs without layer scale, registers, ``norm_pre``, ``fc_norm`` or attention
+pooling, or with a distillation token ``DeiTForImageClassificationWithTeacher``. Both configs carry
+our class names and our preprocessing (a bilinear resize to the model's size, the workdir's mean and std).
 """
 
 import json
@@ -48,6 +50,8 @@ def model_options(model) -> dict:
     patch_bias=model.patch_embedding.bias is not None,
     pre_logits=hasattr(model, 'pre_logits'),
     distill_token=hasattr(model, 'distill_token'),
+    learned_positions=(model.encoder.positional.kind, model.encoder.positional.injection)
+    == ('learn1d', 'stem'),
   )
 
 
@@ -57,60 +61,88 @@ def _canonical(model) -> dict[str, np.ndarray]:
   return checkpoint_npz.to_canonical(checkpoint_npz.model_to_official(model))
 
 
-def write_timm(model, out, arch: str, *, image_size, mean, std, class_names=None) -> pathlib.Path:
-  """``out/config.json`` and ``out/model.safetensors`` as timm's ``push_to_hub`` writes them."""
+_TIMM_ACT = {'gelu_exact': 'gelu', 'gelu': 'gelu_tanh', 'quick_gelu': 'quick_gelu'}
+_TIMM_POOL = {'cls': 'token', 'gap': 'avg', 'map': 'map'}
+
+
+def base_architecture(ours: dict) -> str:
+  """The timm architecture whose code gives what ``model_args`` cannot say in JSON: the class (a
+  distilled DeiT's two heads) and the LayerNorm epsilon (CLIP's 1e-5, every other ViT's 1e-6)."""
+  if ours['distill_token']:
+    return 'deit_base_distilled_patch16_224'
+  return 'vit_base_patch16_clip_224' if ours['layernorm_epsilon'] == 1e-5 else 'vit_base_patch16_224'
+
+
+def timm_model_args(ours: dict, *, image_size, channels: int) -> dict:
+  """Every ``VisionTransformer`` argument that describes our model, so no default of the architecture's
+  matters; one line for what timm's ViT has no argument for."""
+  problems = []
+  if ours['pre_logits']:
+    problems.append('pre_logits (timm has none)')
+  if ours['norm_pre'] and ours['patch_bias']:
+    problems.append('norm_pre with a patch bias (timm drops the bias with pre_norm)')
+  if ours['distill_token'] and (ours['pool'] != 'cls' or ours['reg_tokens'] or ours['fc_norm']):
+    problems.append('a distillation token without class-token pooling, or with registers or fc_norm')
+  if ours['layernorm_epsilon'] not in (1e-6, 1e-5):
+    problems.append(f'layernorm_epsilon {ours["layernorm_epsilon"]!r} (timm ViTs: 1e-6, CLIP 1e-5)')
+  if not ours['learned_positions']:
+    problems.append('a position encoding other than a learned table added at the stem')
+  mlp_ratio = ours['mlp_dim'] / ours['width']
+  if int(ours['width'] * mlp_ratio) != ours['mlp_dim']:
+    problems.append(
+      f'mlp_dim {ours["mlp_dim"]} (int(width * mlp_ratio) gives {int(ours["width"] * mlp_ratio)})'
+    )
+  if problems:
+    raise CheckpointError(f'export: timm has no ViT with {"; ".join(problems)}.')
+  return dict(
+    img_size=list(image_size), patch_size=ours['patch_size'], in_chans=channels, embed_dim=ours['width'],
+    depth=ours['depth'], num_heads=ours['num_heads'], mlp_ratio=mlp_ratio, qkv_bias=True,
+    class_token=ours['pool'] == 'cls', global_pool=_TIMM_POOL[ours['pool']], reg_tokens=ours['reg_tokens'],
+    no_embed_class=False, pre_norm=ours['norm_pre'], fc_norm=ours['fc_norm'],
+    init_values=1e-5 if ours['layer_scale'] else None, act_layer=_TIMM_ACT[ours['activation']],
+  )  # fmt: skip
+
+
+def write_timm(model, out, arch: str = '', *, image_size, mean, std, class_names=None) -> pathlib.Path:
+  """``out/config.json`` and ``out/model.safetensors`` as timm's ``push_to_hub`` writes them, with
+  ``model_args`` stating the whole model over ``arch`` (default: ``base_architecture``); the folder is
+  read back first, and one line lists what would differ."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
 
   from vit import weights_timm  # pylint: disable=g-import-not-at-top
 
-  architecture = weights_timm.resolve_architecture(arch)
   ours = model_options(model)
-  declared = dict(architecture.options, layer_scale=bool(architecture.options.get('layer_scale')))
-  declared.setdefault('reg_tokens', 0)
-  for name in ('norm_pre', 'fc_norm'):
-    declared.setdefault(name, False)
-  declared.setdefault('patch_bias', True)
+  channels = int(model.patch_embedding.kernel.shape[2])
+  model_args = timm_model_args(ours, image_size=image_size, channels=channels)
+  name = (arch or base_architecture(ours)).partition('.')[0]
+  try:
+    # the architecture's own table layout, so that its name alone (without model_args) reads the arrays
+    model_args['no_embed_class'] = bool(weights_timm.model_args(name)['no_embed_class'])
+    rebuilt = weights_timm.resolve(name, model_args)
+  except CheckpointError as error:
+    raise CheckpointError(f'export: the model is not a timm {name}: {error}') from None
+  expected = dict(ours, layer_scale=bool(ours['layer_scale']))
+  got = dict(rebuilt.options, layer_scale=bool(rebuilt.options['layer_scale']))
   differ = [
-    f'{name} {ours[name]!r} (timm {arch}: {declared[name]!r})'
-    for name in (
-      'pool',
-      'activation',
-      'layernorm_epsilon',
-      'reg_tokens',
-      'layer_scale',
-      'norm_pre',
-      'patch_bias',
-      'distill_token',
-    )
-    if ours[name] != declared[name]
+    f'{key} {expected[key]!r} (timm {name}: {got[key]!r})'
+    for key in got
+    if key in expected and got[key] != expected[key]
   ]
-  if ours['pre_logits']:
-    differ.append('pre_logits (timm has none)')
-  if ours['fc_norm'] and ours['pool'] != 'gap':
-    differ.append('fc_norm without average pooling')
   if differ:
-    raise CheckpointError(f'export: the model is not a timm {arch}: {"; ".join(differ)}.')
+    raise CheckpointError(f'export: the model is not a timm {name}: {"; ".join(differ)}.')
   out = pathlib.Path(out)
   out.mkdir(parents=True, exist_ok=True)
-  arrays = weights_timm.from_canonical(_canonical(model), no_embed_class=architecture.no_embed_class)
+  canonical = _canonical(model)
+  if not ours['patch_bias'] and not ours['norm_pre']:  # timm has a patch bias here: a zero one
+    canonical['embedding/bias'] = np.zeros(ours['width'], np.float32)
+  arrays = weights_timm.from_canonical(canonical, no_embed_class=model_args['no_embed_class'])
   save_file(arrays, str(out / 'model.safetensors'))
   num_classes = int(model.head.kernel.shape[1])
-  model_args = {'img_size': list(image_size)}
-  for theirs, name in (('embed_dim', 'width'), ('num_heads', 'num_heads'), ('patch_size', 'patch_size')):
-    if ours[name] != declared[name]:
-      model_args[theirs] = ours[name]
-  model_args['depth'] = ours['depth']
-  channels = int(model.patch_embedding.kernel.shape[2])
-  if channels != 3:
-    model_args['in_chans'] = channels
-  model_args['mlp_ratio'] = ours['mlp_dim'] / ours['width']
-  if ours['fc_norm']:
-    model_args['fc_norm'] = True
   config = {
-    'architecture': architecture.name,
+    'architecture': name,
     'num_classes': num_classes,
     'num_features': ours['width'],
-    'global_pool': {'cls': 'token', 'gap': 'avg', 'map': 'map'}[ours['pool']],
+    'global_pool': model_args['global_pool'],
     'model_args': model_args,
     'pretrained_cfg': {
       'input_size': [channels, *image_size],
@@ -208,28 +240,21 @@ def export(workdir: str, to: str, out: str, arch: str = '', checkpoint: str = 'l
   if to == 'transformers':
     write_transformers(model, out, **options)
   elif to == 'timm':
-    init_from = task.config.get('init_from') or {}
-    arch = arch or init_from.get('arch', '') or _timm_arch_of(init_from.get('path', ''))
-    if not arch:
-      raise CheckpointError('export: name the timm architecture with --arch (e.g. vit_base_patch16_224).')
     write_timm(model, out, arch, **options)
   else:
     raise CheckpointError(f'export: --to is {to!r}; allowed values: timm, transformers.')
   return f'wrote step {step} of {workdir} to {out} ({to})'
 
 
-def _timm_arch_of(path: str) -> str:
-  config = pathlib.Path(path) / 'config.json' if path else None
-  if config is None or not config.is_file():
-    return ''
-  return json.loads(config.read_text()).get('architecture', '')
-
-
 def run() -> None:
   """The command; its flags are defined here, so importing ``export`` defines none."""
   workdir = flags.DEFINE_string('workdir', None, 'A workdir written by train.py with a ViT config.')
   to = flags.DEFINE_enum('to', None, ['timm', 'transformers'], 'The layout to write.')
-  arch = flags.DEFINE_string('arch', '', 'timm: the architecture name (default: the init_from source).')
+  arch = flags.DEFINE_string(
+    'arch',
+    '',
+    'timm: the architecture named in config.json (default: chosen from the model; model_args say the rest).',
+  )
   checkpoint = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
   flags.mark_flags_as_required(['workdir', 'to'])
 

@@ -105,9 +105,7 @@ def default_data_config() -> ml_collections.ConfigDict:
 
 def load_image_data(data_config: ml_collections.ConfigDict) -> ImageData:
   """Checks the config and the data, loads it and returns the batch maker."""
-  config = _with_defaults(data_config)
-  if config.source not in _LOADERS:
-    raise ConfigError(f'data.source {config.source!r} is not one of {sorted(_LOADERS)}')
+  config = config_sections.SECTIONS['data'](data_config)  # complete, its fields and choices checked
   if config.image_size is not None and (len(config.image_size) != 2 or min(config.image_size) < 1):
     raise ConfigError(f'data.image_size must be (height, width), got {config.image_size}')
   if config.prefetch_batches < 1 or config.num_threads < 1:
@@ -138,23 +136,6 @@ def load_image_data(data_config: ml_collections.ConfigDict) -> ImageData:
     _prefetch_batches=config.prefetch_batches,
     _num_threads=config.num_threads,
   )
-
-
-def _with_defaults(data_config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  config = default_data_config()
-  for key, value in data_config.items():
-    if key not in config:
-      raise ConfigError(f'unknown data config field {key!r}; known: {sorted(config)}')
-    if key != 'augment':
-      config[key] = value
-      continue
-    for augment_key, augment_value in value.items():
-      if augment_key not in config.augment:
-        raise ConfigError(
-          f"unknown data config field 'augment.{augment_key}'; known: {sorted(config.augment)}"
-        )
-      config.augment[augment_key] = augment_value
-  return config
 
 
 @dataclasses.dataclass(frozen=True)

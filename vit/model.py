@@ -19,7 +19,9 @@ ImageNet-21k ViT checkpoints have; 0 for none) and ``sincos2d_layout`` (``'rows_
 rematerialise its blocks, as big_vision's ``scan`` and ``remat_policy``. ``attention_kernel``
 (``'auto'``, ``'fused'``, ``'explicit'``; ``attention.multi_head``) chooses between the fused
 attention call (cuDNN's kernel on a GPU) and the explicit einsums; ``'auto'`` takes cuDNN's kernel
-where cuDNN takes the inputs, the einsums elsewhere.
+where cuDNN takes the inputs, the einsums elsewhere. ``attention_pad_multiple`` (0: off) pads the
+fused call's tokens to a multiple of it, with the padded keys masked, so that cuDNN takes them: JAX's
+cuDNN path refuses to train on an odd length such as B/16's 197 tokens at 224x224.
 
 The architectures of timm's and Hugging Face's ViTs are options too, each off by default:
 ``reg_tokens`` (learned register tokens after the class token, left out of the pooling; DINOv2),
@@ -52,8 +54,9 @@ from attention import ACTIVATIONS, DTYPES, BlockOptions, Encoder, Mlp
 from attention.blocks import attention_layer, layer_norm
 from attention.layers import REMAT_POLICIES
 from attention.multi_head import ATTENTION_KERNELS
-from attention.positional import INJECTIONS, POSEMB_KINDS, SINCOS2D_LAYOUTS, check_sincos2d_layout
+from attention.positional import INJECTIONS, POSEMB_KINDS, SINCOS2D_LAYOUTS
 from attention.scores import SCORES
+from attention.stacks import StackOptions
 from trainer.config_sections import from_section, to_section
 
 # name -> (width, depth, mlp_dim, num_heads), as in the ViT and DeiT papers.
@@ -114,6 +117,7 @@ class ViTOptions:
   scan_layers: bool = False
   remat: Literal[tuple(REMAT_POLICIES)] = 'none'
   attention_kernel: Literal[tuple(ATTENTION_KERNELS)] = 'auto'
+  attention_pad_multiple: int = 0
   dtype: Literal[tuple(DTYPES)] = 'float32'
 
   def __post_init__(self):
@@ -129,6 +133,18 @@ class ViTOptions:
   def block(self) -> BlockOptions:
     """What every encoder block is built with."""
     return BlockOptions.of(self)
+
+  def stack(self) -> StackOptions:
+    """What the encoder is built with (the sizes of a named variant in the fields: ``with_variant``)."""
+    return StackOptions.of(
+      self,
+      features=self.width,
+      mlp_features=self.mlp_dim,
+      block=self.block(),
+      drop_path_rate=self.drop_path,
+      input_norm=self.norm_pre,
+      final_norm=not self.fc_norm,
+    )
 
 
 def model_options(section) -> ViTOptions:
@@ -209,9 +225,6 @@ class VisionTransformer(nnx.Module):
   def __init__(
     self, options: ViTOptions, *, num_classes: int, image_shape: tuple[int, int, int], rngs: nnx.Rngs
   ):
-    if options.pool not in POOLS:
-      raise ValueError(f'Unknown pool {options.pool!r}; allowed values: {", ".join(POOLS)}.')
-    check_sincos2d_layout(options.sincos2d_layout)
     options = options.with_variant()
     block = options.block()
     width, pool = options.width, options.pool
@@ -239,24 +252,7 @@ class VisionTransformer(nnx.Module):
       self.register_tokens = nnx.Param(
         nnx.initializers.normal(1e-6)(rngs.params(), (1, options.reg_tokens, width))
       )
-    self.encoder = Encoder(
-      features=width,
-      depth=options.depth,
-      num_heads=options.num_heads,
-      mlp_features=options.mlp_dim,
-      block=block,
-      posemb=options.posemb,
-      posemb_injection=options.posemb_injection,
-      grid=self.grid,
-      num_prefix_tokens=self.num_prefix,
-      sincos2d_layout=options.sincos2d_layout,
-      drop_path_rate=options.drop_path,
-      input_norm=options.norm_pre,
-      final_norm=not options.fc_norm,
-      scan_layers=options.scan_layers,
-      remat=options.remat,
-      rngs=rngs,
-    )
+    self.encoder = Encoder(options.stack(), grid=self.grid, num_prefix_tokens=self.num_prefix, rngs=rngs)
     if pool == 'map':  # big_vision's head: no dropout, a dot-product score
       head = BlockOptions(
         activation=block.activation, layernorm_epsilon=block.layernorm_epsilon, dtype=block.dtype

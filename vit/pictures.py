@@ -3,7 +3,7 @@
 ``attention_<run>.png``          one evaluation image, then per layer and head which patches the
                                  class token attends to (the average query without a class token),
                                  and the attention rollout up to each layer
-``posemb_similarity_<run>.png``  for learned tables (``learn1d``, ``learn2d``): the cosine similarity
+``posemb_similarity_<run>.png``  for learned tables (``learn1d``, ``learn2d``, ...): the cosine similarity
                                  of each patch's embedding to every other's, one tile per patch laid
                                  out on the patch grid (ViT paper Figure 7, centre)
 """
@@ -16,8 +16,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from attention import drawing
+from attention.positional import kinds
 
-LEARNED_TABLES = ('learn1d', 'learn2d')
+LEARNED_TABLES = kinds(adds_table=True, learned=True)
 
 
 def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:

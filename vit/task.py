@@ -9,15 +9,12 @@ import ml_collections
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from attention.positional import INJECTIONS, POSEMB_KINDS, combination_exists
 from trainer.devices import Devices
 from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.observe.reporting import Reporting
-from trainer.parameter_regexes import check_scanned_layers
 from trainer.partitioning import check_batch_size
-from trainer.task import NotApplicable, Task
-from trainer.validation import check_split_name
+from trainer.task import BatchesFromData, NotApplicable, Task
 from vit import ablation_table, fewshot, pretrained
 from vit import config_sections as sections
 from vit.distillation import Distillation, check_distill
@@ -64,7 +61,7 @@ class ImageReporting(Reporting):
     return pictures.draw(model, task, out_dir, name, title)
 
 
-class ImageClassification(Task):
+class ImageClassification(BatchesFromData, Task):
   """Config: ``data`` (see ``vit.input_pipeline``), ``model`` (see ``vit.model``), ``label_smoothing``;
   optional sections ``init_from`` (see ``vit.pretrained``), ``fewshot`` (few-shot linear
   accuracy at every evaluation, see ``default_fewshot_config``) and ``distill`` (a teacher, see
@@ -90,15 +87,11 @@ class ImageClassification(Task):
 
   def __init__(self, config: ml_collections.ConfigDict, shapes: ImageShapes | None = None):
     super().__init__(config, shapes)
+    # ``vit.weights_predictor`` builds this task from a partial config: the defaults are read here
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if shapes is None:  # from the data (a workdir's config was completed when it trained)
       pretrained.complete_model_config(config.model, config.get('init_from'))
     model = model_section(config.model)
-    posemb, injection = model.posemb, model.posemb_injection
-    if posemb in POSEMB_KINDS and injection in INJECTIONS and not combination_exists(posemb, injection):
-      raise NotApplicable(
-        f"model.posemb {posemb!r} has no {injection!r} injection; only 'stem' exists for it."
-      )
     self.init_from = config.get('init_from')
     pretrained.check_init_from(self.init_from)
     distill = check_distill(config.get('distill'))
@@ -111,8 +104,8 @@ class ImageClassification(Task):
     if self.fewshot is not None and any(k < 1 for k in self.fewshot.shots):
       raise ConfigError(f'config.fewshot.shots is {self.fewshot.shots}; each must be >= 1.')
     self._initial = None
-    repeats = config.get('data', {}).get('augment', {}).get('repeats', 1)
-    if isinstance(repeats, int) and repeats > 1 and config.batch_size % repeats:
+    repeats = config.data.get('augment', {}).get('repeats', 1)
+    if repeats > 1 and config.batch_size % repeats:
       raise ConfigError(
         f'batch_size ({config.batch_size}) must be divisible by data.augment.repeats ({repeats}).'
       )
@@ -130,12 +123,7 @@ class ImageClassification(Task):
         distill, num_classes=self.sizes.num_classes, image_shape=self.sizes.image_shape, dtype=model.dtype
       )
       self.train_metrics = DistillationMetrics
-    # Build the model abstractly now, so a bad model option fails before any real work.
-    try:
-      nnx.eval_shape(lambda: self.make_model(nnx.Rngs(0)))
-    except ValueError as error:
-      raise ConfigError(f'model: {error}') from error
-    check_scanned_layers(config, lambda section: self.make_model(nnx.Rngs(0), section))
+    self.check_model(lambda section: self._vit(section, nnx.Rngs(0)))
 
   @functools.cached_property
   def data(self) -> ImageData:
@@ -147,20 +135,19 @@ class ImageClassification(Task):
       'image': jax.ShapeDtypeStruct((batch_size, *self.sizes.image_shape), jnp.float32),
       'label': jax.ShapeDtypeStruct((batch_size,), jnp.int32),
     }
-    augment = self.config.data.get('augment', {})
-    if augment.get('mixup_alpha', 0.0) > 0 or augment.get('cutmix_alpha', 0.0) > 0:
+    augment = self.config.data.augment
+    if augment.mixup_alpha > 0 or augment.cutmix_alpha > 0:
       shapes['mix_label'] = jax.ShapeDtypeStruct((batch_size,), jnp.int32)
       shapes['mix_weight'] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
     return shapes
 
-  def make_model(self, rngs: nnx.Rngs, model: ml_collections.ConfigDict | None = None) -> nnx.Module:
-    """The config's model, or that of another ``model`` section (``check_scanned_layers`` builds both
-    forms of a scanned one)."""
+  def make_model(self, rngs: nnx.Rngs) -> nnx.Module:
+    return self._vit(self.config.model, rngs)
+
+  def _vit(self, section, rngs: nnx.Rngs) -> nnx.Module:
+    """The model of a ``model`` section (``check_model`` builds both forms of a scanned one)."""
     return make_vit(
-      self.config.model if model is None else model,
-      num_classes=self.sizes.num_classes,
-      image_shape=self.sizes.image_shape,
-      rngs=rngs,
+      section, num_classes=self.sizes.num_classes, image_shape=self.sizes.image_shape, rngs=rngs
     )
 
   def check_training_data(self) -> None:
@@ -195,27 +182,6 @@ class ImageClassification(Task):
       self.fewshot,
       devices=devices or Devices(),
       batch_size=self.config.eval_batch_size,
-    )
-
-  def num_train_examples(self) -> int:
-    return self.data.num_train
-
-  def eval_split_names(self) -> tuple[str, ...]:
-    return tuple(self.data.split_names)
-
-  def train_batches(self, *, batch_size, seed, start_step, process_index, process_count):
-    return self.data.train_batches(
-      batch_size=batch_size,
-      seed=seed,
-      start_step=start_step,
-      process_index=process_index,
-      process_count=process_count,
-    )
-
-  def eval_batches(self, split, *, batch_size, process_index, process_count):
-    check_split_name(split, 'split')
-    return self.data.eval_batches(
-      split, batch_size=batch_size, process_index=process_index, process_count=process_count
     )
 
   def loss_and_outputs(self, model, batch, *, rngs, deterministic, constants=None):

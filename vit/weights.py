@@ -5,13 +5,14 @@ Sources (``read_weights``):
   ``label_names``, ``pretrained_cfg``) and ``model.safetensors``;
 - a transformers folder: ``config.json`` (``model_type`` ``vit``, ``deit`` or ``dinov2``),
   ``model.safetensors`` and, when present, ``preprocessor_config.json``;
-- a bare ``.safetensors`` file with timm's names, given the timm architecture (``init_from.arch``).
+- a bare ``.safetensors`` file with timm's names, given the timm architecture (``init_from.arch``,
+  ``NAME`` or ``NAME.TAG``), prepared as timm prepares that tag (``vit.timm_architectures``).
 
 The arrays are read with ``safetensors.numpy`` and renamed into ``vit.checkpoint_npz``'s canonical
-form (``vit.weights_timm``, ``vit.weights_transformers``). The model options come from the arrays'
-shapes (width, depth, MLP, patch, prefix tokens, which layers exist) and, for what arrays cannot say
-(heads, activation, LayerNorm epsilon), from the architecture name or ``config.json``; where both
-say something they must agree. Pickles (``pytorch_model.bin``, ``.pth``) are refused: loading one runs
+form (``vit.weights_timm``, ``vit.weights_transformers``). The model options are what the source
+library builds: for timm, ``timm.create_model``'s ``model_args`` (``weights_timm.resolve``); for
+transformers, ``config.json``. The arrays' shapes (width, depth, MLP, patch, prefix tokens, which
+layers exist) must agree with them. Pickles (``pytorch_model.bin``, ``.pth``) are refused: loading one runs
 code from the file.
 """
 
@@ -24,7 +25,7 @@ import re
 import numpy as np
 
 from trainer.errors import CheckpointError, MissingFileError
-from vit import weights_timm, weights_transformers
+from vit import timm_architectures, weights_timm, weights_transformers
 from vit.checkpoint_npz import POSEMB_KEY
 
 SAFETENSORS = 'model.safetensors'
@@ -207,58 +208,59 @@ def _merge(declared: dict, from_arrays: dict, what: str) -> dict:
 
 
 def _read_timm(path: pathlib.Path, arrays: dict, config: dict) -> Weights:
-  architecture = weights_timm.resolve_architecture(config['architecture'])
+  """A timm model as ``timm.create_model`` builds it (``weights_timm.resolve``), prepared as the
+  folder's ``pretrained_cfg`` says; without one (a bare file), as timm's default for the name and tag."""
+  name = config['architecture']
+  architecture = weights_timm.resolve(name, config.get('model_args'))
+  what = f'timm architecture {architecture.name!r}'
   declared = dict(architecture.options)
-  model_args = config.get('model_args') or {}
-  for theirs, ours in (
-    ('embed_dim', 'width'),
-    ('num_heads', 'num_heads'),
-    ('depth', 'depth'),
-    ('patch_size', 'patch_size'),
-  ):
-    if theirs in model_args:
-      declared[ours] = int(model_args[theirs])
-  pretrained = config.get('pretrained_cfg') or {}
-  size = pretrained.get('input_size') or [3, architecture.image_size, architecture.image_size]
-  if 'img_size' in model_args:
-    image = model_args['img_size']
-    size = [3, *(image if isinstance(image, (list, tuple)) else (image, image))]
+  pretrained = config.get('pretrained_cfg') or _default_pretrained_cfg(path, name)
+  size = architecture.image_size or tuple(int(v) for v in (pretrained.get('input_size') or [3, 224, 224])[1:])
   if 'patch_embed.proj.weight' not in arrays:
     raise CheckpointError(f'init_from: {path} has no patch_embed.proj.weight: not a timm ViT.')
-  _check_shapes(declared, arrays['patch_embed.proj.weight'], f'timm architecture {architecture.name!r}')
+  _check_shapes(declared, arrays['patch_embed.proj.weight'], what)
   if declared['distill_token'] != ('dist_token' in arrays):
     has = 'has a' if declared['distill_token'] else 'has no'
     raise CheckpointError(
-      f'init_from: timm architecture {architecture.name!r} {has} distillation token, the file '
+      f'init_from: {what} {has} distillation token, the file '
       f'{"does not" if declared["distill_token"] else "does"} (dist_token; the distilled DeiTs are '
       'deit_{tiny,small,base}_distilled_patch16_{224,384}).'
     )
   patch = arrays['patch_embed.proj.weight'].shape[-1]
-  grid = (int(size[1]) // patch, int(size[2]) // patch)
+  grid = (int(size[0]) // patch, int(size[1]) // patch)
   canonical = weights_timm.to_canonical(
-    arrays, num_heads=declared['num_heads'], no_embed_class=architecture.no_embed_class, grid=grid
-  )
-  options = _merge(declared, options_from_canonical(canonical), f'timm architecture {architecture.name!r}')
+    arrays, num_heads=declared['num_heads'], no_embed_class=architecture.no_embed_class, grid=grid,
+    class_token_as_register=architecture.class_token_as_register,
+  )  # fmt: skip
+  options = _merge(declared, options_from_canonical(canonical), what)
   num_classes = int(canonical['head/kernel'].shape[1]) if 'head/kernel' in canonical else 0
   crop_pct = float(pretrained.get('crop_pct', 0.875))  # timm's DEFAULT_CROP_PCT
-  crop = (int(size[1]), int(size[2]))
+  crop = (int(size[0]), int(size[1]))
   resize = tuple(math.floor(side / crop_pct) for side in crop)
-  if pretrained.get('crop_mode', 'center') == 'squash':
-    preprocessing = Preprocessing(
-      'exact', resize, crop, pretrained.get('interpolation', 'bicubic'), *_norms(pretrained)
-    )
-  elif resize[0] == resize[1]:
-    preprocessing = Preprocessing(
-      'shortest', resize[:1], crop, pretrained.get('interpolation', 'bicubic'), *_norms(pretrained)
-    )
+  interpolation = pretrained.get('interpolation', 'bicubic')
+  if pretrained.get('crop_mode', 'center') == 'squash' or resize[0] != resize[1]:
+    preprocessing = Preprocessing('exact', resize, crop, interpolation, *_norms(pretrained))
   else:
-    preprocessing = Preprocessing(
-      'exact', resize, crop, pretrained.get('interpolation', 'bicubic'), *_norms(pretrained)
-    )
+    preprocessing = Preprocessing('shortest', resize[:1], crop, interpolation, *_norms(pretrained))
   return Weights(
-    'timm', path, canonical, options, (int(size[1]), int(size[2])), num_classes,
+    'timm', path, canonical, options, crop, num_classes,
     _label_names(config.get('label_names'), num_classes), preprocessing, architecture.name,
   )  # fmt: skip
+
+
+def _default_pretrained_cfg(path: pathlib.Path, name: str) -> dict:
+  """timm's ``pretrained_cfg`` for ``name`` (``arch.tag``; no tag: the architecture's default tag), as
+  ``timm.create_model(name, pretrained=True)`` prepares images; one line when timm has none."""
+  cfg = timm_architectures.pretrained_cfg(name)
+  if cfg is None:
+    known = timm_architectures.architecture(name)
+    tags = ', '.join(known['tags']) if known else ''
+    raise CheckpointError(
+      f'init_from: {path} has no pretrained_cfg and timm has none for {name!r}'
+      f'{f" (its tags: {tags})" if tags else ""}: give the folder with its config.json, whose '
+      'pretrained_cfg says how images are prepared.'
+    )
+  return cfg
 
 
 def _norms(pretrained: dict) -> tuple[tuple[float, ...], tuple[float, ...]]:

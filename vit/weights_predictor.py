@@ -131,8 +131,30 @@ class WeightsPrediction(ImagePrediction):
     return pictures.plot_attention_maps(model, self.prepare(item[None]), '', title, path)
 
 
+def build_model(source: weights.Weights, *, dtype: str = 'float32', report_to=None) -> nnx.Module:
+  """The ViT a read source describes, with its arrays: the options the file decides, at the size its
+  preprocessing crops to (a position table of another grid resampled as the source's library
+  resamples it, ``attention.resample.SOURCE_RESAMPLE``), with a distilled DeiT's two heads. ``load_predictor`` and a distillation teacher
+  (``vit.distillation``) build their models here; ``report_to``: a name to print adaptations under."""
+  prep = source.preprocessing
+  model = make_vit(
+    dict(source.model, dtype=dtype),
+    num_classes=max(source.num_classes, 1),
+    image_shape=(*prep.image_size, source.channels),
+    rngs=nnx.Rngs(0),
+  )
+  report = checkpoint_npz.canonical_to_model(
+    model, source.canonical, resample_method=SOURCE_RESAMPLE[source.source]
+  )
+  adapted = [item for item in report.adapted if not item.startswith('head:')]
+  if adapted and report_to is not None:
+    print(f'{report_to}: {"; ".join(adapted)}', flush=True)
+  return model
+
+
 def load_predictor(path, arch: str = '') -> Predictor:
-  """A ``trainer.predictor.Predictor`` over a timm or transformers folder or a bare timm file (with ``arch``)."""
+  """A ``trainer.predictor.Predictor`` over a timm or transformers folder or a bare timm file (with
+  ``arch``); ``trainer.predictor.load_predictor(path)`` comes here for such a path."""
   source = weights.read_weights(path, arch)
   prep = source.preprocessing
   image_shape = (*prep.image_size, source.channels)
@@ -154,12 +176,6 @@ def load_predictor(path, arch: str = '') -> Predictor:
     has_head=source.num_classes > 0,
     title=f'{pathlib.Path(path).name} ({source.source} weights)',
   )
-  model = task.make_model(nnx.Rngs(0))
-  report = checkpoint_npz.canonical_to_model(
-    model, source.canonical, resample_method=SOURCE_RESAMPLE[source.source]
-  )
-  adapted = [item for item in report.adapted if not item.startswith('head:')]
-  if adapted:
-    print(f'{path}: {"; ".join(adapted)}', flush=True)
+  model = build_model(source, report_to=path)
   names = source.class_names or ([str(i) for i in range(source.num_classes)] if source.num_classes else None)
   return Predictor(pathlib.Path(path), task, model, 0, names)

@@ -11,9 +11,12 @@ written back as zero rows. A distilled DeiT's second head ``head_dist`` reads th
 its logits are the mean of the two heads' (timm's ``VisionTransformerDistilled`` in evaluation), as
 our ViT's ``distill_token`` computes.
 
-What the arrays cannot say (heads, activation, LayerNorm epsilon, pooling) comes from the
-architecture's name: ``ARCHITECTURES`` holds the families, each a pattern over timm's names with
-the options that timm's ``vision_transformer.py`` and ``deit.py`` give them.
+What the arrays cannot say (heads, activation, LayerNorm epsilon, pooling, whether the positions
+cover the prefix tokens) comes from timm's ``model_args``, as ``timm.create_model`` builds the model:
+``VisionTransformer``'s defaults, then the ``model_args`` of the architecture's own function in
+timm's source (``vit.timm_architectures``), then the folder's ``config.json`` ``model_args``
+(``model_options``). A timm feature our ViT has no place for (RoPE, SwiGLU, RMSNorm, qk-norm,
+parallel blocks, ...) is refused in one line naming it.
 """
 
 import dataclasses
@@ -22,134 +25,145 @@ import re
 import numpy as np
 
 from trainer.errors import CheckpointError
+from vit import timm_architectures
 from vit.checkpoint_npz import POSEMB_KEY
 
-# timm size name -> heads (and width, to check the arrays against)
-SIZES = {
-  'tiny': (192, 3),
-  'small': (384, 6),
-  'medium': (512, 8),
-  'base': (768, 12),
-  'large': (1024, 16),
-  'huge': (1280, 16),
-  'giant': (1408, 16),
-  'gigantic': (1664, 16),
-  'so400m': (1152, 16),
+# timm.models.vision_transformer.VisionTransformer's defaults for what the arrays cannot say
+_DEFAULTS = dict(
+  global_pool='token', class_token=True, reg_tokens=0, no_embed_class=False, pre_norm=False,
+  final_norm=True, fc_norm=None, init_values=None, act_layer=None, norm_layer=None, qkv_bias=True,
+  mlp_ratio=4.0, pos_embed='learn',
+)  # fmt: skip
+_ACTIVATIONS = {None: 'gelu_exact', 'gelu': 'gelu_exact', 'gelu_tanh': 'gelu', 'quick_gelu': 'quick_gelu'}
+_POOLS = {'token': 'cls', 'avg': 'gap', 'map': 'map'}
+# read and checked; or, when true, one with no place in our ViT
+_READ_ARGS = {
+  'img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth', 'num_heads',
+  'dynamic_img_size', 'dynamic_img_pad', 'drop_rate', 'pos_drop_rate', 'patch_drop_rate',
+  'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate', 'weight_init', 'fix_init', 'proj_bias',
+  *_DEFAULTS,
+}  # fmt: skip
+_FLAGS_REFUSED = {
+  'qk_norm': 'query/key norms (qk_norm)',
+  'scale_attn_norm': 'a norm inside attention (scale_attn_norm)',
+  'scale_mlp_norm': 'a norm inside the MLP (scale_mlp_norm)',
+  'pool_include_prefix': 'pooling over the prefix tokens (pool_include_prefix)',
 }
-# SigLIP architectures whose MLP uses the tanh GELU (timm's act_layer='gelu_tanh'); the others use erf
-_SIGLIP_TANH = re.compile(
-  r'^vit_(base_patch32_siglip(_gap)?_256|large_patch16_siglip(_gap)?_512|so400m_patch16_siglip(_gap)?_\d+)$'
-)
 
-
-@dataclasses.dataclass(frozen=True)
-class Family:
-  """One family of timm ViT architectures: a name pattern (groups ``size``, ``patch``) and its options."""
-
-  name: str
-  pattern: str
-  options: dict
-  no_embed_class: bool = False
-  image_size: int | None = None  # when the name carries none
-
-
-ARCHITECTURES = (
-  Family(
-    'AugReg / original ViT',
-    r'vit_(?P<size>tiny|small|base|large|huge)_patch(?P<patch>8|14|16|32)_(?P<res>224|384)',
-    {},
-  ),
-  Family('DeiT', r'deit_(?P<size>tiny|small|base)_patch(?P<patch>16)_(?P<res>224|384)', {}),
-  Family(
-    'DeiT, distilled',
-    r'deit_(?P<size>tiny|small|base)_distilled_patch(?P<patch>16)_(?P<res>224|384)',
-    dict(distill_token=True),
-  ),
-  Family(
-    'DeiT III',
-    r'deit3_(?P<size>small|medium|base|large|huge)_patch(?P<patch>14|16)_(?P<res>224|384)',
-    dict(layer_scale=1e-6),
-    no_embed_class=True,
-  ),
-  Family(
-    'DINOv2',
-    r'vit_(?P<size>small|base|large)_patch(?P<patch>14)_dinov2',
-    dict(layer_scale=1e-5),
-    image_size=518,
-  ),
-  Family(
-    'DINOv2 with registers',
-    r'vit_(?P<size>small|base|large)_patch(?P<patch>14)_reg4_dinov2',
-    dict(layer_scale=1e-5, reg_tokens=4),
-    no_embed_class=True,
-    image_size=518,
-  ),
-  Family(
-    'SigLIP',
-    r'vit_(?P<size>base|large|so400m)_patch(?P<patch>14|16|32)_siglip_(?P<res>\d+)',
-    dict(pool='map'),
-  ),
-  Family(
-    'SigLIP, average pooling',
-    r'vit_(?P<size>base|large|so400m)_patch(?P<patch>14|16|32)_siglip_gap_(?P<res>\d+)',
-    dict(pool='gap'),
-  ),
-  Family(
-    'CLIP',
-    r'vit_(?P<size>base|large|huge)_patch(?P<patch>14|16|32)_clip_(?P<res>\d+)',
-    dict(norm_pre=True, patch_bias=False, layernorm_epsilon=1e-5),
-  ),
-  Family(
-    'CLIP, QuickGELU',
-    r'vit_(?P<size>base|large|huge)_patch(?P<patch>14|16|32)_clip_quickgelu_(?P<res>\d+)',
-    dict(norm_pre=True, patch_bias=False, layernorm_epsilon=1e-5, activation='quick_gelu'),
-  ),
-)
+# the timm models of other files than vision_transformer.py and deit.py, by a word of their names
+_NAMED_FEATURES = {
+  'rope': 'rotary position embeddings (RoPE)',
+  'eva': "EVA's blocks (SwiGLU MLPs, RoPE)",
+  'eva02': "EVA's blocks (SwiGLU MLPs, RoPE)",
+  'naflexvit': 'NaFlex variable-resolution patches',
+  'swiglu': 'a SwiGLU MLP',
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-  """A timm architecture name resolved: our model options, the image size and the table's layout."""
+  """A timm model resolved: our model options, its image size, the position table's layout, and whether
+  its class token is only attended to (pooled ``avg`` or ``map``: our ViT holds it as a register)."""
 
   name: str
-  family: str
-  options: dict  # fields of our model section (width and heads; the rest from the arrays)
-  image_size: int
+  options: dict  # fields of our model section
+  image_size: tuple[int, int] | None  # from img_size; None: the pretrained config's input size
   no_embed_class: bool
+  class_token_as_register: bool = False
 
 
-def known_architectures() -> str:
-  return '; '.join(
-    f'{family.name}: {family.pattern.replace("(?P<size>", "(").replace("(?P<patch>", "(").replace("(?P<res>", "(")}'
-    for family in ARCHITECTURES
+def model_args(name: str, folder_args: dict | None = None) -> dict:
+  """What ``timm.create_model(name, **folder_args)`` passes to ``VisionTransformer``: its defaults, the
+  name's own ``model_args`` (a ``.tag`` dropped), then ``folder_args``; one line for an unknown name
+  whose ``folder_args`` do not give the heads."""
+  known = timm_architectures.architecture(name)
+  folder_args = dict(folder_args or {})
+  for token, feature in _NAMED_FEATURES.items():
+    if known is None and token in name.partition('.')[0].split('_'):
+      raise CheckpointError(f'init_from: timm {name!r} has {feature}, which our ViT does not have.')
+  if known is None and 'num_heads' not in folder_args:
+    raise CheckpointError(
+      f"init_from: unknown timm architecture {name!r} (not a ViT of timm's vision_transformer.py or "
+      'deit.py) with no model_args giving its num_heads.'
+    )
+  return {**_DEFAULTS, **(known['model_args'] if known else {}), **folder_args}
+
+
+def is_distilled(name: str) -> bool:
+  """timm builds ``name`` as ``VisionTransformerDistilled`` (the distilled DeiTs)."""
+  known = timm_architectures.architecture(name)
+  return bool(known and known['distilled'])
+
+
+def resolve(name: str, folder_args: dict | None = None) -> Architecture:
+  """The model timm builds for ``name`` and ``folder_args`` (``model_args``), as our options; a
+  ``CheckpointError`` of one line naming a feature we have not."""
+  args = model_args(name, folder_args)
+  what = f'timm {name!r}'
+  missing = [
+    f'{key}={value["unsupported"]}'
+    for key, value in args.items()
+    if isinstance(value, dict) and 'unsupported' in value
+  ]
+  missing += [feature for key, feature in _FLAGS_REFUSED.items() if args.get(key)]
+  missing += [
+    f'model_args {key}={value!r}'
+    for key, value in args.items()
+    if key not in _READ_ARGS | set(_FLAGS_REFUSED)
+    and not (isinstance(value, dict) and 'unsupported' in value)
+  ]
+  if missing:
+    raise CheckpointError(f'init_from: {what} has {", ".join(missing)}, which our ViT does not have.')
+  if args['pos_embed'] != 'learn':
+    raise CheckpointError(
+      f'init_from: {what} has pos_embed={args["pos_embed"]!r}; only a learned table (learn) is read.'
+    )
+  if args['act_layer'] not in _ACTIVATIONS:
+    raise CheckpointError(
+      f'init_from: {what} has act_layer={args["act_layer"]!r}; the ones read: gelu, gelu_tanh, quick_gelu.'
+    )
+  norm = args['norm_layer']
+  if isinstance(norm, dict):
+    epsilon = norm['norm_eps']
+  elif norm in (None, 'layernorm', 'layer_norm'):
+    epsilon = 1e-6  # timm.layers.LayerNorm
+  else:
+    raise CheckpointError(f'init_from: {what} has norm_layer={norm!r}; only LayerNorm is read.')
+  pool = args['global_pool']
+  if pool not in _POOLS:
+    raise CheckpointError(f'init_from: {what} has global_pool={pool!r}; the ones read: {", ".join(_POOLS)}.')
+  fc_norm = pool == 'avg' if args['fc_norm'] is None else bool(args['fc_norm'])
+  if not args['final_norm']:
+    raise CheckpointError(f'init_from: {what} has final_norm=False (no final norm), which our ViT has not.')
+  if pool == 'token' and not args['class_token']:
+    raise CheckpointError(f'init_from: {what} pools the class token but has none (class_token=False).')
+  distilled = is_distilled(name)
+  options = dict(
+    variant='custom',
+    width=int(args.get('embed_dim', 768)),
+    num_heads=int(args.get('num_heads', 12)),
+    patch_size=_pair(args.get('patch_size', 16))[0],
+    pool=_POOLS[pool],
+    activation=_ACTIVATIONS[args['act_layer']],
+    layernorm_epsilon=float(epsilon),
+    reg_tokens=int(args['reg_tokens']) + (1 if args['class_token'] and pool != 'token' else 0),
+    layer_scale=float(args['init_values'] or 0.0),
+    norm_pre=bool(args['pre_norm']),
+    fc_norm=fc_norm,
+    patch_bias=not args['pre_norm'],
+    distill_token=distilled,
   )
+  if 'depth' in (folder_args or {}):  # the name's depth is a default: the arrays count the blocks
+    options['depth'] = int(folder_args['depth'])
+  image = _pair(args['img_size']) if 'img_size' in args else None
+  return Architecture(
+    name.partition('.')[0], options, image, bool(args['no_embed_class']),
+    bool(args['class_token']) and pool != 'token',
+  )  # fmt: skip
 
 
-def resolve_architecture(name: str) -> Architecture:
-  """A timm architecture name (a ``.tag`` after it is dropped) -> ``Architecture``; one line naming the
-  known families for any other name."""
-  base = name.partition('.')[0]
-  for family in ARCHITECTURES:
-    match = re.fullmatch(family.pattern, base)
-    if match:
-      width, heads = SIZES[match['size']]
-      options = dict(
-        pool='cls',
-        activation='gelu_exact',
-        layernorm_epsilon=1e-6,
-        width=width,
-        num_heads=heads,
-        patch_size=int(match['patch']),
-        distill_token=False,
-      )
-      options.update(family.options)
-      if family.name.startswith('SigLIP') and _SIGLIP_TANH.match(base):
-        options['activation'] = 'gelu'
-      resolution = family.image_size or int(match['res'])
-      return Architecture(base, family.name, options, resolution, family.no_embed_class)
-  raise CheckpointError(
-    f'init_from: unknown timm architecture {name!r}; the known ones: {known_architectures()}.'
-  )
+def _pair(value) -> tuple[int, int]:
+  return (int(value), int(value)) if isinstance(value, (int, float)) else (int(value[0]), int(value[1]))
 
 
 # timm name -> canonical name, for the arrays that are renamed and transposed as a whole
@@ -199,12 +213,24 @@ def num_layers(arrays: dict[str, np.ndarray]) -> int:
 
 
 def to_canonical(
-  arrays: dict[str, np.ndarray], *, num_heads: int, no_embed_class: bool, grid: tuple[int, int]
+  arrays: dict[str, np.ndarray],
+  *,
+  num_heads: int,
+  no_embed_class: bool,
+  grid: tuple[int, int],
+  class_token_as_register: bool = False,
 ) -> dict[str, np.ndarray]:
-  """timm's arrays -> canonical arrays; one-line ``CheckpointError`` for a name with no place."""
+  """timm's arrays -> canonical arrays; one-line ``CheckpointError`` for a name with no place. A block's
+  linear layer without a bias (``qkv_bias=False``, ``proj_bias=False``) gets a zero one, which computes
+  the same; ``class_token_as_register``: the class token (not pooled) leads the register tokens."""
   for key, why in _REFUSED.items():
     if key in arrays:
       raise CheckpointError(f'init_from: {why} ({key!r} in the file).')
+  arrays = dict(arrays)
+  for key in list(arrays):
+    if re.fullmatch(r'blocks\.\d+\.(attn\.(qkv|proj)|mlp\.fc[12])\.weight', key):
+      bias = key[: -len('weight')] + 'bias'
+      arrays.setdefault(bias, np.zeros(arrays[key].shape[0], np.float32))
   width = arrays['patch_embed.proj.weight'].shape[0]
   head_dim = width // num_heads
   names = dict(_FIXED_NAMES)
@@ -232,6 +258,10 @@ def to_canonical(
     more = f' (and {len(left) - 1} more)' if len(left) > 1 else ''
     raise CheckpointError(f'init_from: timm array {left[0]} has no place in our ViT{more}.')
   canonical.update(_prefix_and_table(arrays, no_embed_class, grid))
+  if class_token_as_register and 'cls' in canonical:
+    canonical['reg'] = np.concatenate(
+      [canonical.pop('cls'), *([canonical['reg']] if 'reg' in canonical else [])], 1
+    )
   return canonical
 
 

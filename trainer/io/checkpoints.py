@@ -19,6 +19,7 @@ A full disk while saving is a ``CheckpointError`` naming the step and the last
 intact one. The workdir may be a bucket (``gs://bucket/run``, see ``trainer/io/storage.py``).
 """
 
+import contextlib
 import logging
 import shutil
 import threading
@@ -55,6 +56,22 @@ def _join_background_writes(seconds: float = 60.0) -> None:
   for thread in threading.enumerate():
     if isinstance(thread, orbax_future._SignalingThread) and thread is not threading.current_thread():  # pylint: disable=protected-access
       threading.Thread.join(thread, max(deadline - time.monotonic(), 0.0))
+
+
+class _ReadOnlyNotice(logging.Filter):
+  def filter(self, record):
+    return 'directory is read only' not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_read_only_notice():
+  """Orbax warns that a directory opened read-only is read-only; we asked for it."""
+  absl_logger, notice = logging.getLogger('absl'), _ReadOnlyNotice()
+  absl_logger.addFilter(notice)
+  try:
+    yield
+  finally:
+    absl_logger.removeFilter(notice)
 
 
 class Checkpoints:
@@ -102,8 +119,10 @@ class Checkpoints:
       cleanup_tmp_directories=not read_only,
       read_only=read_only,
       create=not read_only,
+      save_interval_steps=0 if read_only else 1,  # orbax warns when read_only keeps its default 1
     )
-    self.manager = ocp.CheckpointManager(self.directory, item_names=(*_ITEMS, EMA_ITEM), options=options)
+    with _without_read_only_notice():
+      self.manager = ocp.CheckpointManager(self.directory, item_names=(*_ITEMS, EMA_ITEM), options=options)
 
   # Which steps there are, and which are intact --------------------------------
 
