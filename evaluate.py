@@ -51,15 +51,16 @@ def main(argv):
   with cli.loading_libraries():
     from trainer.evaluation import evaluate_workdir  # pylint: disable=g-import-not-at-top
 
-  result = cli.run_reporting_user_errors(
-    evaluate_workdir,
-    storage.as_path(_WORKDIR.value),
-    _CHECKPOINT.value,
-    _SPLIT.value,
-    _BATCH_SIZE.value,
-    _AVERAGE_LAST.value,
-    _PARAMS.value,
-  )
+  with cli.interrupt_exits('evaluating', 'the checkpoints are untouched'):
+    result = cli.run_reporting_user_errors(
+      evaluate_workdir,
+      storage.as_path(_WORKDIR.value),
+      _CHECKPOINT.value,
+      _SPLIT.value,
+      _BATCH_SIZE.value,
+      _AVERAGE_LAST.value,
+      _PARAMS.value,
+    )
   print(json.dumps(result, sort_keys=True))
 
 

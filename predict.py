@@ -167,15 +167,16 @@ def main(argv):
   # the garbage collector's passes over them slow the start-up and the exit (docs/results.md,
   # "Predict start-up"). Frozen, they are never looked at again.
   gc.disable()
-  from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
+  with cli.interrupt_exits('loading the model', 'nothing was written'):
+    from trainer.predictor import load_predictor, missing_class_names_note  # pylint: disable=g-import-not-at-top
 
-  if _WEIGHTS.value is not None:
-    options = {'arch': _ARCH.value} if _ARCH.value else {}
-    predictor = cli.run_reporting_user_errors(load_predictor, _WEIGHTS.value, **options)
-  else:
-    predictor = cli.run_reporting_user_errors(
-      load_predictor, storage.as_path(_WORKDIR.value), _CHECKPOINT.value, _PARAMS.value
-    )
+    if _WEIGHTS.value is not None:
+      options = {'arch': _ARCH.value} if _ARCH.value else {}
+      predictor = cli.run_reporting_user_errors(load_predictor, _WEIGHTS.value, **options)
+    else:
+      predictor = cli.run_reporting_user_errors(
+        load_predictor, storage.as_path(_WORKDIR.value), _CHECKPOINT.value, _PARAMS.value
+      )
   gc.freeze()
   gc.enable()
   note = missing_class_names_note(predictor) if _WEIGHTS.value is None else None

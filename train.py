@@ -44,9 +44,10 @@ def main(argv):
 
     from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
-  if _DISTRIBUTED.value:
-    jax.distributed.initialize()
-  result = cli.run_reporting_user_errors(train_and_evaluate, _CONFIG.value, workdir)
+  with cli.interrupt_exits('starting', 'no checkpoint was written or changed'):
+    if _DISTRIBUTED.value:
+      jax.distributed.initialize()
+    result = cli.run_reporting_user_errors(train_and_evaluate, _CONFIG.value, workdir)
   if result.interrupted:
     sys.exit(1)
 

@@ -260,7 +260,18 @@ TABLES = {
   'recipes': Table(
     'docs/results/vit.md',
     ('what', 'command', 'without', 'with', 'time', 'machine', 'recorded at'),
-    ('recipes_ema', 'recipes_cutmix', 'recipes_erasing', 'recipes_repeats', 'recipes_distill'),
+    ('recipes_ema', 'recipes_ema_warmup', 'recipes_ema_7db6a83')
+    + ('recipes_cutmix', 'recipes_cutmix_90003c6', 'recipes_erasing', 'recipes_repeats', 'recipes_distill'),
+  ),
+  'posemb-resample': Table(
+    'docs/vit.md',
+    ('what', 'largest value', 'torch_bicubic vs bicubic', 'torch_bicubic_aa vs bicubic')
+    + ('torch_bicubic vs bilinear', 'torch_bicubic_aa vs bilinear', 'machine', 'recorded at'),
+    tuple(
+      f'posemb_resample/{change}_{table}'
+      for change in ('vit_b16_224_to_384', 'dinov2_b14_518_to_224')
+      for table in ('normal', 'sincos')
+    ),
   ),
   'recipe-step': Table(
     'docs/results/vit.md',

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import ml_collections
 import numpy as np
+from absl import logging
 from PIL import Image
 
 from pipelines.fetch_hint import fetch_hint
@@ -301,7 +302,11 @@ def _cached_decode(
   cache_dir: str | None,
   split: str,
 ) -> np.ndarray:
-  """Decodes a split, reusing a .npy in cache_dir made from the very same files."""
+  """Decodes a split, reusing a .npy in cache_dir made from the very same files.
+
+  The cache is written whole or not at all (a temporary file renamed); one that cannot be read
+  back as the split's array (cut short by a full disk, a copy or an older writer) is decoded
+  again and replaced, with a warning naming it."""
   if not cache_dir:
     return _decode_folder_split(listing.files, shape, mode, size)
   stats = [os.stat(path) for path in listing.files]
@@ -316,14 +321,45 @@ def _cached_decode(
   digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:20]
   cache_file = pathlib.Path(cache_dir) / f'folder-{split}-{digest}.npy'
   if cache_file.is_file():
-    return np.load(cache_file)
+    cached = _read_cache(cache_file, (len(listing.files), *shape))
+    if cached is not None:
+      return cached
   images = _decode_folder_split(listing.files, shape, mode, size)
   cache_file.parent.mkdir(parents=True, exist_ok=True)
+  _remove_abandoned_writes(cache_file)
   partial_file = cache_file.with_suffix(f'.{os.getpid()}.partial')
   with open(partial_file, 'wb') as file:
     np.save(file, images)
   os.replace(partial_file, cache_file)
   return images
+
+
+def _read_cache(cache_file: pathlib.Path, shape: tuple[int, ...]) -> np.ndarray | None:
+  """The cached uint8 array of ``shape``, or None (with a warning) when the file is not that."""
+  try:
+    cached = np.load(cache_file, allow_pickle=False)
+  except (OSError, ValueError, EOFError) as error:
+    problem = str(error).split('\n')[0]
+  else:
+    if cached.shape == shape and cached.dtype == np.uint8:
+      return cached
+    problem = f'it holds {cached.dtype} {cached.shape}, not uint8 {shape}'
+  logging.warning(
+    'The decoded-image cache %s is damaged (%s); decoding the images again.', cache_file, problem
+  )
+  return None
+
+
+def _remove_abandoned_writes(cache_file: pathlib.Path) -> None:
+  """Deletes the temporary files of this cache that processes which no longer run left behind."""
+  for partial in cache_file.parent.glob(f'{cache_file.stem}.*.partial'):
+    pid = partial.suffixes[-2].lstrip('.')
+    try:
+      os.kill(int(pid), 0)
+    except ProcessLookupError:
+      partial.unlink(missing_ok=True)
+    except (ValueError, PermissionError):
+      pass
 
 
 def _required_path(config: ml_collections.ConfigDict, source: str) -> pathlib.Path:

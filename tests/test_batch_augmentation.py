@@ -56,15 +56,13 @@ def test_cutmix_label_weight_is_the_area_left_of_the_own_image():
   for image, weight, label, mix_label in zip(
     batch['image'][..., 0], weights, batch['label'], batch['mix_label']
   ):
-    if label == mix_label:  # paired with itself: nothing to tell apart
-      continue
     own, pasted = image == 5 * label + 1, image == 5 * mix_label + 1
     assert (own | pasted).all()  # pasted, not blended
     assert own.mean() == pytest.approx(weight, abs=1e-6)
     if pasted.any():
       assert one_rectangle(pasted)
     checked += 1
-  assert checked >= COUNT - 2
+  assert checked == COUNT
 
 
 @pytest.mark.parametrize('switch, expected', [(0.0, 0.0), (0.3, 0.3), (1.0, 1.0)])
@@ -84,12 +82,82 @@ def test_mixup_rows_blend_and_cutmix_rows_paste_when_both_are_on():
   assert any(blended) and any(d == 2 and not b for d, b in zip(distinct, blended))
 
 
-def test_mixup_alone_draws_what_it_drew_before_cutmix_existed():
+def test_mixup_alone_draws_its_weights_first():
   before = Augmentation(mixup_alpha=0.4).draw(np.random.default_rng([1, 7, 3]), 64)
   rng = np.random.default_rng([1, 7, 3])
-  np.testing.assert_array_equal(before.mix_partner, rng.permutation(64))
   np.testing.assert_array_equal(before.mix_weight, rng.beta(0.4, 0.4, 64).astype(np.float32))
   assert before.cutmix_rows is None and before.erase_rows is None
+
+
+@pytest.mark.parametrize('batch_size', [2, 8, 40, 64])
+def test_no_row_is_its_own_partner(batch_size):
+  for seed in range(5):
+    draw = Augmentation(mixup_alpha=0.8, cutmix_alpha=1.0).draw(np.random.default_rng(seed), batch_size)
+    rows = np.arange(batch_size)
+    assert (draw.mix_partner != rows).all()
+    np.testing.assert_array_equal(draw.mix_partner[draw.mix_partner], rows)  # pairs, two by two
+
+
+def timm_mix_elem(images: np.ndarray, labels: np.ndarray, lam: np.ndarray, boxes: list, num_classes: int):
+  """timm's ``Mixup`` with ``mode='elem'`` (``_mix_elem`` and ``mixup_target``, no label smoothing) in
+  NumPy, given each row's mixup weight ``lam`` and CutMix box (None: mixup): row ``i`` takes from
+  row ``j = B - 1 - i`` of the unmixed batch, and the target is ``lam * y + (1 - lam) * y.flip(0)``."""
+  x_orig, x = images.astype(np.float32), images.astype(np.float32).copy()
+  lam = lam.astype(np.float64).copy()
+  height, width = images.shape[1:3]
+  for i in range(len(images)):
+    j = len(images) - i - 1
+    if boxes[i] is not None:
+      top, bottom, left, right = boxes[i]
+      x[i][top:bottom, left:right] = x_orig[j][top:bottom, left:right]
+      lam[i] = 1 - (bottom - top) * (right - left) / (height * width)  # correct_lam
+    else:
+      x[i] = x[i] * lam[i] + x_orig[j] * (1 - lam[i])
+  one_hot = np.eye(num_classes)[labels]
+  return x, lam[:, None] * one_hot + (1 - lam[:, None]) * one_hot[::-1]
+
+
+def test_mixing_is_timms_flipped_batch_mix():
+  data = constant_images(mixup_alpha=0.8, cutmix_alpha=1.0)
+  seed = 5
+  batch = next(data.train_batches(batch_size=COUNT, seed=seed))
+  augmentation = data._augmentation
+  draw = augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, 0]), COUNT)
+  rows = np.arange(COUNT)
+  boxes = augmentation.cutmix_boxes(draw, rows, SIDE, SIDE)
+  assert 0 < sum(box is not None for box in boxes) < COUNT
+  unmixed = data._source.examples('train', example_ids(seed, 0, COUNT, COUNT))
+  expected_images, expected_targets = timm_mix_elem(
+    unmixed.images, unmixed.labels, draw.mix_weight, boxes, COUNT
+  )
+  np.testing.assert_allclose(batch['image'], expected_images, rtol=1e-6, atol=1e-4)
+  one_hot = np.eye(COUNT)
+  weight = batch['mix_weight'][:, None]
+  targets = weight * one_hot[batch['label']] + (1 - weight) * one_hot[batch['mix_label']]
+  np.testing.assert_allclose(targets, expected_targets, rtol=1e-6, atol=1e-6)
+  assert (batch['label'] != batch['mix_label']).all()
+
+
+@pytest.mark.parametrize(
+  'batch_size, repeats, message',
+  [
+    (
+      31,
+      1,
+      r'batch_size \(31\) must be a multiple of 2: mixup and CutMix mix row i with row batch_size - 1 - i',
+    ),
+    (6, 2, r'batch_size \(6\) must be a multiple of 4: .* data.augment.repeats 2 puts copies 3 rows apart'),
+  ],
+)
+def test_a_batch_that_would_pair_an_example_with_itself_is_one_line(batch_size, repeats, message):
+  config = tiny_vit_config(
+    batch_size=batch_size, **{'data.augment.cutmix_alpha': 1.0, 'data.augment.repeats': repeats}
+  )
+  with pytest.raises(ConfigError, match=message) as error:
+    load_task(config)
+  assert '\n' not in str(error.value)
+  with pytest.raises(ValueError, match='batch size 7 is odd'):
+    Augmentation(mixup_alpha=0.8).draw(np.random.default_rng(0), 7)
 
 
 # ------------------------------------------------------------------------------ random erasing

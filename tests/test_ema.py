@@ -11,7 +11,7 @@ from flax import nnx
 
 from tests.vit_test_configs import tiny_vit_config
 from trainer import validation
-from trainer.ema import update_ema, warmed_up_decay
+from trainer.ema import decay_at, update_ema
 from trainer.errors import CheckpointError, ConfigError
 from trainer.evaluation import evaluate_workdir, restore_checkpoint
 from trainer.io.metrics_io import read_metrics
@@ -26,19 +26,38 @@ def _pure(params):
   return jax.tree.map(np.asarray, nnx.to_pure_dict(params))
 
 
-def test_warm_up_is_min_of_decay_and_one_plus_t_over_ten_plus_t():
+def timm_model_ema_v3_decay(decay: float, step: int, use_warmup: bool) -> float:
+  """timm's ``ModelEmaV3.get_decay(step)`` (``warmup_gamma=1``, ``warmup_power=2/3``, ``min_decay=0``),
+  with ``step`` counted as timm's ``train.py`` counts it: the updates made, this one included."""
+  step = max(0, step - 1)
+  if step <= 0:
+    return 0.0
+  if not use_warmup:
+    return decay
+  return max(min(1 - (1 + step) ** (-2 / 3), decay), 0.0)
+
+
+def test_default_decay_is_constant_from_the_first_update_as_model_ema_v2():
   t = np.array([0, 1, 8, 90, 10**6])
-  np.testing.assert_allclose(warmed_up_decay(0.99, t), [0.1, 2 / 11, 0.5, 91 / 100, 0.99], rtol=1e-6)
-  np.testing.assert_allclose(warmed_up_decay(0.5, t), [0.1, 2 / 11, 0.5, 0.5, 0.5], rtol=1e-6)
+  np.testing.assert_allclose(decay_at(0.99996, t), np.full(5, 0.99996, np.float32))
+  assert not tiny_vit_config().ema.warmup
 
 
-def test_update_is_a_weighted_sum_with_the_warmed_up_decay():
+def test_warm_up_follows_timm_model_ema_v3():
+  t = np.array([0, 1, 2, 8, 90, 31_622, 10**6, 10**9])
+  for decay in (0.99996, 0.999, 0.5):
+    expected = [timm_model_ema_v3_decay(decay, int(u) + 1, use_warmup=True) for u in t]
+    np.testing.assert_allclose(decay_at(decay, t, warmup=True), expected, rtol=1e-6, atol=1e-7)
+  assert decay_at(0.9999, 31_622, warmup=True) == pytest.approx(0.999, abs=1e-6)
+
+
+def test_update_is_a_weighted_sum_with_the_decay():
   ema = {'w': jnp.array([1.0, 2.0]), 'b': jnp.array(4.0)}
   params = {'w': jnp.array([3.0, -2.0]), 'b': jnp.array(0.0)}
-  updated = update_ema(ema, params, 0.99, jnp.int32(1))  # d = 2 / 11
-  d = 2 / 11
-  np.testing.assert_allclose(updated['w'], [d * 1 + (1 - d) * 3, d * 2 - (1 - d) * 2], rtol=1e-6)
-  np.testing.assert_allclose(updated['b'], d * 4, rtol=1e-6)
+  for warmup, d in [(False, 0.99), (True, 1 - 2 ** (-2 / 3))]:
+    updated = update_ema(ema, params, 0.99, jnp.int32(1), warmup)
+    np.testing.assert_allclose(updated['w'], [d * 1 + (1 - d) * 3, d * 2 - (1 - d) * 2], rtol=1e-6)
+    np.testing.assert_allclose(updated['b'], d * 4, rtol=1e-6)
 
 
 def test_the_compiled_step_moves_the_average_towards_the_new_parameters(tmp_path):
@@ -49,21 +68,25 @@ def test_the_compiled_step_moves_the_average_towards_the_new_parameters(tmp_path
   optimizer, mesh = optax.sgd(0.5), make_mesh()
   start = _pure(parts.params)
   ema = jax.tree.map(lambda p: p + 1.0, parts.params)  # an average apart from the parameters
-  state = TrainState(
-    step=jnp.int32(3), params=parts.params, opt_state=optimizer.init(parts.params), ema_params=ema
-  )
-  step = make_train_step(task, parts, optimizer, mesh, seed=0, ema_decay=0.999)
-  new_state, _ = step(state, task.train_metrics.empty(), global_batch(batch, mesh))
-  d = 4 / 13  # t = 3 updates before this one
-  new_params, new_ema = _pure(new_state.params), _pure(new_state.ema_params)
-  moved = jax.tree.map(lambda s, p: not np.allclose(s, p), start, new_params)
-  assert any(jax.tree.leaves(moved))
-  jax.tree.map(
-    lambda e, s, p: np.testing.assert_allclose(e, d * (s + 1.0) + (1 - d) * p, rtol=1e-5, atol=1e-6),
-    new_ema,
-    start,
-    new_params,
-  )
+  for warmup, d in [(False, 0.999), (True, 1 - 4 ** (-2 / 3))]:  # t = 3 updates before this one
+    params = jax.tree.map(jnp.copy, parts.params)  # the step donates the state
+    state = TrainState(
+      step=jnp.int32(3),
+      params=params,
+      opt_state=optimizer.init(params),
+      ema_params=jax.tree.map(jnp.copy, ema),
+    )
+    step = make_train_step(task, parts, optimizer, mesh, seed=0, ema_decay=0.999, ema_warmup=warmup)
+    new_state, _ = step(state, task.train_metrics.empty(), global_batch(batch, mesh))
+    new_params, new_ema = _pure(new_state.params), _pure(new_state.ema_params)
+    moved = jax.tree.map(lambda s, p: not np.allclose(s, p), start, new_params)
+    assert any(jax.tree.leaves(moved))
+    jax.tree.map(
+      lambda e, s, p, d=d: np.testing.assert_allclose(e, d * (s + 1.0) + (1 - d) * p, rtol=1e-5, atol=1e-6),
+      new_ema,
+      start,
+      new_params,
+    )
   plain = make_train_step(task, parts, optimizer, mesh, seed=0)
   assert plain.lower(state.replace(ema_params=None), task.train_metrics.empty(), global_batch(batch, mesh))
 
@@ -86,8 +109,10 @@ def test_bad_decay_is_one_line(value, message):
 
 def test_unknown_ema_field_is_one_line():
   config = tiny_vit_config()
-  config.ema.warmup = 10
-  with pytest.raises(ConfigError, match=r'unknown config field ema.warmup; the fields of ema are: decay'):
+  config.ema.warm_up = True
+  with pytest.raises(
+    ConfigError, match=r'unknown config field ema.warm_up; the fields of ema are: decay, warmup'
+  ):
     validation.check_trainer_fields(config)
 
 

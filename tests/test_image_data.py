@@ -1,9 +1,12 @@
 """Tests for the image-classification input pipeline (vit.input_pipeline and its sources)."""
 
 import gzip
+import os
 import pathlib
 import re
 import struct
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -319,6 +322,50 @@ def test_folder_cache_is_reused_and_stays_out_of_the_data_folder(tmp_path):
   assert sorted(root.rglob('*')) == before
   second = load_image_data(config)
   np.testing.assert_array_equal(first._source.splits['train'].images, second._source.splits['train'].images)
+
+
+def test_a_damaged_cache_is_decoded_again_with_a_warning_naming_it(tmp_path, caplog):
+  root = write_png_folder(tmp_path / 'data', {'train': {'a': 2, 'b': 2}, 'test': {'a': 1}})
+  config = make_config(source='folder', path=str(root), cache_dir=str(tmp_path / 'cache'))
+  first = load_image_data(config)._source.splits['train'].images
+  cached = max((tmp_path / 'cache').glob('folder-train-*.npy'))
+  whole = cached.read_bytes()
+  for damaged in (whole[: len(whole) - 7], b'not an array', np.lib.format.magic(1, 0)):
+    cached.write_bytes(damaged)
+    caplog.clear()
+    again = load_image_data(config)._source.splits['train'].images
+    np.testing.assert_array_equal(again, first)
+    assert [r.getMessage() for r in caplog.records if str(cached) in r.getMessage()], caplog.text
+    assert cached.read_bytes() == whole  # replaced by the decoded split
+  np.save(cached, first[:1])  # an array, but not this split's
+  caplog.clear()
+  np.testing.assert_array_equal(load_image_data(config)._source.splits['train'].images, first)
+  assert 'is damaged (it holds uint8 (1,' in caplog.text
+
+
+def test_a_cache_write_cut_short_leaves_no_cache_and_its_remains_are_removed(tmp_path, monkeypatch):
+  root = write_png_folder(tmp_path / 'data', {'train': {'a': 2, 'b': 2}})
+  cache = tmp_path / 'cache'
+  config = make_config(source='folder', path=str(root), cache_dir=str(cache))
+  save = np.save
+
+  def killed_while_writing(file, array):
+    file.write(b'\x93NUMPY half of an array')
+    raise KeyboardInterrupt  # the process ends here, its temporary file left behind
+
+  monkeypatch.setattr(image_sources.np, 'save', killed_while_writing)
+  with pytest.raises(KeyboardInterrupt):
+    load_image_data(config)
+  assert not list(cache.glob('*.npy'))
+  (left,) = cache.glob('*.partial')
+  finished = subprocess.run(
+    [sys.executable, '-c', 'import os; print(os.getpid())'], capture_output=True, text=True
+  )
+  abandoned = left.with_name(left.name.replace(f'.{os.getpid()}.', f'.{int(finished.stdout)}.'))
+  left.rename(abandoned)  # as if written by a process that has ended
+  monkeypatch.setattr(image_sources.np, 'save', save)
+  load_image_data(config)
+  assert len(list(cache.glob('*.npy'))) == 1 and not list(cache.glob('*.partial'))
 
 
 def test_folder_decoding_in_several_chunks_matches_one_chunk(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from attention import (
   sincos_1d_table,
   sincos_2d_table,
 )
+from attention.resample import RESAMPLE_METHODS
 from attention.stacks import StackOptions
 
 GRID = (3, 4)
@@ -206,7 +207,7 @@ def test_bad_options_raise_value_error(call, message):
     call()
 
 
-@pytest.mark.parametrize('method', ['bilinear', 'bicubic', 'scipy_zoom'])
+@pytest.mark.parametrize('method', RESAMPLE_METHODS)
 @pytest.mark.parametrize('prefix', [0, 1])
 def test_resampling(method, prefix):
   rng = np.random.default_rng(0)
@@ -298,6 +299,83 @@ def test_encoder_returns_attention_maps_and_stochastic_depth_trains():
   train_out, _ = encoder(x, deterministic=False, rngs=nnx.Rngs(dropout=0))
   assert train_out.shape == out.shape and not np.allclose(train_out, out)
   assert [block.drop_path.rate for block in encoder.blocks] == [0.0, 0.25, 0.5]
+
+
+def torch_cubic_coefficients(t: float, a: float = -0.75) -> list[float]:
+  """PyTorch's ``get_cubic_upsample_coefficients``: the weights of the 4 taps around ``t`` in [0, 1]."""
+
+  def near(x):
+    return ((a + 2) * x - (a + 3)) * x * x + 1
+
+  def far(x):
+    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+  return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def torch_upsample_bicubic2d(grid: np.ndarray, new_h: int, new_w: int) -> np.ndarray:
+  """PyTorch's ``upsample_bicubic2d`` (``align_corners=False``, no antialiasing), pixel by pixel as its
+  reference kernel computes it: the source index ``scale * (i + 0.5) - 0.5``, 4 x 4 neighbours read
+  with their indices clamped to the grid, interpolated along x in each row, then along y."""
+  old_h, old_w = grid.shape[:2]
+  out = np.zeros((new_h, new_w, grid.shape[2]))
+  for y in range(new_h):
+    real_y = old_h / new_h * (y + 0.5) - 0.5
+    in_y = int(np.floor(real_y))
+    for x in range(new_w):
+      real_x = old_w / new_w * (x + 0.5) - 0.5
+      in_x = int(np.floor(real_x))
+      rows = []
+      for dy in range(-1, 3):
+        row_y = min(max(in_y + dy, 0), old_h - 1)
+        taps = [grid[row_y, min(max(in_x + dx, 0), old_w - 1)] for dx in range(-1, 3)]
+        rows.append(sum(w * tap for w, tap in zip(torch_cubic_coefficients(real_x - in_x), taps)))
+      out[y, x] = sum(w * row for w, row in zip(torch_cubic_coefficients(real_y - in_y), rows))
+  return out
+
+
+def pillow_bicubic_axis(values: np.ndarray, new: int) -> np.ndarray:
+  """Pillow's resampling filter along axis 0 (``ImagingResample``'s ``precompute_coeffs``, which
+  PyTorch's antialiased bicubic copies): cubic with ``a = -0.5`` widened by the shrink factor,
+  weights renormalised over the taps inside the grid."""
+  old = values.shape[0]
+  scale = old / new
+  filterscale = max(scale, 1.0)
+  out = np.zeros((new, *values.shape[1:]))
+  for i in range(new):
+    centre = (i + 0.5) * scale
+    taps = [j for j in range(old) if abs((j + 0.5 - centre) / filterscale) < 2]
+    weights = []
+    for j in taps:
+      x = abs((j + 0.5 - centre) / filterscale)
+      weights.append(1.5 * x**3 - 2.5 * x**2 + 1 if x < 1 else -0.5 * x**3 + 2.5 * x**2 - 4 * x + 2)
+    out[i] = sum(w * values[j] for w, j in zip(weights, taps)) / sum(weights)
+  return out
+
+
+@pytest.mark.parametrize(
+  'old, new', [((3, 5), (6, 10)), ((5, 7), (3, 4)), ((4, 4), (7, 2)), ((14, 14), (24, 24))]
+)
+def test_torch_bicubic_is_pytorchs_algorithm(old, new):
+  grid = np.random.default_rng(2).normal(size=(*old, 3)).astype(np.float32)
+  table = jnp.asarray(np.concatenate([np.ones((1, 3), np.float32), grid.reshape(-1, 3)]))
+  ours = np.asarray(resample_grid_table(table, old, new, 1, 'torch_bicubic'))
+  np.testing.assert_array_equal(ours[0], 1.0)
+  np.testing.assert_allclose(ours[1:].reshape(*new, 3), torch_upsample_bicubic2d(grid, *new), atol=2e-6)
+  jax_cubic = np.asarray(resample_grid_table(table, old, new, 1, 'bicubic'))
+  assert np.abs(ours - jax_cubic).max() > 1e-3  # another kernel (a = -0.75, no antialiasing)
+
+
+@pytest.mark.parametrize('old, new', [((3, 5), (6, 10)), ((5, 7), (3, 4)), ((37, 37), (16, 16))])
+def test_torch_bicubic_aa_is_pillows_filter_and_jax_cubic(old, new):
+  grid = np.random.default_rng(3).normal(size=(*old, 3)).astype(np.float32)
+  ours = np.asarray(resample_grid_table(jnp.asarray(grid.reshape(-1, 3)), old, new, 0, 'torch_bicubic_aa'))
+  reference = pillow_bicubic_axis(pillow_bicubic_axis(grid, new[0]).transpose(1, 0, 2), new[1]).transpose(
+    1, 0, 2
+  )
+  np.testing.assert_allclose(ours.reshape(*new, 3), reference, atol=2e-6)
+  jax_cubic = np.asarray(resample_grid_table(jnp.asarray(grid.reshape(-1, 3)), old, new, 0, 'bicubic'))
+  np.testing.assert_allclose(ours, jax_cubic, atol=2e-6)
 
 
 def test_a_new_kind_is_one_class_and_the_lists_of_kinds_follow_it(monkeypatch):

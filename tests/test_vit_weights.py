@@ -8,6 +8,7 @@ transformers' ``ViTLayer``, ``Dinov2Layer``, ``ViTPooler``), written here from t
 
 import json
 
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
@@ -712,7 +713,7 @@ def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):
   # another class count and resolution: a zero head and a resampled table, as for .npz
   built = make_vit(model, num_classes=7, image_shape=(24, 24, 3), rngs=nnx.Rngs(0))
   report = pretrained.load_into(built, init_from, pretrained.read_canonical(init_from))
-  assert 'head: zero-initialised' in report and 'resampled 4x4 -> 6x6' in report
+  assert 'head: zero-initialised' in report and 'resampled 4x4 -> 6x6 (torch_bicubic_aa)' in report
   assert not np.any(np.asarray(built.head.kernel[...]))
 
 
@@ -734,6 +735,37 @@ def test_init_from_a_distilled_deit_keeps_or_drops_its_distillation_token(tmp_pa
   report = pretrained.load_into(model, init_from, pretrained.read_canonical(init_from))
   assert not hasattr(model, 'distill_token')
   assert 'skipped dist_token (1, 1, 24) (dropped: the model has none)' in report
+
+
+def _position_table(model) -> np.ndarray:
+  return checkpoint_npz.model_to_official(model)[checkpoint_npz.POSEMB_KEY][0]
+
+
+def test_a_table_of_another_grid_is_resampled_as_the_sources_library_does(tmp_path):
+  """timm's resample_abs_pos_embed: PyTorch's bicubic with antialiasing; transformers'
+  interpolate_pos_encoding: without; an explicit init_from.resample wins."""
+  from attention.resample import resample_grid_table  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(21)
+  folders = {
+    'torch_bicubic_aa': write_timm_folder(tmp_path / 'timm', timm_arrays(rng), 'vit_base_patch16_224'),
+    'torch_bicubic': write_transformers_folder(
+      tmp_path / 'hf', transformers_arrays(rng, prefix='vit.'), transformers_config('vit')
+    ),
+  }
+  for method, folder in folders.items():
+    for chosen in ('', 'bilinear'):
+      init_from = pretrained.default_init_from_config()
+      init_from.update(path=str(folder), resample=chosen)
+      model_config = ml_collections.ConfigDict()
+      pretrained.complete_model_config(model_config, init_from)
+      model = make_vit(model_config, num_classes=CLASSES, image_shape=(24, 24, 3), rngs=nnx.Rngs(0))
+      canonical = pretrained.read_canonical(init_from)
+      report = pretrained.load_into(model, init_from, canonical)
+      used = chosen or method
+      assert f'resampled {GRID}x{GRID} -> 6x6 ({used})' in report
+      expected = resample_grid_table(canonical[checkpoint_npz.POSEMB_KEY], (GRID, GRID), (6, 6), 0, used)
+      np.testing.assert_allclose(_position_table(model)[-36:], np.asarray(expected), atol=1e-6)
 
 
 # Prediction without a workdir ---------------------------------------------------------------------
@@ -827,6 +859,22 @@ def test_predictor_on_headless_dinov2_gives_features_and_pictures(tmp_path):
   assert predictor.explain(image, tmp_path / 'a.png').exists()
   with pytest.raises(Exception, match='no classification head'):
     predictor.logits([image])
+
+
+def test_predictor_resamples_a_transformers_table_as_transformers_does(tmp_path, capsys):
+  from attention.resample import resample_grid_table  # pylint: disable=g-import-not-at-top
+  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  arrays = transformers_arrays(np.random.default_rng(22), prefix='', dinov2=True, classes=0)
+  processor = {'do_resize': True, 'size': {'height': 24, 'width': 24}, 'resample': 3}
+  folder = write_transformers_folder(
+    tmp_path / 'w', arrays, transformers_config('dinov2', eps=1e-6, classes=0), processor
+  )
+  predictor = load_predictor(folder)
+  assert f'resampled {GRID}x{GRID} -> 6x6 (torch_bicubic)' in capsys.readouterr().out
+  canonical = weights.read_weights(folder).canonical[checkpoint_npz.POSEMB_KEY]
+  expected = resample_grid_table(canonical, (GRID, GRID), (6, 6), 0, 'torch_bicubic')
+  np.testing.assert_allclose(_position_table(predictor.model)[-36:], np.asarray(expected), atol=1e-6)
 
 
 @pytest.mark.slow

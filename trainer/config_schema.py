@@ -63,6 +63,7 @@ class Ema:
   """A moving average of the parameters, evaluated beside them (``trainer/ema.py``)."""
 
   decay: float = within(0.0, 0.0, 1.0)  #: 0 = off
+  warmup: bool = False  #: grow the decay as timm's ModelEmaV3 warm-up; off: a constant decay, as ModelEmaV2
 
 
 @dataclasses.dataclass(frozen=True)

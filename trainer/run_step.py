@@ -17,7 +17,7 @@ import functools
 import ml_collections
 from jax.sharding import Mesh
 
-from trainer.ema import ema_decay
+from trainer.ema import ema_decay, ema_warmup
 from trainer.optim import frozen_paths, make_optimizer
 from trainer.partitioning import check_batch_size, check_micro_batches, make_mesh
 from trainer.state import ModelParts, make_train_step
@@ -56,6 +56,7 @@ class RunStep:
       state_sharding=self.init.state_sharding,
       frozen=self.frozen,
       ema_decay=ema_decay(self.config),
+      ema_warmup=ema_warmup(self.config),
       constants=self.task.training_constants(),
     )
 

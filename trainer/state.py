@@ -81,6 +81,7 @@ def make_train_step(
   state_sharding=None,
   frozen: Collection[str] = frozenset(),
   ema_decay: float = 0.0,
+  ema_warmup: bool = False,
   constants=None,
 ):
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
@@ -95,7 +96,7 @@ def make_train_step(
   ``trainer.partitioning.state_shardings``) defaults to replicated. The parameters whose paths
   are in ``frozen`` (``trainer.optim.frozen_paths``) are constants to the differentiation: their
   gradients are zero and never computed. With ``ema_decay`` > 0 the state's ``ema_params`` follow
-  the updated parameters (``trainer.ema.update_ema``). ``constants`` (``Task.training_constants``),
+  the updated parameters (``trainer.ema.update_ema``, warmed up with ``ema_warmup``). ``constants`` (``Task.training_constants``),
   when not ``None``, are placed like parameters and passed to every step as an argument of the
   compiled program, to the task's loss, which is never differentiated with respect to them.
   """
@@ -153,7 +154,7 @@ def make_train_step(
     params = optax.apply_updates(state.params, updates)
     ema_params = state.ema_params
     if ema_decay:
-      ema_params = update_ema(ema_params, params, ema_decay, state.step)
+      ema_params = update_ema(ema_params, params, ema_decay, state.step, ema_warmup)
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state, ema_params=ema_params)
     return new_state, metrics_so_far.merge(metrics)
 

@@ -36,7 +36,8 @@ class StopRequest:
 
   def __exit__(self, *exc):
     for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
+      # a command's start-up handler (``cli.interrupt_exits``) ends with the start-up
+      signal.signal(sig, signal.default_int_handler if getattr(handler, 'until_training', False) else handler)
     self._previous = {}
 
   def should_stop(self, step: int) -> bool:

@@ -51,7 +51,7 @@ class InitFrom:
   checkpoint: str | int = 'latest'  #: of a workdir: 'latest', 'best' or a step
   strict: bool = True
   init_head: bool = True
-  resample: str = 'bilinear'  #: how the position table is resampled to another grid
+  resample: str = ''  #: how the position table is resampled to another grid; '': as the source's library
   arch: str = ''  #: a bare timm .safetensors: its architecture name
 
 

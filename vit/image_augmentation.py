@@ -19,9 +19,12 @@ Crop and flip are numpy over the batch (no per-pixel Python). RandAugment (Cubuk
 image with PIL. Its magnitude runs 0..30; 10 is the usual strength (rotate 30 degrees,
 shear 0.3, translate 45% of the side, enhance factor 1 +- 0.9, posterize to 4 bits,
 solarize above 128) and other values scale those linearly, as in big_vision. Mixup itself
-is done by the input pipeline on float pixels, using the drawn `mix_partner` and
-`mix_weight`; so are CutMix (`cutmix_alpha`, `mix_switch_prob`) and random erasing (`erase_prob`),
-see `vit.batch_augmentation`. Repeated augmentation (`repeats`, Hoffer et al. 2020) puts each
+is done by the input pipeline on float pixels, using `mix_partner` and the drawn `mix_weight`;
+each row's partner is the row at the mirrored place of the global batch, row `B - 1 - i`, as timm
+pairs a batch with its flip (`x.flip(0)`), so no row is its own partner (an even batch size, and
+with `repeats` a multiple of twice it, so that no row is paired with a copy of itself). So are
+CutMix (`cutmix_alpha`, `mix_switch_prob`) and random erasing (`erase_prob`), see
+`vit.batch_augmentation`. Repeated augmentation (`repeats`, Hoffer et al. 2020) puts each
 example `repeats` times in a global batch, each copy augmented by its own row's draws
 (`pipelines.steps.repeated_example_ids`).
 """
@@ -87,6 +90,27 @@ RANDAUGMENT_OPS = {
 _OP_FUNCTIONS = tuple(RANDAUGMENT_OPS.values())
 
 
+def check_mixing_batch(batch_size: int, augment) -> None:
+  """A ``ConfigError`` unless mixup's and CutMix's pairing of row ``i`` with row ``batch_size - 1 - i``
+  pairs every row with another example: an even batch size, and with ``repeats`` (copies
+  ``batch_size / repeats`` rows apart) a multiple of ``2 * repeats``."""
+  alphas = (augment.get('mixup_alpha', 0.0), augment.get('cutmix_alpha', 0.0))
+  repeats = augment.get('repeats', 1)
+  if not all(isinstance(a, (int, float)) for a in alphas) or max(alphas) <= 0 or not isinstance(repeats, int):
+    return
+  multiple = 2 * max(repeats, 1)
+  if batch_size % multiple:
+    because = (
+      f' and data.augment.repeats {repeats} puts copies {batch_size // repeats} rows apart'
+      if repeats > 1
+      else ''
+    )
+    raise ConfigError(
+      f'batch_size ({batch_size}) must be a multiple of {multiple}: mixup and CutMix mix row i with row '
+      f"batch_size - 1 - i (timm's flipped batch){because}, so that no row is mixed with its own example."
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class AugmentationDraw:
   """Random choices for every row of one global batch; None where that part is off."""
@@ -95,7 +119,7 @@ class AugmentationDraw:
   flips: np.ndarray | None = None  # bool [B]
   randaugment_ops: np.ndarray | None = None  # int [B, layers]: indices into the ops
   randaugment_signs: np.ndarray | None = None  # +1/-1 [B, layers]
-  mix_partner: np.ndarray | None = None  # int [B]: a permutation of the rows
+  mix_partner: np.ndarray | None = None  # int [B]: each row's partner, B - 1 - row (timm's flip)
   mix_weight: np.ndarray | None = None  # float32 [B]: the weight of a row's own image
   crop_areas: np.ndarray | None = None  # float [B, 10]: candidate area fractions
   crop_log_ratios: np.ndarray | None = None  # float [B, 10]: candidate log(width / height)
@@ -205,7 +229,11 @@ class Augmentation:
       choices['randaugment_ops'] = rng.integers(0, len(_OP_FUNCTIONS), shape)
       choices['randaugment_signs'] = np.where(rng.random(shape) < 0.5, -1, 1)
     if self.mixes:
-      choices['mix_partner'] = rng.permutation(batch_size)
+      if batch_size % 2:
+        raise ValueError(
+          f'mixup and CutMix pair the rows of a batch two by two; batch size {batch_size} is odd'
+        )
+      choices['mix_partner'] = np.arange(batch_size)[::-1].copy()
     if self.mixup:
       choices['mix_weight'] = rng.beta(self.mixup_alpha, self.mixup_alpha, batch_size)
       choices['mix_weight'] = choices['mix_weight'].astype(np.float32)

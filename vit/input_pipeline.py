@@ -27,7 +27,9 @@ Config fields; `default_data_config()` has all of them with these defaults:
                     4 GiB as uint8, else load into memory; True/False force it. None.
   path              folder, idx, records: the data folder. None.
   cache_dir         folder: if set, decoded splits are cached there as .npy files keyed
-                    by the file list, sizes and times (nothing is written into `path`). None.
+                    by the file list, sizes and times (nothing is written into `path`), each
+                    written whole or not at all; a damaged one is decoded again, with a
+                    warning naming it. None.
   image_size        (H, W) to resize every image to (bilinear, aspect ratio not kept), or
                     None to keep the stored size (records: the first train image's);
                     needed when images differ in size. None.
@@ -357,6 +359,8 @@ class ImageData:
   ) -> dict[str, np.ndarray]:
     draw = self._augmentation.draw(np.random.default_rng([_AUGMENT_STREAM, seed, step]), batch_size)
     own = np.arange(rows.start, rows.stop)
+    if draw.mix_partner is not None and len(own) % 2:  # a stream holds this process's rows only
+      raise ValueError(f'mixing a streamed set pairs the {len(own)} rows of each process: make it even')
     partner = None if draw.mix_partner is None else own[::-1]
     return self._augmented_batch(examples, own, own, partner, draw)
 

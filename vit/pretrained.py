@@ -4,9 +4,12 @@ Fields: ``path`` (an ``.npz`` in the official or big_vision layout, see ``vit.ch
 or a workdir written by ``train.py``; '' trains from scratch), ``checkpoint`` (for a workdir:
 'latest', 'best' or a step), ``strict`` (False lists missing, left-over and wrong-shape keys
 instead of failing), ``init_head`` (False: a zero head even when the class count matches),
-``resample`` (for a learned position table of another grid: 'bilinear', the default, or 'bicubic',
-both ``jax.image.resize``, which antialiases when shrinking; or 'scipy_zoom', the original ViT
-code's and big_vision's ``scipy.ndimage.zoom(order=1)``; see ``attention.resample``).
+``resample`` (for a learned position table of another grid: 'bilinear' or 'bicubic', both
+``jax.image.resize``, which antialiases when shrinking; 'scipy_zoom', the original ViT code's and
+big_vision's ``scipy.ndimage.zoom(order=1)``; 'torch_bicubic' or 'torch_bicubic_aa', PyTorch's
+bicubic without or with antialiasing; see ``attention.resample``). Unset (''), a timm source is
+resampled as timm does it ('torch_bicubic_aa'), a transformers one as transformers does
+('torch_bicubic'), and an ``.npz`` or a workdir with 'bilinear'.
 A workdir's model is read through the same official layout that ``vit.export_npz`` writes.
 
 ``path`` may also be a timm or Hugging Face transformers folder, or a bare timm ``.safetensors`` with
@@ -18,12 +21,13 @@ it either way: ``False`` fine-tunes a distilled DeiT without its distillation to
 dropped), ``True`` adds a fresh pair to any file (DeiT's distillation from a teacher).
 """
 
+import json
 import pathlib
 
 import ml_collections
 import numpy as np
 
-from attention.resample import RESAMPLE_METHODS
+from attention.resample import RESAMPLE_METHODS, SOURCE_RESAMPLE
 from trainer.config_sections import to_section
 from trainer.errors import ConfigError
 from vit import checkpoint_npz, config_sections, weights
@@ -94,7 +98,7 @@ def check_init_from(config: ml_collections.ConfigDict | None) -> None:
     return
   if not isinstance(config.get('arch', ''), str):
     raise ConfigError(f'config.init_from.arch must be a timm architecture name, got {config.arch!r}.')
-  if config.resample not in RESAMPLE_METHODS:
+  if config.resample and config.resample not in RESAMPLE_METHODS:
     raise ConfigError(
       f'config.init_from.resample is {config.resample!r}; allowed values: {", ".join(RESAMPLE_METHODS)}.'
     )
@@ -128,6 +132,28 @@ def _workdir_arrays(workdir: pathlib.Path, checkpoint: str) -> dict[str, np.ndar
 def load_into(model, config: ml_collections.ConfigDict, canonical: dict[str, np.ndarray]) -> str:
   """Writes the source into ``model``; returns a one-line summary of what was loaded and adapted."""
   report = checkpoint_npz.canonical_to_model(
-    model, canonical, strict=config.strict, init_head=config.init_head, resample_method=config.resample
+    model,
+    canonical,
+    strict=config.strict,
+    init_head=config.init_head,
+    resample_method=resample_method(config),
   )
   return f'init_from {config.path}: {report.summary()}'
+
+
+def resample_method(config: ml_collections.ConfigDict) -> str:
+  """``config.resample``, or where it is unset the method of the source's own library."""
+  if config.resample:
+    return config.resample
+  library = _weights_library(pathlib.Path(config.path), config.get('arch', ''))
+  return SOURCE_RESAMPLE[library] if library else 'bilinear'
+
+
+def _weights_library(path: pathlib.Path, arch: str) -> str | None:
+  """'timm' or 'transformers' for weights ``vit.weights`` reads, None for an ``.npz`` or a workdir."""
+  if not weights.is_weights_path(path):
+    return None
+  if path.is_file() or arch:
+    return 'timm'
+  declared = json.loads((path / 'config.json').read_text()) if (path / 'config.json').is_file() else {}
+  return 'transformers' if 'model_type' in declared and 'architecture' not in declared else 'timm'

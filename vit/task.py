@@ -18,6 +18,7 @@ from trainer.task import BatchesFromData, NotApplicable, Task
 from vit import ablation_table, fewshot, pretrained
 from vit import config_sections as sections
 from vit.distillation import Distillation, check_distill
+from vit.image_augmentation import check_mixing_batch
 from vit.input_pipeline import ImageData, ImageShapes, load_image_data
 from vit.model import make_vit, model_section
 from vit.prediction import ImagePrediction
@@ -108,6 +109,8 @@ class ImageClassification(BatchesFromData, Task):
       raise ConfigError(
         f'batch_size ({config.batch_size}) must be divisible by data.augment.repeats ({repeats}).'
       )
+    if 'batch_size' in config:  # a training config
+      check_mixing_batch(config.batch_size, config.get('data', {}).get('augment', {}))
     if shapes is None:  # learned from the data, read (and checked) now
       self.sizes, class_names = self.data.shapes, self.data.class_names
     else:

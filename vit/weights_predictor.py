@@ -21,6 +21,7 @@ import numpy as np
 from flax import nnx
 from PIL import Image
 
+from attention.resample import SOURCE_RESAMPLE
 from trainer.errors import DataError, InputError
 from trainer.predictor import Predictor
 from vit import checkpoint_npz, weights
@@ -136,8 +137,8 @@ class WeightsPrediction(ImagePrediction):
 
 def build_model(source: weights.Weights, *, dtype: str = 'float32', report_to=None) -> nnx.Module:
   """The ViT a read source describes, with its arrays: the options the file decides, at the size its
-  preprocessing crops to (a position table of another grid resampled, bicubic, as the sources do at
-  run time), with a distilled DeiT's two heads. ``load_predictor`` and a distillation teacher
+  preprocessing crops to (a position table of another grid resampled as the source's library
+  resamples it, ``attention.resample.SOURCE_RESAMPLE``), with a distilled DeiT's two heads. ``load_predictor`` and a distillation teacher
   (``vit.distillation``) build their models here; ``report_to``: a name to print adaptations under."""
   prep = source.preprocessing
   model = make_vit(
@@ -146,7 +147,9 @@ def build_model(source: weights.Weights, *, dtype: str = 'float32', report_to=No
     image_shape=(*prep.image_size, source.channels),
     rngs=nnx.Rngs(0),
   )
-  report = checkpoint_npz.canonical_to_model(model, source.canonical, resample_method='bicubic')
+  report = checkpoint_npz.canonical_to_model(
+    model, source.canonical, resample_method=SOURCE_RESAMPLE[source.source]
+  )
   adapted = [item for item in report.adapted if not item.startswith('head:')]
   if adapted and report_to is not None:
     print(f'{report_to}: {"; ".join(adapted)}', flush=True)

@@ -85,6 +85,35 @@ def loading_libraries(nothing_written: str = 'nothing was written', *, verbose: 
     signal.signal(signal.SIGINT, previous_handler)
 
 
+@contextlib.contextmanager
+def interrupt_exits(doing: str, intact: str):
+  """Ctrl-C inside the block (a command's start-up: reading data, building the model and its state,
+  tracing and compiling) ends the process at once with one line, ``interrupted while <doing>;
+  <intact>``, and status 130.
+
+  A ``KeyboardInterrupt`` raised in JAX's tracing or compiling, or in a half-imported library,
+  printed a long traceback or crashed the interpreter; here nothing unwinds: the process exits
+  without running its exit handlers, so ``intact`` must stay true at every moment of the block
+  (files are written whole or not at all, ``trainer.io.storage``). Python runs a signal handler
+  between two bytecodes, so during one long compilation in C++ it runs as that returns. The
+  training loop's handler (``trainer.stop.StopRequest``) takes over once training begins and
+  does not hand SIGINT back to this one (``until_training``).
+  """
+  sys.stderr.flush()
+
+  def interrupted(*_):
+    os.write(2, f'interrupted while {doing}; {intact}\n'.encode())
+    os._exit(INTERRUPTED_STATUS)
+
+  interrupted.until_training = True
+  previous = signal.signal(signal.SIGINT, interrupted)
+  try:
+    yield
+  finally:
+    if signal.getsignal(signal.SIGINT) is interrupted:
+      signal.signal(signal.SIGINT, previous)
+
+
 def run_reporting_user_errors(function, *args, **kwargs):
   """Calls ``function``; a ``UserError`` becomes ``error: <message>`` on stderr and exit status 2."""
   try:
