@@ -222,6 +222,40 @@ def test_items_are_saved_apart_and_the_parameters_restore_alone(tmp_path):
   checkpoints.close()
 
 
+def _fixture_values(offset):
+  return {
+    'w': np.arange(6, dtype=np.float32).reshape(2, 3) + offset,
+    'b': np.arange(3, dtype=np.float32) - offset,
+  }
+
+
+def test_a_checkpoint_written_by_the_first_layout_still_restores(tmp_path):
+  """tests/fixtures/checkpoint_layout_1 was saved by the code before the checkpoint items were declared
+  once; its ``meta`` item still carries the ``format`` field that is no longer written."""
+  shutil.copytree(ROOT / 'tests' / 'fixtures' / 'checkpoint_layout_1', tmp_path, dirs_exist_ok=True)
+  assert json.loads((tmp_path / 'checkpoints' / '7' / 'meta' / 'metadata').read_text())['format'] == 2
+  like = TrainState(
+    step=jnp.asarray(0, jnp.int32),
+    params=_fixture_values(0.0),
+    opt_state={'mu': _fixture_values(0.0)},
+    ema_params=_fixture_values(0.0),
+  )
+  checkpoints = Checkpoints(tmp_path, read_only=True, best_metric='accuracy')
+  assert checkpoints.resolve('latest') == checkpoints.resolve('best') == 7
+  state = checkpoints.restore(7, _abstract(like))
+  assert int(state.step) == 7
+  for restored, offset in ((state.params, 0.5), (state.opt_state['mu'], 1.0), (state.ema_params, 0.25)):
+    jax.tree.map(np.testing.assert_array_equal, restored, _fixture_values(offset))
+  average = checkpoints.restore_params(7, _abstract(like.params), item=checkpoints_lib.EMA_ITEM)
+  jax.tree.map(np.testing.assert_array_equal, average, _fixture_values(0.25))
+  checkpoints.close()
+
+
+def test_meta_holds_the_step_alone(tmp_path):
+  _save(tmp_path, [4], asynchronous=False)
+  assert json.loads((tmp_path / 'checkpoints' / '4' / 'meta' / 'metadata').read_text()) == {'step': 4}
+
+
 def test_keep_latest_and_best(tmp_path):
   checkpoints = Checkpoints(tmp_path, keep=2, best_metric='accuracy')
   for step, accuracy in [(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.7)]:

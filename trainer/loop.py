@@ -9,8 +9,9 @@ then train. Evaluation runs every
 ``checkpoint_every_steps``, after each evaluation (with its metrics, for
 keep-best), at the end, and on SIGTERM or Ctrl-C (``trainer/stop.py``), never
 twice for one step, and never with a non-finite value: a non-finite loss, gradient
-norm or state stops the run, naming the last good checkpoint. ``_Training`` holds the run; its methods report progress,
-evaluate and save, each in one place.
+norm or state stops the run, naming the last good checkpoint. ``_Training`` holds the run and
+steps it; the parts that resume, keep records, report progress, evaluate and save are one class
+or function each, above it.
 """
 
 import contextlib
@@ -189,105 +190,142 @@ class _Progress:
     )
 
 
-class _Training:
-  """The state of one run and the three things done to it besides stepping:
-  reporting progress, evaluating and saving."""
+def _resume(checkpoints: Checkpoints, init) -> tuple[int, Any, ModelParts]:
+  """The step to start from, the state and the model's parts: restored from the latest intact
+  checkpoint into the abstract state (no random one is made first), else created."""
+  start_step = checkpoints.latest_step() or 0
+  if not start_step:
+    return 0, *init.create()
+  state = checkpoints.restore(start_step, init.abstract_state)
+  logging.info('Resumed from the checkpoint at step %d.', start_step)
+  return start_step, state, init.parts(init.rest())
 
-  def __init__(self, config, workdir: pathlib.Path, task: Task, run_step: RunStep, num_steps: int):
-    self.config, self.workdir, self.task, self.num_steps = config, workdir, task, num_steps
-    self.mesh = mesh = run_step.mesh
-    self.checkpoints = Checkpoints(
-      workdir,
-      keep=config.keep_checkpoints,
-      best_metric=observe_config.checkpoint_metric(config),
-      best_mode=config.best_mode,
-    )
-    self.start_step = self.checkpoints.latest_step() or 0
-    init = run_step.init
-    self.state_sharding = init.state_sharding
-    if self.start_step:  # restored into the abstract state: no random one is made first
-      self.state = self.checkpoints.restore(self.start_step, init.abstract_state)
-      self.parts = init.parts(init.rest())
-      logging.info('Resumed from the checkpoint at step %d.', self.start_step)
-    else:
-      self.state, self.parts = init.create()
+
+class _Records:
+  """What a run writes besides checkpoints: the workdir's account of the run, once at the start,
+  then the training and evaluation metrics; lines are printed by process 0 alone."""
+
+  def __init__(self, config, workdir: pathlib.Path, task: Task, params):
     self.is_main = jax.process_index() == 0
     if self.is_main:
       workdir_lib.save_config(workdir, config)
       workdir_lib.record_model_facts(workdir, task)
       if task.prediction is not None:
         workdir_lib.save_class_names(workdir, task.prediction.class_names())
-      parameter_overview.log_parameter_overview(nnx.to_pure_dict(self.state.params))
-      print(describe_weight_decay(config.optimizer, self.state.params), flush=True)
-      if frozen_line := describe_frozen(config.optimizer, self.state.params):
+      parameter_overview.log_parameter_overview(nnx.to_pure_dict(params))
+      print(describe_weight_decay(config.optimizer, params), flush=True)
+      if frozen_line := describe_frozen(config.optimizer, params):
         print(frozen_line, flush=True)
     self.writers = make_writers(
       workdir, self.is_main, wandb_log.make_writers(config, workdir) if self.is_main else None
     )
 
-    self.train_step = run_step.train_step(self.parts)
-    self.eval_step = make_eval_step(task, self.parts, mesh, self.state_sharding.params)
-    self.batches = task.train_batches(
-      batch_size=config.batch_size,
-      seed=config.seed,
-      start_step=self.start_step,
-      process_index=jax.process_index(),
-      process_count=jax.process_count(),
-    )
-    self.step = self.start_step
-    self.pending_metrics = None
-    self.last_eval: dict[str, float] = {}
-    self.evaluated_step = None
-    self.saved_step = self.start_step or None
-    self.progress = _Progress(num_steps, config.batch_size)
-    self.compiled_shapes = set()
-    self.utilisation = Utilisation.of_run(  # None: no known peak
-      config, jax.devices()[0].device_kind, lambda: ModelFlops.of_task(config, task, num_steps)
-    )
-    self.step_flops = {}  # batch shapes -> FLOPs per device of a step, where the utilisation is shown
-    self.profiler = profiling.StepProfiler(observe_config.profile_steps(config), workdir, self.is_main)
+  def say(self, line: str) -> None:
+    if self.is_main:
+      print(line, flush=True)
 
-  def train_one_step(self) -> None:
-    """One step; a step whose batch shapes are new compiles, and its time is left out of the rate."""
-    if self.pending_metrics is None:
-      self.pending_metrics = jax.device_put(train_metrics(self.task).empty(), replicated(self.mesh))
-    batch = global_batch(next(self.batches), self.mesh)
-    shapes = tuple(sorted((name, value.shape, str(value.dtype)) for name, value in batch.items()))
-    if shapes in self.compiled_shapes:
-      self.state, self.pending_metrics = self.train_step(self.state, self.pending_metrics, batch)
-      self.progress.count_step(self.step_flops.get(shapes, 0.0))
-    else:
-      with self.progress.left_out(self.state):
-        if self.utilisation:
-          flops = self.utilisation.flops_of(self.train_step, self.state, self.pending_metrics, batch)
-          self.step_flops[shapes] = flops
-        self.state, self.pending_metrics = self.train_step(self.state, self.pending_metrics, batch)
-        jax.block_until_ready(self.state)
-      if not self.compiled_shapes:  # the run's first step: start-up ends here
-        self.progress.restart()
-      self.compiled_shapes.add(shapes)
-    self.step += 1
+  def closers(self) -> list:
+    return [writer.close for writer in self.writers.values()]
 
-  def report_progress(self) -> None:
-    """Writes and prints the training metrics since the last report; stops on a non-finite loss or
-    gradient norm."""
-    if self.pending_metrics is None:
+
+class _TrainMetrics:
+  """The training metrics since the last report: gathered by the steps, then written and printed
+  with the rate; a non-finite loss or gradient norm stops the run."""
+
+  def __init__(
+    self, task: Task, mesh, progress: _Progress, utilisation: Utilisation | None, records: _Records
+  ):
+    self.task, self.mesh, self.records = task, mesh, records
+    self.progress, self.utilisation = progress, utilisation
+    self.pending = None
+
+  def gathering(self):
+    """The metrics the next step adds to (empty after a report)."""
+    if self.pending is None:
+      self.pending = jax.device_put(train_metrics(self.task).empty(), replicated(self.mesh))
+    return self.pending
+
+  def report(self, step: int, stop_diverged) -> None:
+    if self.pending is None:
       return
-    values = {name: float(value) for name, value in self.pending_metrics.compute().items()}
-    self.pending_metrics = None
+    values = {name: float(value) for name, value in self.pending.compute().items()}
+    self.pending = None
     for name, what in (('loss', 'Training loss'), ('grad_norm', 'The gradient norm')):
       if name in values and not np.isfinite(values[name]):
-        self._stop_diverged(f'{what} became {values[name]} by step {self.step}')
+        stop_diverged(f'{what} became {values[name]} by step {step}')
     rate = self.progress.steps_per_sec()
     if rate is not None:
       values['steps_per_sec'] = rate
       if self.utilisation:
         values['mfu'] = self.utilisation.fraction(self.progress.flops_per_sec)
-    self.writers['train'].write_scalars(self.step, values)
-    if self.is_main:
-      print(self.progress.line(self.step, values), flush=True)
+    self.records.writers['train'].write_scalars(step, values)
+    self.records.say(self.progress.line(step, values))
 
-  def _stop_diverged(self, what: str) -> None:
+
+class _Evaluation:
+  """Metrics of the parameters on ``config.eval_splits`` (else ``eval_split``) and, where the state
+  has one, of their moving average (names prefixed ``ema_``, ``trainer/ema.py``); the files a task
+  writes (hypotheses) are the parameters'."""
+
+  def __init__(self, config, workdir: pathlib.Path, task: Task, parts: ModelParts, mesh, params_sharding):
+    self.config, self.workdir, self.task, self.parts, self.mesh = config, workdir, task, parts, mesh
+    self.eval_step = make_eval_step(task, parts, mesh, params_sharding)
+    self.last: dict[str, float] = {}
+    self.step = None  # the step of ``last``
+
+  def of_state(self, state) -> dict[str, dict[str, float | str]]:
+    """``{split: metrics}``."""
+    per_split = evaluate_splits(
+      self.task, self.parts, state.params, self.config, self.mesh, self.eval_step, self.workdir
+    )
+    if state.ema_params is not None:
+      averaged = evaluate_splits(
+        self.task, self.parts, state.ema_params, self.config, self.mesh, self.eval_step
+      )
+      for split, metrics in averaged.items():
+        per_split[split].update(ema.metrics_of_average(metrics))
+    return per_split
+
+  def run(self, step: int, state, records: _Records) -> None:
+    """Evaluates, then writes and prints the metrics."""
+    per_split = self.of_state(state)
+    results = observe_config.named_metrics(self.config, per_split)
+    self.last = {name: value for name, value in results.items() if not isinstance(value, str)}
+    self.step = step
+    texts = {name: value for name, value in results.items() if isinstance(value, str)}
+    records.writers['eval'].write_scalars(step, self.last)
+    if texts:
+      records.writers['eval'].write_texts(step, texts)
+    for split, metrics in per_split.items():
+      records.say(f'eval {split} at step {step}: ' + _format(metrics))
+
+  def metrics_at(self, step: int) -> dict[str, float] | None:
+    """The metrics of an evaluation at ``step`` (kept with its checkpoint, for keep-best), else ``None``."""
+    return self.last if self.step == step else None
+
+
+class _Saving:
+  """The one place that saves: once per step, never a state with a non-finite value; a run that
+  diverged stops, naming the last good checkpoint."""
+
+  def __init__(self, checkpoints: Checkpoints, start_step: int):
+    self.checkpoints = checkpoints
+    self.saved_step = start_step or None
+
+  def done_at(self, step: int) -> bool:
+    return self.saved_step == step
+
+  def save(
+    self, step: int, state, metrics: dict[str, float] | None, reason: str, progress: _Progress
+  ) -> None:
+    if count_non_finite(state):
+      self.stop_diverged(f'The parameters or optimizer state became non-finite by step {step}')
+    logging.info('Saving checkpoint %d (%s).', step, reason)
+    with progress.left_out(state):
+      self.checkpoints.save(step, state, metrics=metrics)
+    self.saved_step = step
+
+  def stop_diverged(self, what: str) -> None:
     self.checkpoints.wait()
     last = self.checkpoints.latest_step()
     if last is None:
@@ -299,52 +337,78 @@ class _Training:
       kept = f'The last good checkpoint (step {last}) is kept in {self.checkpoints.directory}.'
     raise TrainingDiverged(f'{what}; stopped. {kept}')
 
+
+class _Training:
+  """One run: resumed or started, then stepped, its progress reported, evaluated and saved, each by
+  the part above that does it."""
+
+  def __init__(self, config, workdir: pathlib.Path, task: Task, run_step: RunStep, num_steps: int):
+    self.config, self.workdir, self.task, self.num_steps = config, workdir, task, num_steps
+    self.mesh = run_step.mesh
+    checkpoints = Checkpoints(
+      workdir,
+      keep=config.keep_checkpoints,
+      best_metric=observe_config.checkpoint_metric(config),
+      best_mode=config.best_mode,
+    )
+    self.start_step, self.state, self.parts = _resume(checkpoints, run_step.init)
+    self.step = self.start_step
+    self.records = _Records(config, workdir, task, self.state.params)
+    self.train_step = run_step.train_step(self.parts)
+    self.evaluation = _Evaluation(
+      config, workdir, task, self.parts, self.mesh, run_step.init.state_sharding.params
+    )
+    self.saving = _Saving(checkpoints, self.start_step)
+    self.batches = task.train_batches(
+      batch_size=config.batch_size,
+      seed=config.seed,
+      start_step=self.start_step,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
+    )
+    self.progress = _Progress(num_steps, config.batch_size)
+    self.compiled_shapes = set()
+    self.utilisation = Utilisation.of_run(  # None: no known peak
+      config, jax.devices()[0].device_kind, lambda: ModelFlops.of_task(config, task, num_steps)
+    )
+    self.train_metrics = _TrainMetrics(task, self.mesh, self.progress, self.utilisation, self.records)
+    self.step_flops = {}  # batch shapes -> FLOPs per device of a step, where the utilisation is shown
+    self.profiler = profiling.StepProfiler(
+      observe_config.profile_steps(config), workdir, self.records.is_main
+    )
+
+  def train_one_step(self) -> None:
+    """One step; a step whose batch shapes are new compiles, and its time is left out of the rate."""
+    metrics = self.train_metrics.gathering()
+    batch = global_batch(next(self.batches), self.mesh)
+    shapes = tuple(sorted((name, value.shape, str(value.dtype)) for name, value in batch.items()))
+    if shapes in self.compiled_shapes:
+      self.state, self.train_metrics.pending = self.train_step(self.state, metrics, batch)
+      self.progress.count_step(self.step_flops.get(shapes, 0.0))
+    else:
+      with self.progress.left_out(self.state):
+        if self.utilisation:
+          self.step_flops[shapes] = self.utilisation.flops_of(self.train_step, self.state, metrics, batch)
+        self.state, self.train_metrics.pending = self.train_step(self.state, metrics, batch)
+        jax.block_until_ready(self.state)
+      if not self.compiled_shapes:  # the run's first step: start-up ends here
+        self.progress.restart()
+      self.compiled_shapes.add(shapes)
+    self.step += 1
+
+  def report_progress(self) -> None:
+    self.train_metrics.report(self.step, self.saving.stop_diverged)
+
   def evaluate(self) -> None:
-    """Metrics of the current parameters on ``config.eval_splits`` (else ``eval_split``), written and printed."""
     self.report_progress()
     with self.progress.left_out(self.state):
-      self._evaluate()
-
-  def _evaluate(self) -> None:
-    per_split = self._evaluate_state()
-    results = observe_config.named_metrics(self.config, per_split)
-    self.last_eval = {name: value for name, value in results.items() if not isinstance(value, str)}
-    self.evaluated_step = self.step
-    texts = {name: value for name, value in results.items() if isinstance(value, str)}
-    self.writers['eval'].write_scalars(self.step, self.last_eval)
-    if texts:
-      self.writers['eval'].write_texts(self.step, texts)
-    if self.is_main:
-      for split, metrics in per_split.items():
-        print(f'eval {split} at step {self.step}: ' + _format(metrics), flush=True)
-
-  def _evaluate_state(self) -> dict[str, dict[str, float | str]]:
-    """``{split: metrics}`` of the parameters and, where the state has one, of their moving average
-    (its names prefixed ``ema_``, ``trainer/ema.py``); the files a task writes (hypotheses) are the
-    parameters'."""
-    per_split = evaluate_splits(
-      self.task, self.parts, self.state.params, self.config, self.mesh, self.eval_step, self.workdir
-    )
-    if self.state.ema_params is not None:
-      averaged = evaluate_splits(
-        self.task, self.parts, self.state.ema_params, self.config, self.mesh, self.eval_step
-      )
-      for split, metrics in averaged.items():
-        per_split[split].update(ema.metrics_of_average(metrics))
-    return per_split
+      self.evaluation.run(self.step, self.state, self.records)
 
   def maybe_save(self, reason: str) -> None:
-    """The one place that saves: once per step, with the metrics of an evaluation at that step."""
-    if self.saved_step == self.step:
+    if self.saving.done_at(self.step):
       return
     self.report_progress()
-    if count_non_finite(self.state):
-      self._stop_diverged(f'The parameters or optimizer state became non-finite by step {self.step}')
-    metrics = self.last_eval if self.evaluated_step == self.step else None
-    logging.info('Saving checkpoint %d (%s).', self.step, reason)
-    with self.progress.left_out(self.state):
-      self.checkpoints.save(self.step, self.state, metrics=metrics)
-    self.saved_step = self.step
+    self.saving.save(self.step, self.state, self.evaluation.metrics_at(self.step), reason, self.progress)
 
   def run(self, stop: StopRequest) -> TrainResult:
     config = self.config
@@ -364,37 +428,32 @@ class _Training:
         self.maybe_save('schedule')
       if step < self.num_steps and stop.should_stop(step):
         self.maybe_save('stop')
-        self.checkpoints.wait()
+        self.saving.checkpoints.wait()
         print(
-          f'{stop.reason()}: saved a checkpoint at step {step} in {self.checkpoints.directory}; '
+          f'{stop.reason()}: saved a checkpoint at step {step} in {self.saving.checkpoints.directory}; '
           'rerun the same command to resume.',
           flush=True,
         )
-        return TrainResult(step=step, interrupted=True, eval_metrics=self.last_eval)
+        return TrainResult(step=step, interrupted=True, eval_metrics=self.evaluation.last)
     if self.start_step >= self.num_steps:  # already trained: report the final metrics again
-      per_split = self._evaluate_state()
-      self.last_eval = observe_config.named_metrics(config, per_split)
+      per_split = self.evaluation.of_state(self.state)
+      self.evaluation.last = observe_config.named_metrics(config, per_split)
       evaluations = '; '.join(f'eval {split}: {_format(metrics)}' for split, metrics in per_split.items())
       print(f'already trained to step {self.start_step}; {evaluations}', flush=True)
-    return TrainResult(step=self.step, interrupted=False, eval_metrics=self.last_eval)
+    return TrainResult(step=self.step, interrupted=False, eval_metrics=self.evaluation.last)
 
   def close(self) -> None:
     try:
       self.profiler.stop()
-      self.checkpoints.wait()
-      self.checkpoints.close()
+      self.saving.checkpoints.wait()
+      self.saving.checkpoints.close()
     finally:
-      for writer in self.writers.values():
-        writer.close()
+      for close in self.records.closers():
+        close()
 
   def close_after_error(self) -> None:
     """Closes what can be closed; the error that ended the run is the one reported, not these."""
-    closing = [
-      self.profiler.stop,
-      self.checkpoints.close,
-      *(writer.close for writer in self.writers.values()),
-    ]
-    for close in closing:
+    for close in [self.profiler.stop, self.saving.checkpoints.close, *self.records.closers()]:
       try:
         close()
       except Exception as error:  # pylint: disable=broad-except

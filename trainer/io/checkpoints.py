@@ -1,9 +1,10 @@
 """Checkpoints with orbax: asynchronous, atomic, the N latest plus the best by an evaluation metric.
 
-A checkpoint holds the whole training state as three orbax items: ``params``,
-``opt_state`` and ``meta`` (a small JSON), so evaluation restores the parameters
-alone; a run with a moving average of the parameters (``trainer/ema.py``) adds a fourth,
-``ema_params``. The dropout randomness and the data position are functions of the step
+A checkpoint holds the whole training state as one orbax item per field of the
+``TrainState`` named in ``STATE_ITEMS`` (``params``, ``opt_state`` and, in a run with a moving
+average of the parameters, ``trainer/ema.py``, ``ema_params``) beside ``meta``, a small JSON of
+the step; saving and restoring both read that list, and evaluation restores the parameters
+alone. The dropout randomness and the data position are functions of the step
 and the seed, so restoring the step restores them too.
 
 Every checkpoint carries an integrity record (``trainer/io/integrity.py``, which says
@@ -20,6 +21,7 @@ intact one. The workdir may be a bucket (``gs://bucket/run``, see ``trainer/io/s
 """
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import threading
@@ -37,9 +39,22 @@ from trainer.errors import CheckpointError
 from trainer.io import integrity, storage
 
 _log = logging.getLogger(__name__)
-_ITEMS = ('params', 'opt_state', 'meta')
+
+
+@dataclasses.dataclass(frozen=True)
+class StateItem:
+  """A field of the ``TrainState`` saved as the orbax item of the same name."""
+
+  name: str
+  # Saved only where the state has it; a checkpoint without it restores it as a copy of the parameters.
+  optional: bool = False
+
+
 EMA_ITEM = 'ema_params'  # only in the checkpoints of runs with config.ema.decay > 0
-_FORMAT = 2
+STATE_ITEMS = (StateItem('params'), StateItem('opt_state'), StateItem(EMA_ITEM, optional=True))
+META_ITEM = 'meta'  # {'step': step}; the checkpoints of older code also hold a 'format' field, never read
+_REQUIRED = tuple(item.name for item in STATE_ITEMS if not item.optional)
+_ITEMS = (*_REQUIRED, META_ITEM)  # what a checkpoint needs to be intact for training
 _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 
 
@@ -50,11 +65,9 @@ def _join_background_writes(seconds: float = 60.0) -> None:
   the other items' threads still run; at exit they would find the interpreter's executors shut
   down, and each would log a traceback.
   """
-  from orbax.checkpoint._src.futures import future as orbax_future  # pylint: disable=g-import-not-at-top
-
   deadline = time.monotonic() + seconds
   for thread in threading.enumerate():
-    if isinstance(thread, orbax_future._SignalingThread) and thread is not threading.current_thread():  # pylint: disable=protected-access
+    if type(thread).__module__.startswith('orbax.') and thread is not threading.current_thread():
       threading.Thread.join(thread, max(deadline - time.monotonic(), 0.0))
 
 
@@ -122,7 +135,9 @@ class Checkpoints:
       save_interval_steps=0 if read_only else 1,  # orbax warns when read_only keeps its default 1
     )
     with _without_read_only_notice():
-      self.manager = ocp.CheckpointManager(self.directory, item_names=(*_ITEMS, EMA_ITEM), options=options)
+      self.manager = ocp.CheckpointManager(
+        self.directory, item_names=(*(item.name for item in STATE_ITEMS), META_ITEM), options=options
+      )
 
   # Which steps there are, and which are intact --------------------------------
 
@@ -239,10 +254,8 @@ class Checkpoints:
     self._problems = {key: problem for key, problem in self._problems.items() if key[0] != step}
     self._saving = step
     args = ocp.args.Composite(
-      params=ocp.args.StandardSave(state.params),
-      opt_state=ocp.args.StandardSave(state.opt_state),
-      meta=ocp.args.JsonSave({'format': _FORMAT, 'step': int(step)}),
-      **({EMA_ITEM: ocp.args.StandardSave(state.ema_params)} if state.ema_params is not None else {}),
+      **{item.name: ocp.args.StandardSave(value) for item, value in _present(state)},
+      **{META_ITEM: ocp.args.JsonSave({'step': int(step)})},
     )
     try:
       self.manager.save(step, args=args, metrics=metrics, force=True)
@@ -325,29 +338,22 @@ class Checkpoints:
 
     A state with ``ema_params`` restores them too; from a checkpoint saved without an average (the
     run had ``config.ema.decay`` 0 until now) the average starts as a copy of the parameters."""
-    wants_ema = abstract_state.ema_params is not None
-    ema_saved = wants_ema and self.has_item(step, EMA_ITEM)
-    self._require_intact(step, ('params', 'opt_state', *((EMA_ITEM,) if ema_saved else ())))
-    args = dict(
-      params=ocp.args.StandardRestore(abstract_state.params),
-      opt_state=ocp.args.StandardRestore(abstract_state.opt_state),
+    wanted = _present(abstract_state)
+    saved = [(item, like) for item, like in wanted if not item.optional or self.has_item(step, item.name)]
+    self._require_intact(step, tuple(item.name for item, _ in saved))
+    restored = self.manager.restore(
+      step, args=ocp.args.Composite(**{item.name: ocp.args.StandardRestore(like) for item, like in saved})
     )
-    if ema_saved:
-      args[EMA_ITEM] = ocp.args.StandardRestore(abstract_state.ema_params)
-    restored = self.manager.restore(step, args=ocp.args.Composite(**args))
-    self._require_finite(step, restored.params)
+    self._require_finite(step, restored['params'])
+    fields = {item.name: restored[item.name] for item, _ in saved}
+    for item, _ in wanted:
+      if item.name not in fields:  # an optional item the checkpoint lacks
+        _log.warning('Checkpoint %d has no moving average of the parameters; it starts from them.', step)
+        fields[item.name] = jax.tree.map(jnp.copy, restored['params'])
     like = abstract_state.step
     value = np.asarray(step, like.dtype)
     step_array = jax.make_array_from_callback(like.shape, like.sharding, lambda index: value[index])
-    ema_params = None
-    if ema_saved:
-      ema_params = restored[EMA_ITEM]
-    elif wants_ema:
-      _log.warning('Checkpoint %d has no moving average of the parameters; it starts from them.', step)
-      ema_params = jax.tree.map(jnp.copy, restored.params)
-    return abstract_state.replace(
-      step=step_array, params=restored.params, opt_state=restored.opt_state, ema_params=ema_params
-    )
+    return abstract_state.replace(step=step_array, **fields)
 
   def restore_params(self, step: int, abstract_params: Any, item: str = 'params') -> Any:
     """Only the parameters (``item='params'``) or their moving average (``EMA_ITEM``) of checkpoint
@@ -371,6 +377,11 @@ class Checkpoints:
         f'{len(jax.tree.leaves(params))} parameter arrays (saved after training diverged); '
         'restore an earlier step.'
       )
+
+
+def _present(state: Any) -> list[tuple[StateItem, Any]]:
+  """``(item, value)`` for each item of ``STATE_ITEMS`` that ``state`` holds (an optional one may be ``None``)."""
+  return [(item, getattr(state, item.name)) for item in STATE_ITEMS if getattr(state, item.name) is not None]
 
 
 @jax.jit
