@@ -83,7 +83,7 @@ def chain(root: pathlib.Path, steps: int | None) -> dict[str, Any]:
     'pretrain', ['train.py', '--config', 'configs/vit_mnist_pretrain.py', '--workdir', pretrain, *override]
   )
   step('pretrain_eval', ['evaluate.py', '--workdir', pretrain], EVALUATED)
-  step('export', ['-m', 'vit.export_npz', '--workdir', pretrain, '--out', export])
+  step('export', ['-m', 'vit.weights.export_npz', '--workdir', pretrain, '--out', export])
   shots = tuple(f'fewshot_{k}shot' for k in FEWSHOT_SHOTS.split(','))
   for source, name in (('digits', 'fewshot_digits'), ('same', 'fewshot_mnist')):
     fewshot_args = ['-m', 'vit.fewshot', '--workdir', pretrain, '--source', source, '--shots', FEWSHOT_SHOTS]

@@ -123,7 +123,7 @@ def accelerator_names(listed: str) -> str:
 
 
 def rerun(record: dict[str, Any], overrides: list[str], write: bool) -> bool:
-  command = with_overrides(record['command'], overrides)
+  command = with_overrides(records.command_today(record['command']), overrides)
   print(f'=== {record["name"]}: {command}', flush=True)
   started_from = records.commit()
   measured = records.measure(command, record.get('numbers_file'), exit_status=record.get('exit_status', 0))

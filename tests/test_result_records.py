@@ -356,3 +356,10 @@ def test_the_short_columns_name_the_config_the_wall_time_and_the_machine_in_a_wo
   assert results_tables.cell(part, 'wall time') == '52 s'
   with pytest.raises(results_tables.TableError, match='names no --config'):
     results_tables.cell(run | {'command': 'python -m benchmarks.decode_speed'}, 'config')
+
+
+def test_a_record_of_a_moved_module_reruns_it_under_its_present_name():
+  command = 'python train.py --workdir runs/w && python -m vit.export_npz --workdir runs/w --out w.npz'
+  assert records.command_today(command) == (
+    'python train.py --workdir runs/w && python -m vit.weights.export_npz --workdir runs/w --out w.npz'
+  )

@@ -31,10 +31,10 @@ _FROM_IMAGE = ('spacetime', 'factorised_encoder', 'divided')
 
 def image_vit_from_weights(path, arch: str = '', *, num_classes: int = 1):
   """The image ``VisionTransformer`` of a timm or transformers folder, or a bare timm file with ``arch``."""
-  from vit import checkpoint_npz, weights  # pylint: disable=g-import-not-at-top
   from vit.model import make_vit  # pylint: disable=g-import-not-at-top
+  from vit.weights import checkpoint_npz, sources  # pylint: disable=g-import-not-at-top
 
-  source = weights.read_weights(path, arch)
+  source = sources.read_weights(path, arch)
   image_shape = (*source.image_size, source.channels)
   model = make_vit(
     source.model, num_classes=max(source.num_classes, num_classes), image_shape=image_shape, rngs=nnx.Rngs(0)

@@ -22,7 +22,7 @@ The options of timm's and Hugging Face's ViTs (``vit.model``) have canonical key
 the same style: ``reg`` ``(1, R, D)`` (register tokens), ``.../encoderblock_{i}/LayerScale_0/scale``
 and ``LayerScale_1/scale`` (after attention and after the MLP), ``Transformer/norm_pre``,
 ``fc_norm``; a patch embedding without bias has no ``embedding/bias`` and a model whose final
-LayerNorm follows the pooling has no ``Transformer/encoder_norm``. ``vit.weights`` reads those
+LayerNorm follows the pooling has no ``Transformer/encoder_norm``. ``vit.weights.sources`` reads those
 sources into this form.
 
 Both are first brought to one canonical form: official names, the class-token position row
