@@ -15,7 +15,7 @@ loading warnings (and keeps them in ``DIR/torch_side.json``), then writes folder
 with the hub's names and, ``save_original_format=False``, with the names transformers 5 holds in
 memory) with their outputs. ``read`` reads those with ``vit.weights.sources``, prints the largest
 difference of our outputs from theirs, then all the numbers as one JSON object on its last line
-(for ``python -m benchmarks.record``). Not part of the test suite (it needs PyTorch).
+(for ``python -m records.record``). Not part of the test suite (it needs PyTorch).
 """
 
 import json
@@ -169,7 +169,7 @@ def read(root: pathlib.Path) -> None:
     for case in measured['transformers_loads_ours'].values()
     for kind in ('missing_keys', 'unexpected_keys', 'mismatched_keys')
   )
-  print(json.dumps(measured))  # the numbers, on the last line, for benchmarks.record
+  print(json.dumps(measured))  # the numbers, on the last line, for records.record
 
 
 if __name__ == '__main__':

@@ -112,7 +112,7 @@ class Checks:
     row.difference = float(np.abs(ours - theirs).max())
 
   def numbers(self) -> dict:
-    """The counts and the largest difference, for ``python -m benchmarks.record`` (``--numbers``)."""
+    """The counts and the largest difference, for ``python -m records.record`` (``--numbers``)."""
     measured = [r.difference for r in self.rows if r.difference is not None]
     return {
       'checks': len(self.rows),

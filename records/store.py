@@ -17,7 +17,7 @@ A record may also state, per metric, the ``spread`` a rerun may move by (a seed 
 kind) and, for the results tables, ``cells``: column name -> text in which ``{metric}`` or
 ``{metric:format}`` stands for a number of the record. A record whose one command measured several
 rows (``benchmarks/mnist_to_digits.py``) has ``parts``: part name -> that row's ``what`` and
-``cells`` (``benchmarks/results_tables.py``).
+``cells`` (``records/tables.py``).
 """
 
 import datetime
