@@ -416,7 +416,7 @@ def compare_export(checks, row, torch, timm, transformers, to, out, predictor, i
   """The library's logits of our exported folder into ``row``, then a row of its features (the
   class token's for a distilled DeiT): a briefly trained head's logits are small, the features not."""
   x = torch.from_numpy(inputs).permute(0, 3, 1, 2)
-  distilled = hasattr(predictor.model, 'distill_head')
+  distilled = predictor.model.distill_head is not None
   with torch.no_grad():
     if to == 'timm':
       model = timm.create_model(f'local-dir:{out}', pretrained=True).eval()

@@ -734,7 +734,7 @@ def test_init_from_a_distilled_deit_keeps_or_drops_its_distillation_token(tmp_pa
   pretrained.complete_model_config(dropped, init_from)
   model = make_vit(dropped, num_classes=CLASSES, image_shape=(IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
   report = pretrained.load_into(model, init_from, pretrained.read_canonical(init_from))
-  assert not hasattr(model, 'distill_token')
+  assert model.distill_token is None
   assert 'skipped dist_token (1, 1, 24) (dropped: the model has none)' in report
 
 
@@ -821,7 +821,7 @@ def test_predictor_on_a_distilled_deit_averages_its_two_heads(tmp_path):
   rng = np.random.default_rng(20)
   arrays = timm_arrays(rng, dist=True)
   predictor = load_predictor(write_timm_folder(tmp_path / 'w', arrays, 'deit_base_distilled_patch16_224'))
-  assert hasattr(predictor.model, 'distill_head')
+  assert predictor.model.distill_head is not None
   image = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)  # resized to 18 x 18, cropped 16 x 16
   from vit.weights.predictor import prepare_pixels  # pylint: disable=g-import-not-at-top
 
