@@ -207,9 +207,9 @@ class EncoderBlock(_ResidualBlock):
   ):
     self.norm_placement = options.norm_placement
     self.norm1 = layer_norm(features, options, rngs=rngs)
-    if options.layer_scale:
-      self.ls1 = nnx.Param(jnp.full((features,), options.layer_scale, options.param_dtype))
-      self.ls2 = nnx.Param(jnp.full((features,), options.layer_scale, options.param_dtype))
+    scale = lambda: nnx.Param(jnp.full((features,), options.layer_scale, options.param_dtype))  # noqa: E731
+    self.ls1 = scale() if options.layer_scale else None
+    self.ls2 = scale() if options.layer_scale else None
     self.attention = attention_layer(num_heads, features, options, rotary=rotary, rngs=rngs)
     self.norm2 = layer_norm(features, options, rngs=rngs)
     self.mlp = Mlp(features, mlp_features, options, rngs=rngs)
@@ -235,13 +235,13 @@ class EncoderBlock(_ResidualBlock):
     y, weights = self.attention(
       self._norm_input(x, self.norm1), mask=mask, bias=bias, return_weights=return_weights, **kwargs
     )
-    x = self._add(x, self.drop_path(self.dropout(self._scale(y, 'ls1'), **kwargs), **path), self.norm1)
+    x = self._add(x, self.drop_path(self.dropout(self._scale(y, self.ls1), **kwargs), **path), self.norm1)
     y = self.mlp(self._norm_input(x, self.norm2), **kwargs)
-    x = self._add(x, self.drop_path(self._scale(y, 'ls2'), **path), self.norm2)
+    x = self._add(x, self.drop_path(self._scale(y, self.ls2), **path), self.norm2)
     return x, weights
 
-  def _scale(self, y, name: str):
-    return y * getattr(self, name)[...].astype(y.dtype) if hasattr(self, name) else y
+  def _scale(self, y, scale):
+    return y * scale[...].astype(y.dtype) if scale is not None else y
 
 
 class DecoderBlock(_ResidualBlock):

@@ -149,8 +149,7 @@ class Encoder(_Stack):
     )
     self.final_norm = options.final_norm and block.norm_placement == 'pre'
     self.norm = layer_norm(options.features, block, rngs=rngs) if self.final_norm else None
-    if options.input_norm:
-      self.norm_pre = layer_norm(options.features, block, rngs=rngs)
+    self.norm_pre = layer_norm(options.features, block, rngs=rngs) if options.input_norm else None
 
   def __call__(
     self,
@@ -172,7 +171,7 @@ class Encoder(_Stack):
     the final LayerNorm if there is one).
     """
     x = self._stem(x, positions=positions, deterministic=deterministic, rngs=rngs)
-    if hasattr(self, 'norm_pre'):
+    if self.norm_pre is not None:
       x = self.norm_pre(x)
     per_layer = self._per_layer(x.shape[1], x.shape[1], deterministic=deterministic, rngs=rngs)
 

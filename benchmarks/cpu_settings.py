@@ -18,7 +18,7 @@ and, with ``--timm_python`` (a Python with PyTorch and timm, not a dependency),
 ``benchmarks/timm_vit_throughput.py``, the same model in timm. A round runs each setting once, in
 this order, each round starting one setting later than the round before. It prints each run's
 images/s, then each setting's median and its ratio to the defaults' median, and on its last line
-the numbers as JSON for ``benchmarks.record`` (``SETTING.round_N.images_per_second``,
+the numbers as JSON for ``records.record`` (``SETTING.round_N.images_per_second``,
 ``SETTING.median``, ``SETTING.over_defaults``). Why the defaults are what they are: docs/performance.md ("CPU comparison with timm").
 """
 
@@ -30,7 +30,7 @@ import sys
 
 from absl import app, flags
 
-from benchmarks import records
+from records import store
 
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Rounds; each runs every setting once.', lower_bound=1)
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps of each run.', lower_bound=1)
@@ -74,7 +74,7 @@ def images_per_second(command: list[str], added_env: dict[str, str]) -> float:
     raise SystemExit(
       f'{" ".join(command)} failed (status {result.returncode}): {result.stderr.strip()[-2000:]}'
     )
-  return float(records.numbers_from_stdout(result.stdout)['images_per_second'])
+  return float(store.numbers_from_stdout(result.stdout)['images_per_second'])
 
 
 def main(argv):
@@ -116,7 +116,7 @@ def main(argv):
     print(
       f'  {name:20s} {numbers[f"{name}.median"]:7.1f} images/s, {numbers[f"{name}.over_defaults"]:.2f} of the defaults'
     )
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

@@ -88,7 +88,7 @@ def main(argv):
     'uncached_seconds': uncached_seconds,
     'speedup': uncached_seconds / cached_seconds,
   }
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

@@ -12,7 +12,7 @@ afterwards would. Both are built as training builds them (``benchmarks.step_cost
 freshly initialised parameters (``init_from`` is not read: the starting values do not change what a
 step computes) and run on one real training batch. It prints each step's FLOPs (XLA's cost
 analysis of the compiled step) and its median milliseconds over alternating rounds of ``--steps``
-steps, the ratios, and on its last line the numbers as JSON for ``benchmarks.record``. The frozen
+steps, the ratios, and on its last line the numbers as JSON for ``records.record``. The frozen
 set is ``--frozen``, else the config's ``optimizer.frozen``, else the linear probe's (all but the
 head).
 """
@@ -68,7 +68,7 @@ def main(argv):
     f'  every parameter trained over frozen: {numbers["flops_ratio"]:.3f} times the FLOPs, '
     f'{numbers["time_ratio"]:.3f} times the time'
   )
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

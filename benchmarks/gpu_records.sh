@@ -1,7 +1,7 @@
 #!/bin/bash
 # The accelerator's records, one after another: bash benchmarks/gpu_records.sh [--print] [RECORD ...]
 #
-# Each is a benchmarks.record on one GPU, named after the GPU's model (h100_vit_b16_bf16 on an H100,
+# Each is a records.record on one GPU, named after the GPU's model (h100_vit_b16_bf16 on an H100,
 # h200_vit_b16_bf16 on an H200; gpu_... on others), most telling first:
 #   TAG_posemb_cifar10                        the positional-embedding table on CIFAR-10: ablate.py over
 #                                             model.posemb with configs/vit_cifar10_posemb.py, one seed each
@@ -110,5 +110,5 @@ for name in "${names[@]}"; do
   numbers=()
   if [[ -n "${NUMBERS_FILES[$name]:-}" ]]; then numbers=(--numbers_file "${NUMBERS_FILES[$name]}"); fi
   echo "=== ${tag}_$name on $gpu: ${COMMANDS[$name]}"
-  python -m benchmarks.record "${tag}_$name" "${numbers[@]}" -- "${COMMANDS[$name]}" || echo "${tag}_$name failed; going on"
+  python -m records.record "${tag}_$name" "${numbers[@]}" -- "${COMMANDS[$name]}" || echo "${tag}_$name failed; going on"
 done

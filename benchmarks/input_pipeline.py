@@ -120,7 +120,7 @@ def main() -> None:
     for consumes in args.consumes:
       print(f'to feed {consumes:,.0f} images/s: {consumes / per_thread:.1f} such cores')
     numbers['images_per_second_per_thread'] = per_thread
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

@@ -1,7 +1,7 @@
 """The ViT page's MNIST-to-digits demonstration end to end, as one record: ``python -m benchmarks.mnist_to_digits``.
 
   python -m benchmarks.mnist_to_digits                      # needs data/mnist (python -m pipelines.download mnist)
-  python -m benchmarks.record mnist_to_digits -- python -m benchmarks.mnist_to_digits
+  python -m records.record mnist_to_digits -- python -m benchmarks.mnist_to_digits
 
 It runs the commands of docs/vit.md ("A demonstration: MNIST to digits at another resolution"), each
 as its own process, in this order: pre-train on MNIST and evaluate; export the official ``.npz``;
@@ -9,7 +9,7 @@ few-shot linear accuracy of the frozen pre-trained features on the digits and on
 on the digits from the export, the same from scratch, and the linear probe, each evaluated, with
 the periodic few-shot evaluation its config runs at its last step. Every step's numbers and
 seconds go, prefixed by the step's name, into one JSON object on the last line of stdout (what
-``benchmarks.record`` reads), so the one pre-training serves every row of the results page's
+``records.record`` reads), so the one pre-training serves every row of the results page's
 "Pretrained ViTs" tables. A step that fails stops the chain with its command and exit status.
 
 ``--steps N`` trains every run N steps instead of its config's (a quick check of the chain; the
@@ -26,7 +26,7 @@ from typing import Any
 
 from absl import app, flags
 
-from benchmarks import records
+from records import store
 from trainer.io.metrics_io import read_metrics
 
 FEWSHOT_SHOTS = '1,5,10,25'
@@ -47,8 +47,8 @@ def run_step(name: str, args: list[str], needs: tuple[str, ...] = ()) -> tuple[d
   if process.returncode:
     raise SystemExit(f'{name}: `{command}` exited with status {process.returncode}')
   try:
-    numbers = records.numbers_from_stdout(process.stdout)
-  except records.RecordError:
+    numbers = store.numbers_from_stdout(process.stdout)
+  except store.RecordError:
     numbers = {}
   missing = [key for key in needs if key not in numbers]
   if missing:
@@ -83,7 +83,7 @@ def chain(root: pathlib.Path, steps: int | None) -> dict[str, Any]:
     'pretrain', ['train.py', '--config', 'configs/vit_mnist_pretrain.py', '--workdir', pretrain, *override]
   )
   step('pretrain_eval', ['evaluate.py', '--workdir', pretrain], EVALUATED)
-  step('export', ['-m', 'vit.export_npz', '--workdir', pretrain, '--out', export])
+  step('export', ['-m', 'vit.weights.export_npz', '--workdir', pretrain, '--out', export])
   shots = tuple(f'fewshot_{k}shot' for k in FEWSHOT_SHOTS.split(','))
   for source, name in (('digits', 'fewshot_digits'), ('same', 'fewshot_mnist')):
     fewshot_args = ['-m', 'vit.fewshot', '--workdir', pretrain, '--source', source, '--shots', FEWSHOT_SHOTS]
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> None:
   if root.exists() and any(root.iterdir()):
     raise app.UsageError(f'--workdir {root} is not empty; the chain starts every run afresh')
   numbers = chain(root, _STEPS.value)
-  print(json.dumps(numbers, sort_keys=True))  # the numbers for benchmarks.record
+  print(json.dumps(numbers, sort_keys=True))  # the numbers for records.record
 
 
 if __name__ == '__main__':

@@ -12,7 +12,7 @@ the input pipeline is not timed), each batch shape compiled before timing, the t
 turns of 5 steps (so a shared machine's changing load falls on both alike). Tokens/s counts real
 tokens only (source + target, and target alone, as the loss counts them). A packed step holds
 ``--packed_batch_size`` rows (default: as many as give the bucketed batch's pairs on average).
-The last line is the numbers as JSON, for ``benchmarks.record``.
+The last line is the numbers as JSON, for ``records.record``.
 """
 
 from trainer.command_line import host_memory
@@ -155,7 +155,7 @@ def main(argv):
       'target_tokens_per_s': round(float(target) / seconds, 1),
       'pairs_per_s': round(way['pairs'] / seconds, 2),
     }
-  print(json.dumps(numbers))  # the numbers of a record (benchmarks/record.py)
+  print(json.dumps(numbers))  # the numbers of a record (records/record.py)
 
 
 if __name__ == '__main__':

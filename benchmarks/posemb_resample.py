@@ -10,7 +10,7 @@ sine-cosine table of the old grid, smooth as trained tables tend to be). For eac
 absolute difference over the table between PyTorch's two bicubic resizes (``torch_bicubic``, what
 transformers computes; ``torch_bicubic_aa``, what timm computes) and the ``jax.image.resize``
 methods (``bicubic``; ``bilinear``, the ``.npz`` default), and the table's own largest absolute
-value, for scale. The last line is the numbers as JSON, for ``benchmarks.record``.
+value, for scale. The last line is the numbers as JSON, for ``records.record``.
 """
 
 import json

@@ -70,7 +70,7 @@ def main(argv):
     name: {'median': statistics.median(values), 'min': min(values), 'max': max(values)}
     for name, values in (('first_answer_seconds', firsts), ('end_seconds', totals), ('cpu_seconds', cpus))
   }
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

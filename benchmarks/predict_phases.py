@@ -22,7 +22,7 @@ and, as ``predict.py`` does, turns the garbage collector off while loading and f
 made; ``--collect_garbage`` leaves it on throughout, to show what that saves.
 ``benchmarks.predict_latency`` times ``predict.py`` itself from outside. It prints each number's
 median and range over the processes, and on its last line the numbers as JSON for
-``benchmarks.record``.
+``records.record``.
 """
 
 import json
@@ -136,7 +136,7 @@ def main(argv):
     values = [one[name] for one in runs]
     numbers[name] = {'median': statistics.median(values), 'min': min(values), 'max': max(values)}
     print(f'  {name:16s} {numbers[name]["median"]:7.2f} s  ({min(values):.2f} to {max(values):.2f})')
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

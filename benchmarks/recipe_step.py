@@ -10,7 +10,7 @@ with an EMA of its parameters (``ema.decay``), and the student with its teacher.
 real training batch already on the devices, so this measures the step, not the input pipeline.
 They are timed in alternating rounds of ``--steps`` steps after their compilation; it prints each
 one's median milliseconds per step, the ratios to the student alone, and on its last line the
-numbers as JSON for ``benchmarks.record``.
+numbers as JSON for ``records.record``.
 """
 
 import json
@@ -59,7 +59,7 @@ def main(argv):
     f'  with EMA (decay {_EMA_DECAY.value}): {numbers["ema.step_ms"]:.2f} ms, {numbers["ema.ratio"]:.3f} times'
   )
   print(f'  with its teacher: {numbers["teacher.step_ms"]:.2f} ms, {numbers["teacher.ratio"]:.3f} times')
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

@@ -59,7 +59,7 @@ def main():
     'ms_per_step': seconds * 1e3,
     'parameters': num_params,
   }
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

@@ -8,7 +8,7 @@ interval since the line before it. Since ``469cd51`` that is training time only 
 evaluations and checkpoint saves left out); before it, the wall time of the interval, all of that
 included. This prints the median, the lowest and the highest of the intervals that end after
 ``--after_step`` and at or before ``--up_to_step``, and on its last line the numbers as JSON for
-``benchmarks.record``. It reads the metrics of older versions' runs too: to compare two commits,
+``records.record``. It reads the metrics of older versions' runs too: to compare two commits,
 choose intervals with no evaluation or checkpoint in them, after the first (which compiles).
 """
 
@@ -59,7 +59,7 @@ def main(argv):
     f'{len(rates)} logged intervals ending at steps {rates[0][0]}-{rates[-1][0]}: median {numbers["steps_per_second"]:.2f} '
     f'training steps/s ({numbers["min"]:.2f} to {numbers["max"]:.2f})'
   )
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

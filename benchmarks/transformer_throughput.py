@@ -108,7 +108,7 @@ def main(argv):
   if step_flags.PROFILE_DIR.value:
     profile_text, numbers['profile'] = profile_and_summarise(steps.run, step_flags.PROFILE_DIR.value, steps=5)
     print(profile_text)
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

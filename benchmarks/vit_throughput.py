@@ -174,7 +174,7 @@ def main(argv):
       f'{_BATCH.value / pipeline_ms * 1e3:.0f} images/s'
     )
     numbers['input_pipeline_images_per_second'] = _BATCH.value / pipeline_ms * 1e3
-  print(json.dumps(numbers))  # the numbers for benchmarks.record
+  print(json.dumps(numbers))  # the numbers for records.record
 
 
 if __name__ == '__main__':

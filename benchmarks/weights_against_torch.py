@@ -7,15 +7,15 @@
 
 ``export`` writes, for each timm architecture family of the tests (the distilled DeiT included), for
 ``ViTForImageClassification`` and for ``DeiTForImageClassificationWithTeacher``, a model of ours
-(random weights) with ``vit.export_weights`` and our logits on two random images. ``torch`` loads
+(random weights) with ``vit.weights.export`` and our logits on two random images. ``torch`` loads
 each with ``timm.create_model(..., pretrained=True, pretrained_cfg_overlay=...)`` and the
 transformers class's ``from_pretrained``, prints the largest difference from our logits and the
 loading warnings (and keeps them in ``DIR/torch_side.json``), then writes folders with timm's
 ``save_for_hf`` and transformers' ``save_pretrained`` (random weights; transformers' folders twice,
 with the hub's names and, ``save_original_format=False``, with the names transformers 5 holds in
-memory) with their outputs. ``read`` reads those with ``vit.weights``, prints the largest
+memory) with their outputs. ``read`` reads those with ``vit.weights.sources``, prints the largest
 difference of our outputs from theirs, then all the numbers as one JSON object on its last line
-(for ``python -m benchmarks.record``). Not part of the test suite (it needs PyTorch).
+(for ``python -m records.record``). Not part of the test suite (it needs PyTorch).
 """
 
 import json
@@ -40,7 +40,7 @@ HF_CLASSES = {'hf': 'ViTForImageClassification', 'hf_teacher': 'DeiTForImageClas
 def export(root: pathlib.Path) -> None:
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
   from tests import test_vit_weights as t  # pylint: disable=g-import-not-at-top
-  from vit import export_weights, weights  # pylint: disable=g-import-not-at-top
+  from vit.weights import export, sources  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(0)
   images = rng.uniform(-1, 1, (2, t.IMAGE, t.IMAGE, 3)).astype(np.float32)
@@ -49,16 +49,16 @@ def export(root: pathlib.Path) -> None:
   cases = {}
   for arch, (options, *_) in t.TIMM_CASES.items():
     source = t.write_timm_folder(root / 'src' / arch, t.timm_arrays(rng, **options), arch)
-    model = t._model_from(weights.read_weights(source))  # pylint: disable=protected-access
-    out = export_weights.write_timm(model, root / 'timm' / arch, arch, **common)
+    model = t._model_from(sources.read_weights(source))  # pylint: disable=protected-access
+    out = export.write_timm(model, root / 'timm' / arch, arch, **common)
     np.save(out / 'ours_logits.npy', np.asarray(model(images)[0]))
     cases[arch] = str(out)
   hf = {}
   for name, model_type in (('hf', 'vit'), ('hf_teacher', 'deit')):
     arrays = t.transformers_arrays(rng, prefix=f'{model_type}.', teacher=model_type == 'deit')
     source = t.write_transformers_folder(root / 'src' / name, arrays, t.transformers_config(model_type))
-    model = t._model_from(weights.read_weights(source))  # pylint: disable=protected-access
-    out = export_weights.write_transformers(model, root / name, **common)
+    model = t._model_from(sources.read_weights(source))  # pylint: disable=protected-access
+    out = export.write_transformers(model, root / name, **common)
     np.save(out / 'ours_logits.npy', np.asarray(model(images)[0]))
     hf[name] = str(out)
   (root / 'cases.json').write_text(json.dumps(dict(timm=cases, **hf)))
@@ -139,13 +139,13 @@ def read(root: pathlib.Path) -> None:
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
-  from vit import checkpoint_npz, weights  # pylint: disable=g-import-not-at-top
   from vit.model import make_vit  # pylint: disable=g-import-not-at-top
+  from vit.weights import checkpoint_npz, sources  # pylint: disable=g-import-not-at-top
 
   images = np.load(root / 'images.npy')
   measured = json.loads((root / 'torch_side.json').read_text()) | {'we_read_theirs': {}}
   for folder in sorted((root / 'real').iterdir()):
-    source = weights.read_weights(folder)
+    source = sources.read_weights(folder)
     shape = (*source.image_size, source.channels)
     model = make_vit(
       source.model, num_classes=max(source.num_classes, 1), image_shape=shape, rngs=nnx.Rngs(0)
@@ -169,7 +169,7 @@ def read(root: pathlib.Path) -> None:
     for case in measured['transformers_loads_ours'].values()
     for kind in ('missing_keys', 'unexpected_keys', 'mismatched_keys')
   )
-  print(json.dumps(measured))  # the numbers, on the last line, for benchmarks.record
+  print(json.dumps(measured))  # the numbers, on the last line, for records.record
 
 
 if __name__ == '__main__':

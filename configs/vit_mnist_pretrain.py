@@ -1,7 +1,7 @@
 """A small ViT pre-trained on MNIST, to be exported and fine-tuned elsewhere (the CPU fine-tuning demo).
 
   python train.py --config configs/vit_mnist_pretrain.py --workdir runs/vit_mnist_pretrain
-  python -m vit.export_npz --workdir runs/vit_mnist_pretrain --out runs/vit_mnist_pretrain.npz
+  python -m vit.weights.export_npz --workdir runs/vit_mnist_pretrain --out runs/vit_mnist_pretrain.npz
   python -m vit.fewshot --workdir runs/vit_mnist_pretrain --source digits --shots 1,5,10,25
 
 Then ``configs/vit_digits_finetune.py`` fine-tunes the exported file on the embedded digits at

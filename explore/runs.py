@@ -55,7 +55,7 @@ class Run:
     with self._lock:
       if step not in self._predictors:
         if self.weights:
-          from vit.weights_predictor import load_predictor as load_weights  # pylint: disable=g-import-not-at-top
+          from vit.weights.predictor import load_predictor as load_weights  # pylint: disable=g-import-not-at-top
 
           self._predictors[step] = load_weights(self.path, self.arch)
         else:

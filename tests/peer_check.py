@@ -14,7 +14,7 @@ by more than ``TOLERANCE`` or raised (the error is the row's note).
   pooled features on the same float input, and the pixels our predictor prepares from one uint8
   image against the library's own preprocessing; bare timm ``.safetensors`` files (no config) with
   their architecture's preprocessing.
-- They read ours: a briefly trained digits workdir exported with ``vit.export_weights`` (with no
+- They read ours: a briefly trained digits workdir exported with ``vit.weights.export`` (with no
   ``--arch``, and with one), a model fine-tuned from a timm folder and a distilled DeiT (to timm and
   transformers), opened with ``timm.create_model('local-dir:...')`` and transformers'
   ``from_pretrained``: logits and features.
@@ -112,7 +112,7 @@ class Checks:
     row.difference = float(np.abs(ours - theirs).max())
 
   def numbers(self) -> dict:
-    """The counts and the largest difference, for ``python -m benchmarks.record`` (``--numbers``)."""
+    """The counts and the largest difference, for ``python -m records.record`` (``--numbers``)."""
     measured = [r.difference for r in self.rows if r.difference is not None]
     return {
       'checks': len(self.rows),
@@ -377,7 +377,7 @@ def start_training(torch, timm, root) -> dict:
 
 
 def they_read_ours(checks, torch, timm, transformers, root, timm_folders, trainings):
-  from vit import export_weights  # pylint: disable=g-import-not-at-top
+  from vit.weights import export  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(1)
   exports = (
@@ -392,7 +392,7 @@ def they_read_ours(checks, torch, timm, transformers, root, timm_folders, traini
       predictor = our_predictor(workdir)
       inputs = rng.uniform(-1, 1, (2, *predictor.task.sizes.image_shape)).astype(np.float32)
       out = root / 'ours' / f'{workdir.name}_{to}_{arch or "own"}'
-      export_weights.export(str(workdir), to, str(out), arch)
+      export.export(str(workdir), to, str(out), arch)
       compare_export(checks, row, torch, timm, transformers, to, out, predictor, inputs)
 
   # A distilled DeiT of ours: the model our reader builds from timm's folder, written back by our export.
@@ -406,9 +406,9 @@ def they_read_ours(checks, torch, timm, transformers, root, timm_folders, traini
       predictor = our_predictor(source[0])
       out = root / 'ours' / f'deit_distilled_{to}'
       if to == 'timm':
-        export_weights.write_timm(predictor.model, out, 'deit_base_distilled_patch16_224', **common)
+        export.write_timm(predictor.model, out, 'deit_base_distilled_patch16_224', **common)
       else:
-        export_weights.write_transformers(predictor.model, out, **common)
+        export.write_transformers(predictor.model, out, **common)
       compare_export(checks, row, torch, timm, transformers, to, out, predictor, images)
 
 
@@ -416,7 +416,7 @@ def compare_export(checks, row, torch, timm, transformers, to, out, predictor, i
   """The library's logits of our exported folder into ``row``, then a row of its features (the
   class token's for a distilled DeiT): a briefly trained head's logits are small, the features not."""
   x = torch.from_numpy(inputs).permute(0, 3, 1, 2)
-  distilled = hasattr(predictor.model, 'distill_head')
+  distilled = predictor.model.distill_head is not None
   with torch.no_grad():
     if to == 'timm':
       model = timm.create_model(f'local-dir:{out}', pretrained=True).eval()

@@ -137,7 +137,7 @@ def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_to
   assert re.search(r'[\d.]+ images/s', out)
   assert 'cuDNN fused attention calls in the step: 0 forward, 0 backward' in out  # none on a CPU
   assert 'where the time goes (host ops' in out and 'in all' in out
-  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for records.record
   assert numbers['parameters'] == pytest.approx(params, rel=0.01)
   # the printed line rounds to 0.1 GFLOPs; the JSON holds XLA's count
   assert numbers['flops_per_step'] == pytest.approx(flops, abs=0.05e9) and numbers['images_per_second'] > 0
@@ -162,7 +162,7 @@ def test_transformer_benchmark_reports_tokens_per_second():
   assert 'cuDNN fused attention calls in the step: 0 forward, 0 backward' in out
   assert re.search(r'[\d,]+ tokens/s \(source \+ target\)', out)
   assert float(re.search(r'([\d.]+) GFLOPs/step', out).group(1)) > 0
-  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for records.record
   assert numbers['tokens_per_second'] == pytest.approx(numbers['sentence_pairs_per_second'] * 16)
   flops_only = _run(
     'benchmarks.transformer_throughput',
@@ -228,7 +228,7 @@ def test_a_frozen_backbone_step_costs_fewer_flops_than_training_every_parameter(
     *('--rounds=1', '--steps=1'),
   )
   assert re.search(r"frozen: \d+ of \d+ parameter arrays .* match '\^\(\?!head\\\.\)'", out), out
-  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for records.record
   frozen, trained = numbers['frozen.flops_per_step'], numbers['trained.flops_per_step']
   # no gradient of a frozen parameter, and none of the activations below the head: at least half saved
   assert trained > 2 * frozen > 0 and numbers['flops_ratio'] == pytest.approx(trained / frozen, abs=1e-3)
@@ -249,7 +249,7 @@ def test_the_frozen_step_benchmark_refuses_a_pattern_that_cannot_freeze_in_one_l
 def test_cpu_settings_runs_every_setting_each_round_and_compares_with_the_defaults():
   tiny = '--width=16 --depth=1 --heads=1 --mlp_dim=32 --patch=8 --batch_size=4'
   out = _run('benchmarks.cpu_settings', '--rounds=1', '--steps=1', f'--model_flags={tiny}')
-  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for records.record
   settings = ('defaults', 'micro_batches', 'eigen', 'eigen_micro_batches', 'no_huge_pages')
   assert all(numbers[f'{name}.round_1.images_per_second'] > 0 for name in settings)
   assert numbers['eigen.over_defaults'] == pytest.approx(numbers['eigen.median'] / numbers['defaults.median'])

@@ -17,9 +17,9 @@ from trainer.observe.model_flops import ModelFlops
 from trainer.partitioning import global_batch, make_mesh
 from trainer.state import ModelParts, TrainState, make_train_step, train_metrics
 from trainer.task import load_task
-from vit import checkpoint_npz
 from vit.distillation import hard_distillation, soft_distillation
 from vit.model import make_vit
+from vit.weights import checkpoint_npz
 
 LOGITS = np.array([[2.0, -1.0, 0.5], [0.1, 0.2, -3.0]], np.float32)
 TEACHER_LOGITS = np.array([[1.0, 0.0, 3.0], [-2.0, 4.0, 1.0]], np.float32)

@@ -14,6 +14,8 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
+from records import store
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / 'README.md', ROOT / 'CONTRIBUTING.md', *sorted((ROOT / 'docs').rglob('*.md'))]
 ABSL_FLAGS = {'help', 'helpfull', 'helpshort', 'helpxml', 'verbosity', 'v', 'logtostderr', 'alsologtostderr'}
@@ -259,7 +261,7 @@ def _record_commands() -> list[tuple[str, list[str], bool]]:
   return [
     (path.name, words, elsewhere)
     for path in sorted((ROOT / 'results').glob('*.json'))
-    for words, elsewhere in record_parts(json.loads(path.read_text())['command'])
+    for words, elsewhere in record_parts(store.command_today(json.loads(path.read_text())['command']))
   ]
 
 

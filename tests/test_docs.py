@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from benchmarks import records
-from benchmarks.reproduce import duration
+from records import store
+from records.reproduce import duration
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / 'docs').rglob('*.md'))
@@ -169,6 +169,8 @@ OTHER_LIBRARIES = {
   'attention.o_proj',
   'attention.output.dense',
 }
+# A quoted file name of data (`records.json` of a data folder) is not code, though it reads as one.
+DATA_FILE = re.compile(r'\.(json|jsonl|npz|txt|png|csv)$')
 
 
 @functools.lru_cache(maxsize=None)
@@ -253,7 +255,8 @@ def code_name_exists(name: str) -> bool | None:
 
 
 def quoted_code_names(page: pathlib.Path) -> list[str]:
-  return [name for name in DOTTED.findall(_prose(page.read_text())) if name not in OTHER_LIBRARIES]
+  names = DOTTED.findall(_prose(page.read_text()))
+  return [name for name in names if name not in OTHER_LIBRARIES and not DATA_FILE.search(name)]
 
 
 def test_the_code_name_finder_reads_modules_classes_and_their_members():
@@ -275,13 +278,13 @@ def test_a_code_name_quoted_in_the_docs_exists(page):
 
 # A prediction as predict.py prints it: `digit.png: 7 (91.5%), 9 (1.2%), 6 (1.1%)`.
 PREDICTION = re.compile(r'([\w.-]+\.(?:png|jpg|jpeg)): ((?:[\w-]+ \(\d+\.\d%\)(?:, )?)+)')
-# A duration as the records' tables write it (benchmarks.reproduce.duration).
+# A duration as the records' tables write it (records.reproduce.duration).
 DURATION = re.compile(r'\b\d+ h \d+ min\b|\b\d+ min \d+ s\b')
 
 
 @functools.lru_cache(maxsize=None)
 def _records() -> tuple[dict, ...]:
-  return tuple(records.load_all())
+  return tuple(store.load_all())
 
 
 def recorded_answers() -> set[str]:

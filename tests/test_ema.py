@@ -164,8 +164,8 @@ def test_evaluate_predict_and_export_use_the_average(ema_run, tmp_path):
   predictor = load_predictor(workdir, params='ema')
   jax.tree.map(np.testing.assert_array_equal, _pure(nnx.state(predictor.model, nnx.Param)), _pure(average))
 
-  from vit.checkpoint_npz import read_npz  # pylint: disable=g-import-not-at-top
-  from vit.export_npz import export  # pylint: disable=g-import-not-at-top
+  from vit.weights.checkpoint_npz import read_npz  # pylint: disable=g-import-not-at-top
+  from vit.weights.export_npz import export  # pylint: disable=g-import-not-at-top
 
   export(str(workdir), str(tmp_path / 'ema.npz'), params='ema')
   export(str(workdir), str(tmp_path / 'raw.npz'))

@@ -410,7 +410,7 @@ def test_a_video_run_answers_a_clip_and_refuses_one_of_the_wrong_shape(browser, 
 
 def test_a_timm_folder_is_explored_as_its_predictor(browser, digit, tmp_path):
   from tests.test_vit_weights import CLASSES, timm_arrays, write_timm_folder  # pylint: disable=g-import-not-at-top
-  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+  from vit.weights.predictor import load_predictor  # pylint: disable=g-import-not-at-top
 
   labels = [f'class {i}' for i in range(CLASSES)]
   folder = write_timm_folder(

@@ -1,7 +1,7 @@
 """The positional-embedding sweep that ``benchmarks/gpu_records.sh`` records first, run on a CPU at a tiny size.
 
 The script's own command (``--print``) runs on a few random CIFAR-sized images with tiny overrides,
-in a copy of the checkout's layout as ``benchmarks.record`` makes one: every arm trains, is evaluated
+in a copy of the checkout's layout as ``records.record`` makes one: every arm trains, is evaluated
 and lands in the table, and the runs after the first read the decoded images from the cache.
 """
 

@@ -459,7 +459,7 @@ def test_predict_phases_times_each_phase_of_a_fresh_process(digits_workdir, tmp_
   )
   assert run.returncode == 0, run.stderr[-2000:]
   assert 'garbage collector on' in run.stdout and f'in the process: {tmp_path / "digit.png"}: ' in run.stdout
-  numbers = json.loads(run.stdout.strip().splitlines()[-1])  # the last line is for benchmarks.record
+  numbers = json.loads(run.stdout.strip().splitlines()[-1])  # the last line is for records.record
   to_first_answer = ('import_jax', 'import_flax', 'import_trainer', 'load', 'first_answer')
   assert all(numbers[phase]['min'] > 0 for phase in (*to_first_answer, 'second_answer'))
   # each process's sum is at least the sum of the phases' lowest times

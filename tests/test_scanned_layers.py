@@ -18,8 +18,8 @@ from flax import nnx
 from attention.layers import REMAT_POLICIES, stack_blocks, unstack_blocks
 from seq2seq.model import make_transformer
 from tests.random_draws import assert_drop_path_follows, assert_masks_differ, dropout_masks, recorded_draws
-from vit import checkpoint_npz
 from vit.model import make_vit
+from vit.weights import checkpoint_npz
 
 VIT = dict(patch_size=4, width=16, depth=3, num_heads=2, mlp_dim=32)
 TRANSLATOR = dict(

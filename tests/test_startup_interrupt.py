@@ -72,7 +72,7 @@ def test_ctrl_c_while_training_starts_is_one_line(moment, tmp_path):
 
 @pytest.mark.parametrize('moment', sorted(INSIDE))
 def test_ctrl_c_while_predict_loads_the_model_is_one_line(moment, tmp_path):
-  target = ('vit.weights_predictor', 'make_vit') if moment == 'model creation' else INSIDE[moment]
+  target = ('vit.weights.predictor', 'make_vit') if moment == 'model creation' else INSIDE[moment]
   import numpy as np  # pylint: disable=g-import-not-at-top
   from PIL import Image  # pylint: disable=g-import-not-at-top
 
@@ -82,7 +82,7 @@ def test_ctrl_c_while_predict_loads_the_model_is_one_line(moment, tmp_path):
   Image.new('RGB', (16, 16)).save(tmp_path / 'image.png')
   features = tmp_path / 'features.npy'
   command = ['predict.py', f'--weights={folder}', f'--features={features}', str(tmp_path / 'image.png')]
-  result = run_interrupted(('vit.weights_predictor', 'load_predictor'), target, command, tmp_path)
+  result = run_interrupted(('vit.weights.predictor', 'load_predictor'), target, command, tmp_path)
   assert result.returncode == 130, result.stderr
   assert result.stderr.splitlines() == ['interrupted while loading the model; nothing was written']
   assert not features.exists()

@@ -1,10 +1,10 @@
-"""``vit.timm_architectures`` writes its table from timm's source: each registered function's
+"""``vit.weights.timm_architectures`` writes its table from timm's source: each registered function's
 ``model_args`` (a layer class kept as the fact it stands for) and each tag's preprocessing, with the
 default tag timm's registry picks. Checked on a small file in timm's form."""
 
 import textwrap
 
-from vit import timm_architectures
+from vit.weights import timm_architectures
 
 SOURCE = """
 from functools import partial

@@ -11,11 +11,11 @@ from safetensors.numpy import load_file, save_file
 
 from tests import test_vit_weights as tw
 from trainer.errors import CheckpointError
-from vit import export_weights, weights
 from vit.model import make_vit
+from vit.weights import export, sources
 
 
-def _logits(source: weights.Weights, images):
+def _logits(source: sources.Weights, images):
   return np.asarray(tw._model_from(source)(images)[0])
 
 
@@ -26,7 +26,7 @@ def test_vit_medium_gap_is_built_from_its_architectures_model_args(tmp_path):
   arrays = tw.timm_arrays(rng, cls=False, layer_scale=True)
   for layer in range(tw.DEPTH):
     del arrays[f'blocks.{layer}.attn.qkv.bias']
-  source = weights.read_weights(tw.write_timm_folder(tmp_path / 'w', arrays, 'vit_medium_patch16_gap_256'))
+  source = sources.read_weights(tw.write_timm_folder(tmp_path / 'w', arrays, 'vit_medium_patch16_gap_256'))
   assert (source.model['pool'], source.model['fc_norm'], source.model['layer_scale']) == ('gap', False, 1e-6)
   images = tw._images(rng)
   expected = tw.timm_forward(arrays, images, act='gelu_exact', eps=1e-6, no_embed_class=False, pool='avg')
@@ -39,7 +39,7 @@ def test_a_class_token_that_is_not_pooled_is_a_register(tmp_path):
   arrays = tw.timm_arrays(rng, reg=2)
   args = dict(class_token=True, global_pool='avg', fc_norm=False, reg_tokens=2)
   folder = tw.write_timm_folder(tmp_path / 'w', arrays, 'vit_base_patch16_224', model_args=args)
-  source = weights.read_weights(folder)
+  source = sources.read_weights(folder)
   assert (source.model['pool'], source.model['reg_tokens']) == ('gap', 3)
   images = tw._images(rng)
   expected = tw.timm_forward(arrays, images, act='gelu_exact', eps=1e-6, no_embed_class=False, pool='avg')
@@ -74,7 +74,7 @@ def test_what_our_vit_has_not_is_one_line_naming_it(architecture, model_args, me
     del config['model_args']['num_heads']
     (folder / 'config.json').write_text(json.dumps(config))
   with pytest.raises(CheckpointError, match=message) as error:
-    weights.read_weights(folder)
+    sources.read_weights(folder)
   assert '\n' not in str(error.value)
 
 
@@ -92,18 +92,18 @@ def test_a_bare_file_is_prepared_as_timm_prepares_its_architecture(tiny_at_real_
   from timm's ``default_cfgs``: AugReg mean = std = 0.5, DeiT ImageNet's, both ``crop_pct`` 0.9."""
   file = tmp_path / 'tiny.safetensors'
   save_file(tiny_at_real_size, str(file))
-  augreg = weights.read_weights(file, 'vit_tiny_patch16_224').preprocessing
+  augreg = sources.read_weights(file, 'vit_tiny_patch16_224').preprocessing
   assert (augreg.mean, augreg.std) == ((0.5,) * 3, (0.5,) * 3)
   assert (augreg.resize, augreg.size, augreg.crop) == ('shortest', (248,), (224, 224))  # floor(224 / 0.9)
-  deit = weights.read_weights(file, 'deit_tiny_patch16_224').preprocessing
+  deit = sources.read_weights(file, 'deit_tiny_patch16_224').preprocessing
   assert (deit.mean, deit.std) == ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) and deit.size == (248,)
-  assert weights.read_weights(file, 'vit_tiny_patch16_224.augreg_in21k').preprocessing.mean == (0.5,) * 3
+  assert sources.read_weights(file, 'vit_tiny_patch16_224.augreg_in21k').preprocessing.mean == (0.5,) * 3
   with pytest.raises(
     CheckpointError, match=r"timm has none for 'vit_tiny_patch16_224.nope' \(its tags: augreg"
   ):
-    weights.read_weights(file, 'vit_tiny_patch16_224.nope')
+    sources.read_weights(file, 'vit_tiny_patch16_224.nope')
   with pytest.raises(CheckpointError, match=r'bare \.safetensors file: name its timm architecture'):
-    weights.read_weights(file)
+    sources.read_weights(file)
 
 
 # Export with no architecture named --------------------------------------------------------------
@@ -135,13 +135,13 @@ def _our_model(section: dict):
 def test_export_chooses_the_architecture_and_states_the_model_in_model_args(case, tmp_path):
   section, architecture, act, eps, pool = EXPORTS[case]
   model = _our_model(section)
-  out = export_weights.write_timm(
+  out = export.write_timm(
     model, tmp_path / 'out', image_size=(tw.IMAGE, tw.IMAGE), mean=(0.5,) * 3, std=(0.5,) * 3
   )
   config = json.loads((out / 'config.json').read_text())
   assert config['architecture'] == architecture
   assert config['model_args']['act_layer'] == {'gelu': 'gelu_tanh', 'gelu_exact': 'gelu'}.get(act, act)
-  again = tw._model_from(weights.read_weights(out))
+  again = tw._model_from(sources.read_weights(out))
   for first, second in zip(tw._params(model), tw._params(again), strict=True):
     np.testing.assert_array_equal(first, second)
   images = tw._images(np.random.default_rng(34))
@@ -153,9 +153,9 @@ def test_export_chooses_the_architecture_and_states_the_model_in_model_args(case
 def test_export_refuses_in_one_line_what_timm_has_not(tmp_path):
   common = dict(image_size=(tw.IMAGE, tw.IMAGE), mean=(0.5,) * 3, std=(0.5,) * 3)
   with pytest.raises(CheckpointError, match=r'timm has no ViT with pre_logits'):
-    export_weights.write_timm(_our_model(dict(pre_logits=8)), tmp_path / 'a', **common)
+    export.write_timm(_our_model(dict(pre_logits=8)), tmp_path / 'a', **common)
   with pytest.raises(CheckpointError, match=r'not a timm vit_base_patch16_224: .*layernorm_epsilon 1e-05'):
-    export_weights.write_timm(
+    export.write_timm(
       _our_model(dict(layernorm_epsilon=1e-5)), tmp_path / 'b', 'vit_base_patch16_224', **common
     )
   assert not (tmp_path / 'a').exists() and not (tmp_path / 'b').exists()

@@ -22,8 +22,8 @@ from trainer.loop import train_and_evaluate
 from trainer.partitioning import make_mesh
 from trainer.task import load_task
 from vit import fewshot, pretrained
-from vit.export_npz import export
 from vit.fewshot import __main__ as fewshot_command
+from vit.weights.export_npz import export
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

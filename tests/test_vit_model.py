@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attention.layers import layer_of
 from vit.model import decode_variant, make_vit
 
 
@@ -78,6 +79,23 @@ def test_forward_returns_logits_and_intermediates(pool):
   np.testing.assert_allclose(jnp.sum(weights[0], axis=-1), 1.0, rtol=1e-5)
   if pool == 'map':
     assert intermediates['pool_attention_weights'].shape == (2, 2, 1, tokens)
+
+
+def test_the_optional_parts_a_model_leaves_out_are_none_and_hold_no_parameters():
+  plain = tiny_vit(pool='gap')
+  parts = lambda model: (  # noqa: E731
+    model.class_token, model.distill_token, model.register_tokens, model.fc_norm, model.pre_logits,
+    model.distill_head, model.encoder.norm_pre, layer_of(model.encoder.blocks, 0).ls1, layer_of(model.encoder.blocks, 0).ls2,
+  )  # fmt: skip
+  assert all(part is None for part in parts(plain))
+  full = tiny_vit(
+    pool='cls', distill_token=True, reg_tokens=2, fc_norm=True, pre_logits=8, norm_pre=True, layer_scale=0.1
+  )
+  assert all(part is not None for part in parts(full))
+  names = {'/'.join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(plain, nnx.Param))}
+  assert not any(
+    part in name for name in names for part in ('token', 'fc_norm', 'pre_logits', 'ls1', 'norm_pre')
+  )
 
 
 def test_variants_decode_and_unknown_ones_are_refused():

@@ -8,8 +8,9 @@ from flax import nnx
 
 from attention.positional import big_vision_sincos_2d
 from trainer.errors import CheckpointError, MissingFileError
-from vit import checkpoint_npz, pretrained
+from vit import pretrained
 from vit.model import make_vit
+from vit.weights import checkpoint_npz
 
 WIDTH, DEPTH, HEADS, MLP, PATCH, CLASSES = 8, 2, 2, 16, 4, 3
 

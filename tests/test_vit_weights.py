@@ -1,6 +1,6 @@
 """timm and transformers ViT weights: files with each source's names, shapes and configs, at tiny sizes.
 
-Every test writes a folder (or a bare file) as the source writes it, reads it with ``vit.weights``, and
+Every test writes a folder (or a bare file) as the source writes it, reads it with ``vit.weights.sources``, and
 compares our forward pass with a NumPy forward pass of the source's own maths (timm's
 ``vision_transformer.py`` ``Block``, ``_pos_embed``, ``AttentionPoolLatent``, ``forward_head``;
 transformers' ``ViTLayer``, ``Dinov2Layer``, ``ViTPooler``), written here from that code. No PyTorch.
@@ -16,8 +16,9 @@ from safetensors.numpy import save_file
 from scipy.special import erf
 
 from trainer.errors import CheckpointError, ConfigError, MissingFileError
-from vit import checkpoint_npz, pretrained, weights
+from vit import pretrained
 from vit.model import make_vit
+from vit.weights import checkpoint_npz, sources
 
 WIDTH, HEADS, DEPTH, MLP, PATCH, IMAGE, CLASSES = 24, 3, 2, 40, 4, 16, 5
 GRID = IMAGE // PATCH
@@ -255,7 +256,7 @@ TIMM_CASES = {
 }  # fmt: skip
 
 
-def _model_from(source: weights.Weights):
+def _model_from(source: sources.Weights):
   model = make_vit(
     source.model,
     num_classes=max(source.num_classes, 1),
@@ -275,7 +276,7 @@ def test_timm_folder_computes_what_timm_computes(architecture, tmp_path):
   rng = np.random.default_rng(0)
   options, act, eps, no_embed_class, pool = TIMM_CASES[architecture]
   arrays = timm_arrays(rng, **options)
-  source = weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, architecture))
+  source = sources.read_weights(write_timm_folder(tmp_path / 'w', arrays, architecture))
   assert source.model['activation'] == act and source.model['layernorm_epsilon'] == eps
   model, images = _model_from(source), _images(rng)
   logits, intermediates = model(images)
@@ -303,7 +304,7 @@ def test_fc_norm_after_average_pooling(tmp_path):
   folder = write_timm_folder(
     tmp_path / 'w', arrays, 'vit_base_patch16_siglip_gap_224', model_args={'fc_norm': True}
   )
-  source = weights.read_weights(folder)
+  source = sources.read_weights(folder)
   assert source.model['fc_norm'] and source.model['pool'] == 'gap'
   images = _images(rng)
   expected = timm_forward(arrays, images, act='gelu_exact', eps=1e-6, no_embed_class=False, pool='avg')
@@ -314,7 +315,7 @@ def test_a_wrong_option_would_change_the_logits(tmp_path):
   """The comparison can fail: the same arrays read as a tanh-GELU or with epsilon 1e-5 give other logits."""
   rng = np.random.default_rng(2)
   arrays = timm_arrays(rng, layer_scale=True)
-  source = weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_dinov2'))
+  source = sources.read_weights(write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_dinov2'))
   images = _images(rng)
   ours = np.asarray(_model_from(source)(images)[0])
   for act, eps in (('gelu', 1e-6), ('gelu_exact', 1e-2)):
@@ -329,11 +330,11 @@ def test_bare_timm_file_needs_its_architecture(tmp_path):
   file = tmp_path / 'vit.safetensors'
   save_file(arrays, str(file))
   with pytest.raises(CheckpointError, match=r'bare \.safetensors.*init_from\.arch'):
-    weights.read_weights(file)
+    sources.read_weights(file)
   with pytest.raises(CheckpointError, match='config.json does not match|does not match the arrays'):
-    weights.read_weights(file, 'vit_base_patch16_224')  # width 768 and 12 heads by its name; the arrays 24
+    sources.read_weights(file, 'vit_base_patch16_224')  # width 768 and 12 heads by its name; the arrays 24
   with pytest.raises(CheckpointError, match=r"unknown timm architecture 'vit_tiny_patch99' .*no model_args"):
-    weights.read_weights(file, 'vit_tiny_patch99')
+    sources.read_weights(file, 'vit_tiny_patch99')
 
 
 def test_bare_distilled_deit_file_at_its_real_size(tmp_path, monkeypatch):
@@ -349,7 +350,7 @@ def test_bare_distilled_deit_file_at_its_real_size(tmp_path, monkeypatch):
   assert arrays['pos_embed'].shape == (1, 198, 192) and arrays['head_dist.weight'].shape == (10, 192)
   file = tmp_path / 'deit_tiny_distilled.safetensors'
   save_file(arrays, str(file))
-  source = weights.read_weights(file, 'deit_tiny_distilled_patch16_224')
+  source = sources.read_weights(file, 'deit_tiny_distilled_patch16_224')
   assert source.image_size == (224, 224) and source.num_classes == 10
   assert (source.model['distill_token'], source.model['width'], source.model['depth']) == (True, 192, 12)
   images = rng.uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
@@ -364,15 +365,15 @@ def test_bad_input_is_one_line_before_anything_is_built(tmp_path):
   (folder / 'config.json').write_text(json.dumps({'model_type': 'vit'}))
   (folder / 'pytorch_model.bin').write_bytes(b'not read')
   with pytest.raises(CheckpointError, match=r'pytorch_model\.bin is a pickle.*safetensors\.torch\.save_file'):
-    weights.read_weights(folder)
+    sources.read_weights(folder)
   with pytest.raises(CheckpointError, match=r'\.pth is a pickle'):
     (tmp_path / 'model.pth').write_bytes(b'x')
-    weights.read_weights(tmp_path / 'model.pth')
+    sources.read_weights(tmp_path / 'model.pth')
   empty = tmp_path / 'empty'
   empty.mkdir()
   (empty / 'config.json').write_text(json.dumps({'architecture': 'vit_base_patch16_224'}))
   with pytest.raises(MissingFileError, match='has no model.safetensors'):
-    weights.read_weights(empty)
+    sources.read_weights(empty)
   rng = np.random.default_rng(4)
   arrays = timm_arrays(rng)
   folder = write_timm_folder(tmp_path / 'w', arrays, 'vit_base_patch16_224')
@@ -381,14 +382,14 @@ def test_bad_input_is_one_line_before_anything_is_built(tmp_path):
   config['model_args']['embed_dim'] = 32
   (folder / 'config.json').write_text(json.dumps(config))
   with pytest.raises(CheckpointError, match=r'does not match the arrays: width 32 .* 24 in the arrays'):
-    weights.read_weights(folder)
+    sources.read_weights(folder)
   distilled = dict(arrays, dist_token=_draw(rng, 1, 1, WIDTH))
   with pytest.raises(
     CheckpointError, match=r"'deit_small_patch16_224' has no distillation token, the file does"
   ):
-    weights.read_weights(write_timm_folder(tmp_path / 'd', distilled, 'deit_small_patch16_224'))
+    sources.read_weights(write_timm_folder(tmp_path / 'd', distilled, 'deit_small_patch16_224'))
   with pytest.raises(CheckpointError, match=r"'deit_small_distilled_patch16_224' has a distillation token"):
-    weights.read_weights(write_timm_folder(tmp_path / 'e', arrays, 'deit_small_distilled_patch16_224'))
+    sources.read_weights(write_timm_folder(tmp_path / 'e', arrays, 'deit_small_distilled_patch16_224'))
 
 
 def test_timm_preprocessing_and_labels(tmp_path):
@@ -396,7 +397,7 @@ def test_timm_preprocessing_and_labels(tmp_path):
   folder = write_timm_folder(
     tmp_path / 'w', arrays, 'vit_base_patch16_224', labels=[f'c{i}' for i in range(CLASSES)]
   )
-  source = weights.read_weights(folder)
+  source = sources.read_weights(folder)
   assert source.class_names == ['c0', 'c1', 'c2', 'c3', 'c4']
   prep = source.preprocessing
   assert (prep.resize, prep.size, prep.crop, prep.interpolation) == ('shortest', (18,), (16, 16), 'bicubic')
@@ -502,7 +503,7 @@ def test_transformers_folder_computes_what_transformers_computes(case, tmp_path)
   model_type, options, act, eps = TRANSFORMERS_CASES[case]
   arrays = transformers_arrays(rng, **options)
   config = transformers_config(model_type, act=act, eps=eps, classes=options.get('classes', CLASSES))
-  source = weights.read_weights(write_transformers_folder(tmp_path / 'w', arrays, config))
+  source = sources.read_weights(write_transformers_folder(tmp_path / 'w', arrays, config))
   assert source.model['activation'] == 'gelu_exact' and source.model['layernorm_epsilon'] == eps
   model, images = _model_from(source), _images(rng)
   logits, intermediates = model(images)
@@ -555,8 +556,8 @@ def test_transformers5_names_read_as_the_hub_names(case, tmp_path):
   assert expected_name in renamed and len(renamed) == len(arrays)
   assert f'{prefix}encoder.layer.1.attention.attention.query.weight' not in renamed
   config = transformers_config(model_type, act=act, eps=eps, classes=options.get('classes', CLASSES))
-  hub = weights.read_weights(write_transformers_folder(tmp_path / 'hub', arrays, config))
-  ours = weights.read_weights(write_transformers_folder(tmp_path / 'v5', renamed, config))
+  hub = sources.read_weights(write_transformers_folder(tmp_path / 'hub', arrays, config))
+  ours = sources.read_weights(write_transformers_folder(tmp_path / 'v5', renamed, config))
   assert sorted(ours.canonical) == sorted(hub.canonical) and ours.model == hub.model
   for key, value in hub.canonical.items():
     np.testing.assert_array_equal(ours.canonical[key], value)
@@ -573,13 +574,13 @@ def test_transformers_processor_config_and_errors(tmp_path):
   folder = write_transformers_folder(
     tmp_path / 'w', arrays, transformers_config('dinov2', eps=1e-6, classes=0), processor
   )
-  prep = weights.read_weights(folder).preprocessing
+  prep = sources.read_weights(folder).preprocessing
   assert (prep.resize, prep.size, prep.crop, prep.interpolation) == ('shortest', (18,), (16, 16), 'bicubic')
   assert prep.std == (0.229, 0.224, 0.225)
   # 47 x 61 -> 18 x 23: a margin of 7 rows, of which transformers' center_crop drops 3 above (not 4)
   from PIL import Image  # pylint: disable=g-import-not-at-top
 
-  from vit.weights_predictor import prepare_pixels  # pylint: disable=g-import-not-at-top
+  from vit.weights.predictor import prepare_pixels  # pylint: disable=g-import-not-at-top
 
   image = rng.integers(0, 256, (61, 47, 3), dtype=np.uint8)
   resized = np.asarray(Image.fromarray(image).resize((18, 23), Image.BICUBIC))
@@ -588,13 +589,13 @@ def test_transformers_processor_config_and_errors(tmp_path):
   bad['num_attention_heads'] = 4
   bad['hidden_size'] = 32
   with pytest.raises(CheckpointError, match='does not match the arrays: width 32'):
-    weights.read_weights(write_transformers_folder(tmp_path / 'b', arrays, bad))
+    sources.read_weights(write_transformers_folder(tmp_path / 'b', arrays, bad))
   teacher = transformers_arrays(rng, prefix='vit.', teacher=True)  # two heads, no distillation token
   with pytest.raises(CheckpointError, match='WithTeacher heads .* but no embeddings.distillation_token'):
-    weights.read_weights(write_transformers_folder(tmp_path / 't', teacher, transformers_config('vit')))
+    sources.read_weights(write_transformers_folder(tmp_path / 't', teacher, transformers_config('vit')))
   other = dict(bad, model_type='swin')
   with pytest.raises(CheckpointError, match="model_type 'swin'; the ones read: vit, deit, dinov2"):
-    weights.read_weights(write_transformers_folder(tmp_path / 's', arrays, other))
+    sources.read_weights(write_transformers_folder(tmp_path / 's', arrays, other))
 
 
 # Round trips and fine-tuning ----------------------------------------------------------------------
@@ -612,21 +613,21 @@ ROUND_TRIP = ['deit3_base_patch16_224', 'deit_small_distilled_patch16_224', 'vit
 
 @pytest.mark.parametrize('architecture', ROUND_TRIP)
 def test_ours_to_timm_to_ours_is_exact(architecture, tmp_path):
-  """A model of ours (read from a timm folder) -> ``export_weights.write_timm`` -> read back: the same
+  """A model of ours (read from a timm folder) -> ``export.write_timm`` -> read back: the same
   parameters bit for bit, and a timm folder with the source's names (prefix rows of pos_embed zero)."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
 
-  from vit import export_weights  # pylint: disable=g-import-not-at-top
+  from vit.weights import export  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(8)
   options, *_ = TIMM_CASES[architecture]
   arrays = timm_arrays(rng, **options)
-  model = _model_from(weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, architecture)))
-  out = export_weights.write_timm(
+  model = _model_from(sources.read_weights(write_timm_folder(tmp_path / 'w', arrays, architecture)))
+  out = export.write_timm(
     model, tmp_path / 'out', architecture, image_size=(IMAGE, IMAGE), mean=(0.5,) * 3, std=(0.5,) * 3,
     class_names=list('abcde'),
   )  # fmt: skip
-  again = weights.read_weights(out)
+  again = sources.read_weights(out)
   assert again.class_names == list('abcde') and again.arch == architecture
   for first, second in zip(_params(model), _params(_model_from(again)), strict=True):
     np.testing.assert_array_equal(first, second)
@@ -642,14 +643,14 @@ def test_ours_to_transformers_to_ours_is_exact(model_type, tmp_path):
   """``ViTForImageClassification``, and a distilled model as ``DeiTForImageClassificationWithTeacher``."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
 
-  from vit import export_weights  # pylint: disable=g-import-not-at-top
+  from vit.weights import export  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(9)
   deit = model_type == 'deit'
   arrays = transformers_arrays(rng, prefix=f'{model_type}.', teacher=deit)
   folder = write_transformers_folder(tmp_path / 'w', arrays, transformers_config(model_type))
-  model = _model_from(weights.read_weights(folder))
-  out = export_weights.write_transformers(
+  model = _model_from(sources.read_weights(folder))
+  out = export.write_transformers(
     model,
     tmp_path / 'out',
     image_size=(IMAGE, IMAGE),
@@ -657,7 +658,7 @@ def test_ours_to_transformers_to_ours_is_exact(model_type, tmp_path):
     std=(0.25,) * 3,
     class_names=list('vwxyz'),
   )
-  again = weights.read_weights(out)
+  again = sources.read_weights(out)
   assert again.class_names == list('vwxyz') and again.preprocessing.std == (0.25,) * 3
   assert again.preprocessing.resize == 'exact' and again.preprocessing.size == (IMAGE, IMAGE)
   for first, second in zip(_params(model), _params(_model_from(again)), strict=True):
@@ -671,19 +672,19 @@ def test_ours_to_transformers_to_ours_is_exact(model_type, tmp_path):
 
 
 def test_export_refuses_a_model_that_is_not_the_architecture(tmp_path):
-  from vit import export_weights  # pylint: disable=g-import-not-at-top
+  from vit.weights import export  # pylint: disable=g-import-not-at-top
 
   arrays = timm_arrays(np.random.default_rng(14), layer_scale=True)
   model = _model_from(
-    weights.read_weights(write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_dinov2'))
+    sources.read_weights(write_timm_folder(tmp_path / 'w', arrays, 'vit_small_patch14_dinov2'))
   )
   common = dict(image_size=(IMAGE, IMAGE), mean=(0.5,) * 3, std=(0.5,) * 3)
   with pytest.raises(
     CheckpointError, match=r'not a timm vit_base_patch16_clip_224: .*layernorm_epsilon 1e-06'
   ):
-    export_weights.write_timm(model, tmp_path / 'a', 'vit_base_patch16_clip_224', **common)
+    export.write_timm(model, tmp_path / 'a', 'vit_base_patch16_clip_224', **common)
   with pytest.raises(CheckpointError, match='transformers ViTForImageClassification .* layer_scale'):
-    export_weights.write_transformers(model, tmp_path / 'b', **common)
+    export.write_transformers(model, tmp_path / 'b', **common)
 
 
 def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):
@@ -733,7 +734,7 @@ def test_init_from_a_distilled_deit_keeps_or_drops_its_distillation_token(tmp_pa
   pretrained.complete_model_config(dropped, init_from)
   model = make_vit(dropped, num_classes=CLASSES, image_shape=(IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
   report = pretrained.load_into(model, init_from, pretrained.read_canonical(init_from))
-  assert not hasattr(model, 'distill_token')
+  assert model.distill_token is None
   assert 'skipped dist_token (1, 1, 24) (dropped: the model has none)' in report
 
 
@@ -772,7 +773,7 @@ def test_a_table_of_another_grid_is_resampled_as_the_sources_library_does(tmp_pa
 
 
 def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_path):
-  from vit.weights_predictor import load_predictor, prepare_pixels  # pylint: disable=g-import-not-at-top
+  from vit.weights.predictor import load_predictor, prepare_pixels  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(11)
   arrays = timm_arrays(rng, layer_scale=True, reg=4, no_embed_class=True)
@@ -815,14 +816,14 @@ def test_predictor_on_a_timm_folder_classes_features_logits_and_pictures(tmp_pat
 
 
 def test_predictor_on_a_distilled_deit_averages_its_two_heads(tmp_path):
-  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+  from vit.weights.predictor import load_predictor  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(20)
   arrays = timm_arrays(rng, dist=True)
   predictor = load_predictor(write_timm_folder(tmp_path / 'w', arrays, 'deit_base_distilled_patch16_224'))
-  assert hasattr(predictor.model, 'distill_head')
+  assert predictor.model.distill_head is not None
   image = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)  # resized to 18 x 18, cropped 16 x 16
-  from vit.weights_predictor import prepare_pixels  # pylint: disable=g-import-not-at-top
+  from vit.weights.predictor import prepare_pixels  # pylint: disable=g-import-not-at-top
 
   pixels = prepare_pixels(image, predictor.task.preparation.preprocessing)
   normalised = (pixels[None].astype(np.float64) / 255 - 0.5) / 0.5
@@ -840,7 +841,7 @@ def test_predictor_on_a_distilled_deit_averages_its_two_heads(tmp_path):
 
 
 def test_predictor_on_headless_dinov2_gives_features_and_pictures(tmp_path):
-  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+  from vit.weights.predictor import load_predictor  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(12)
   arrays = transformers_arrays(rng, prefix='', dinov2=True, classes=0)
@@ -863,7 +864,7 @@ def test_predictor_on_headless_dinov2_gives_features_and_pictures(tmp_path):
 
 def test_predictor_resamples_a_transformers_table_as_transformers_does(tmp_path, capsys):
   from attention.resample import resample_grid_table  # pylint: disable=g-import-not-at-top
-  from vit.weights_predictor import load_predictor  # pylint: disable=g-import-not-at-top
+  from vit.weights.predictor import load_predictor  # pylint: disable=g-import-not-at-top
 
   arrays = transformers_arrays(np.random.default_rng(22), prefix='', dinov2=True, classes=0)
   processor = {'do_resize': True, 'size': {'height': 24, 'width': 24}, 'resample': 3}
@@ -872,7 +873,7 @@ def test_predictor_resamples_a_transformers_table_as_transformers_does(tmp_path,
   )
   predictor = load_predictor(folder)
   assert f'resampled {GRID}x{GRID} -> 6x6 (torch_bicubic)' in capsys.readouterr().out
-  canonical = weights.read_weights(folder).canonical[checkpoint_npz.POSEMB_KEY]
+  canonical = sources.read_weights(folder).canonical[checkpoint_npz.POSEMB_KEY]
   expected = resample_grid_table(canonical, (GRID, GRID), (6, 6), 0, 'torch_bicubic')
   np.testing.assert_allclose(_position_table(predictor.model)[-36:], np.asarray(expected), atol=1e-6)
 
@@ -937,10 +938,10 @@ def test_fine_tune_from_a_timm_folder_then_export_to_timm_and_transformers(tmp_p
   trained = _params(parts.merge(params))
   for to in ('timm', 'transformers'):
     out = tmp_path / to
-    command = [sys.executable, '-m', 'vit.export_weights', f'--workdir={workdir}', f'--to={to}', str(out)]
+    command = [sys.executable, '-m', 'vit.weights.export', f'--workdir={workdir}', f'--to={to}', str(out)]
     run = subprocess.run(command, cwd=root, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    source = weights.read_weights(out)
+    source = sources.read_weights(out)
     assert source.num_classes == 10 and source.image_size == (8, 8)
     model = make_vit(source.model, num_classes=10, image_shape=(8, 8, 1), rngs=nnx.Rngs(1))
     checkpoint_npz.canonical_to_model(model, source.canonical)
@@ -962,7 +963,7 @@ def test_video_inflation_from_timm_weights_folds_layer_scale_exactly(tmp_path):
   video = make_video_model(section, num_classes=CLASSES, clip_shape=(1, IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
   notes = init_from_image_vit(video, image_vit_from_weights(folder))
   assert notes == ["activation 'gelu_exact' (the video model's: 'gelu', tanh)"]
-  source = weights.read_weights(folder)
+  source = sources.read_weights(folder)
   tanh_image = make_vit(
     dict(source.model, activation='gelu'),
     num_classes=CLASSES,

@@ -25,7 +25,7 @@ from trainer.predictor import Predictor, load_predictor
 from trainer.task import load_task
 from video.task import VideoClassification
 from vit import pretrained
-from vit.export_npz import export
+from vit.weights.export_npz import export
 
 
 def _raise(*args, **kwargs):

@@ -31,10 +31,10 @@ _FROM_IMAGE = ('spacetime', 'factorised_encoder', 'divided')
 
 def image_vit_from_weights(path, arch: str = '', *, num_classes: int = 1):
   """The image ``VisionTransformer`` of a timm or transformers folder, or a bare timm file with ``arch``."""
-  from vit import checkpoint_npz, weights  # pylint: disable=g-import-not-at-top
   from vit.model import make_vit  # pylint: disable=g-import-not-at-top
+  from vit.weights import checkpoint_npz, sources  # pylint: disable=g-import-not-at-top
 
-  source = weights.read_weights(path, arch)
+  source = sources.read_weights(path, arch)
   image_shape = (*source.image_size, source.channels)
   model = make_vit(
     source.model, num_classes=max(source.num_classes, num_classes), image_shape=image_shape, rngs=nnx.Rngs(0)
@@ -45,9 +45,13 @@ def image_vit_from_weights(path, arch: str = '', *, num_classes: int = 1):
 
 def _differences(video: VideoTransformer, image) -> list[str]:
   """What of ``image`` the video model computes otherwise (for the note); raises for what it cannot hold."""
-  extras = [name for name in ('register_tokens', 'distill_token', 'fc_norm') if hasattr(image, name)]
-  if hasattr(image.encoder, 'norm_pre'):
-    extras.append('norm_pre')
+  parts = {
+    'register_tokens': image.register_tokens,
+    'distill_token': image.distill_token,
+    'fc_norm': image.fc_norm,
+    'norm_pre': image.encoder.norm_pre,
+  }
+  extras = [name for name, part in parts.items() if part is not None]
   if extras:
     raise ConfigError(f'the image model has {", ".join(extras)}, which the video model has no place for')
   block = layer_of(image.encoder.blocks, 0)

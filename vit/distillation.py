@@ -44,8 +44,9 @@ from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError, MissingFileError
 from trainer.io.workdir import CONFIG_FILE
 from trainer.losses import cross_entropy
-from vit import checkpoint_npz, config_sections, pretrained, weights
+from vit import config_sections, pretrained
 from vit.model import ViTOptions, make_vit
+from vit.weights import checkpoint_npz, sources
 
 KINDS = ('soft', 'hard')
 _BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/')
@@ -155,7 +156,7 @@ def load_teacher(config: ml_collections.ConfigDict, *, num_classes: int, image_s
   path = pathlib.Path(config.teacher)
   if not path.exists():
     raise MissingFileError(f'config.distill.teacher {path}: no such file or folder.')
-  if ((path / CONFIG_FILE).is_file() and (path / 'checkpoints').is_dir()) or weights.is_weights_path(path):
+  if ((path / CONFIG_FILE).is_file() and (path / 'checkpoints').is_dir()) or sources.is_weights_path(path):
     teacher = _predictor_teacher(path, config.checkpoint, config.get('arch', ''))
   else:
     canonical = read_teacher_weights(path)
@@ -183,7 +184,7 @@ def load_teacher(config: ml_collections.ConfigDict, *, num_classes: int, image_s
 
 
 def read_teacher_weights(path: pathlib.Path) -> dict[str, np.ndarray]:
-  """Weights the ViT can read, in ``vit.checkpoint_npz``'s canonical form: the one place a new kind
+  """Weights the ViT can read, in ``vit.weights.checkpoint_npz``'s canonical form: the one place a new kind
   of weights file or folder is added for teachers (as ``vit.pretrained`` reads it for ``init_from``)."""
   return pretrained.read_canonical(ml_collections.ConfigDict(dict(path=str(path), checkpoint='latest')))
 

@@ -243,30 +243,31 @@ class VisionTransformer(nnx.Module):
     )
     # The prefix tokens, in order: class token, distillation token, register tokens.
     self.num_prefix = (1 if pool == 'cls' else 0) + (1 if options.distill_token else 0) + options.reg_tokens
-    if pool == 'cls':
-      self.class_token = nnx.Param(jnp.zeros((1, 1, width)))
-    if options.distill_token:  # DeiT's initialisation; a zero token would start as the class token's twin
-      self.distill_index = 1 if pool == 'cls' else 0
-      self.distill_token = nnx.Param(nnx.initializers.truncated_normal(0.02)(rngs.params(), (1, 1, width)))
-    if options.reg_tokens:
-      self.register_tokens = nnx.Param(
-        nnx.initializers.normal(1e-6)(rngs.params(), (1, options.reg_tokens, width))
-      )
+    # An optional part the options leave out is None.
+    self.class_token = nnx.Param(jnp.zeros((1, 1, width))) if pool == 'cls' else None
+    self.distill_index = 1 if pool == 'cls' else 0
+    # DeiT's initialisation of the distillation token; a zero token would start as the class token's twin
+    distill_init, register_init = nnx.initializers.truncated_normal(0.02), nnx.initializers.normal(1e-6)
+    self.distill_token = (
+      nnx.Param(distill_init(rngs.params(), (1, 1, width))) if options.distill_token else None
+    )
+    self.register_tokens = (
+      nnx.Param(register_init(rngs.params(), (1, options.reg_tokens, width))) if options.reg_tokens else None
+    )
     self.encoder = Encoder(options.stack(), grid=self.grid, num_prefix_tokens=self.num_prefix, rngs=rngs)
     if pool == 'map':  # big_vision's head: no dropout, a dot-product score
       head = BlockOptions(
         activation=block.activation, layernorm_epsilon=block.layernorm_epsilon, dtype=block.dtype
       )
       self.pooling = AttentionPoolingHead(width, options.num_heads, options.mlp_dim, head, rngs=rngs)
-    if options.fc_norm:
-      self.fc_norm = layer_norm(width, block, rngs=rngs)
-    if options.pre_logits:
-      self.pre_logits = nnx.Linear(width, options.pre_logits, rngs=rngs)
+    self.fc_norm = layer_norm(width, block, rngs=rngs) if options.fc_norm else None
+    self.pre_logits = nnx.Linear(width, options.pre_logits, rngs=rngs) if options.pre_logits else None
     features = options.pre_logits or width
     head_init = nnx.initializers.zeros if options.head_zero_init else nnx.initializers.lecun_normal()
     self.head = nnx.Linear(features, num_classes, kernel_init=head_init, rngs=rngs)
-    if options.distill_token:
-      self.distill_head = nnx.Linear(features, num_classes, kernel_init=head_init, rngs=rngs)
+    self.distill_head = (
+      nnx.Linear(features, num_classes, kernel_init=head_init, rngs=rngs) if options.distill_token else None
+    )
 
   def __call__(
     self,
@@ -278,8 +279,8 @@ class VisionTransformer(nnx.Module):
   ) -> tuple[jax.Array, dict]:
     """``images`` ``[batch, H, W, C]`` -> float32 logits ``[batch, classes]`` and intermediates."""
     tokens = self.patch_embedding(images)
-    names = ('class_token', 'distill_token', 'register_tokens')
-    prefix = [getattr(self, name) for name in names if hasattr(self, name)]
+    tokens_of = (self.class_token, self.distill_token, self.register_tokens)
+    prefix = [token for token in tokens_of if token is not None]
     if prefix:
       batch, width = tokens.shape[0], tokens.shape[-1]
       prefix = [jnp.broadcast_to(p[...].astype(tokens.dtype), (batch, p.shape[1], width)) for p in prefix]
@@ -300,7 +301,7 @@ class VisionTransformer(nnx.Module):
     intermediates['pre_logits'] = features
     intermediates['grid'] = self.grid
     logits = self.head(features).astype(jnp.float32)
-    if hasattr(self, 'distill_head'):
+    if self.distill_head is not None:
       distill_logits = self.distill_head(self._pre_logits(encoded[:, self.distill_index]))
       intermediates['class_logits'] = logits
       intermediates['distill_logits'] = distill_logits.astype(jnp.float32)
@@ -309,9 +310,9 @@ class VisionTransformer(nnx.Module):
 
   def _pre_logits(self, features: jax.Array) -> jax.Array:
     """The pooled features through ``fc_norm`` and the ``pre_logits`` layer, where the model has them."""
-    if hasattr(self, 'fc_norm'):
+    if self.fc_norm is not None:
       features = self.fc_norm(features)
-    return jnp.tanh(self.pre_logits(features)) if hasattr(self, 'pre_logits') else features
+    return jnp.tanh(self.pre_logits(features)) if self.pre_logits is not None else features
 
 
 def make_vit(

@@ -1,6 +1,6 @@
 """Where a ViT's initial parameters come from: ``config.init_from`` (an ``.npz`` or a workdir of ours).
 
-Fields: ``path`` (an ``.npz`` in the official or big_vision layout, see ``vit.checkpoint_npz``,
+Fields: ``path`` (an ``.npz`` in the official or big_vision layout, see ``vit.weights.checkpoint_npz``,
 or a workdir written by ``train.py``; '' trains from scratch), ``checkpoint`` (for a workdir:
 'latest', 'best' or a step), ``strict`` (False lists missing, left-over and wrong-shape keys
 instead of failing), ``init_head`` (False: a zero head even when the class count matches),
@@ -10,10 +10,10 @@ big_vision's ``scipy.ndimage.zoom(order=1)``; 'torch_bicubic' or 'torch_bicubic_
 bicubic without or with antialiasing; see ``attention.resample``). Unset (''), a timm source is
 resampled as timm does it ('torch_bicubic_aa'), a transformers one as transformers does
 ('torch_bicubic'), and an ``.npz`` or a workdir with 'bilinear'.
-A workdir's model is read through the same official layout that ``vit.export_npz`` writes.
+A workdir's model is read through the same official layout that ``vit.weights.export_npz`` writes.
 
 ``path`` may also be a timm or Hugging Face transformers folder, or a bare timm ``.safetensors`` with
-``arch`` (its timm architecture name), read by ``vit.weights``. The model options such a file decides
+``arch`` (its timm architecture name), read by ``vit.weights.sources``. The model options such a file decides
 (``FILE_DECIDES``) fill the fields the config's ``model`` section leaves out or leaves unset
 (``configs.common.unset``) (``complete_model_config``); a field set to something else is an error
 listing every difference. ``distill_token`` is taken from the file when unset, but a config may set
@@ -30,15 +30,16 @@ import numpy as np
 from attention.resample import RESAMPLE_METHODS, SOURCE_RESAMPLE
 from trainer.config_sections import to_section
 from trainer.errors import ConfigError
-from vit import checkpoint_npz, config_sections, weights
+from vit import config_sections
 from vit.model import decode_variant
+from vit.weights import checkpoint_npz, sources
 
 # the model options a timm or transformers file decides (a patch size of its own may differ: resized)
 FILE_DECIDES = (
   'width', 'depth', 'num_heads', 'mlp_dim', 'pool', 'posemb', 'activation', 'layernorm_epsilon',
   'reg_tokens', 'layer_scale', 'norm_pre', 'fc_norm', 'patch_bias',
 )  # fmt: skip
-_READ = {}  # (path, arch) -> weights.Weights, so a file is read once per process
+_READ = {}  # (path, arch) -> sources.Weights, so a file is read once per process
 
 
 def default_init_from_config() -> ml_collections.ConfigDict:
@@ -46,11 +47,11 @@ def default_init_from_config() -> ml_collections.ConfigDict:
   return to_section(config_sections.InitFrom())
 
 
-def read_weights(path, arch: str = '') -> weights.Weights:
+def read_weights(path, arch: str = '') -> sources.Weights:
   key = (str(path), arch)
   if key not in _READ:
     _READ.clear()
-    _READ[key] = weights.read_weights(path, arch)
+    _READ[key] = sources.read_weights(path, arch)
   return _READ[key]
 
 
@@ -59,7 +60,7 @@ def complete_model_config(
 ) -> None:
   """``model`` (a config's section, in place) completed from a timm or transformers ``init_from``:
   the fields it leaves unset take the file's values; ``ConfigError`` listing the ones it contradicts."""
-  if init_from is None or not init_from.path or not weights.is_weights_path(init_from.path):
+  if init_from is None or not init_from.path or not sources.is_weights_path(init_from.path):
     return
   source = read_weights(init_from.path, init_from.get('arch', ''))
   stated = {
@@ -108,7 +109,7 @@ def read_canonical(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
   """The source's arrays in ``checkpoint_npz``'s canonical form; prints one line counting the
   arrays of an ``.npz`` outside its image tower (a trainer checkpoint's optimizer, a text tower)."""
   path = pathlib.Path(config.path)
-  if weights.is_weights_path(path):
+  if sources.is_weights_path(path):
     source = read_weights(path, config.get('arch', ''))
     print(f'init_from {path}: {source.source} weights ({source.arch or "transformers"})', flush=True)
     return source.canonical
@@ -150,8 +151,8 @@ def resample_method(config: ml_collections.ConfigDict) -> str:
 
 
 def _weights_library(path: pathlib.Path, arch: str) -> str | None:
-  """'timm' or 'transformers' for weights ``vit.weights`` reads, None for an ``.npz`` or a workdir."""
-  if not weights.is_weights_path(path):
+  """'timm' or 'transformers' for weights ``vit.weights.sources`` reads, None for an ``.npz`` or a workdir."""
+  if not sources.is_weights_path(path):
     return None
   if path.is_file() or arch:
     return 'timm'

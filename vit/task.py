@@ -87,7 +87,7 @@ class ImageClassification(BatchesFromData, Task):
 
   def __init__(self, config: ml_collections.ConfigDict, shapes: ImageShapes | None = None):
     super().__init__(config, shapes)
-    # ``vit.weights_predictor`` builds this task from a partial config: the defaults are read here
+    # ``vit.weights.predictor`` builds this task from a partial config: the defaults are read here
     self.label_smoothing = config.get('label_smoothing', 0.0)
     if shapes is None:  # from the data (a workdir's config was completed when it trained)
       pretrained.complete_model_config(config.model, config.get('init_from'))

@@ -22,7 +22,7 @@ The options of timm's and Hugging Face's ViTs (``vit.model``) have canonical key
 the same style: ``reg`` ``(1, R, D)`` (register tokens), ``.../encoderblock_{i}/LayerScale_0/scale``
 and ``LayerScale_1/scale`` (after attention and after the MLP), ``Transformer/norm_pre``,
 ``fc_norm``; a patch embedding without bias has no ``embedding/bias`` and a model whose final
-LayerNorm follows the pooling has no ``Transformer/encoder_norm``. ``vit.weights`` reads those
+LayerNorm follows the pooling has no ``Transformer/encoder_norm``. ``vit.weights.sources`` reads those
 sources into this form.
 
 Both are first brought to one canonical form: official names, the class-token position row
@@ -231,9 +231,9 @@ def model_entries(model) -> list[_Entry]:
     entries.append(_Entry(('patch_embedding', 'bias'), 'embedding/bias'))
   if model.pool == 'cls':
     entries.append(_Entry(('class_token',), 'cls'))
-  if hasattr(model, 'register_tokens'):
+  if model.register_tokens is not None:
     entries.append(_Entry(('register_tokens',), 'reg'))
-  if hasattr(model, 'distill_token'):
+  if model.distill_token is not None:
     entries.append(_Entry(('distill_token',), _DISTILL_TOKEN_KEY))
   if model.encoder.positional.kind == 'learn1d' and model.encoder.positional.injection == 'stem':
     entries.append(_Entry(('encoder', 'positional', 'tables', 0, 'table'), POSEMB_KEY))
@@ -246,10 +246,10 @@ def model_entries(model) -> list[_Entry]:
     entries += _norm_and_mlp_entries((*ours, 'norm2'), f'{theirs}/LayerNorm_2')
     entries += _dense_entries((*ours, 'mlp', 'fc1'), f'{theirs}/MlpBlock_3/Dense_0')
     entries += _dense_entries((*ours, 'mlp', 'fc2'), f'{theirs}/MlpBlock_3/Dense_1')
-    if hasattr(layer_of(model.encoder.blocks, 0), 'ls1'):
+    if layer_of(model.encoder.blocks, 0).ls1 is not None:
       entries.append(_Entry((*ours, 'ls1'), f'{theirs}/LayerScale_0/scale'))
       entries.append(_Entry((*ours, 'ls2'), f'{theirs}/LayerScale_1/scale'))
-  if hasattr(model.encoder, 'norm_pre'):
+  if model.encoder.norm_pre is not None:
     entries += _norm_and_mlp_entries(('encoder', 'norm_pre'), 'Transformer/norm_pre')
   if model.encoder.final_norm:
     entries += _norm_and_mlp_entries(('encoder', 'norm'), 'Transformer/encoder_norm')
@@ -261,12 +261,12 @@ def model_entries(model) -> list[_Entry]:
     entries += _norm_and_mlp_entries(('pooling', 'norm'), 'MAPHead_0/LayerNorm_0')
     entries += _dense_entries(('pooling', 'mlp', 'fc1'), 'MAPHead_0/MlpBlock_0/Dense_0')
     entries += _dense_entries(('pooling', 'mlp', 'fc2'), 'MAPHead_0/MlpBlock_0/Dense_1')
-  if hasattr(model, 'fc_norm'):
+  if model.fc_norm is not None:
     entries += _norm_and_mlp_entries(('fc_norm',), 'fc_norm')
-  if hasattr(model, 'pre_logits'):
+  if model.pre_logits is not None:
     entries += _dense_entries(('pre_logits',), 'pre_logits')
   entries += _dense_entries(('head',), 'head')
-  if hasattr(model, 'distill_head'):
+  if model.distill_head is not None:
     entries += _dense_entries(('distill_head',), 'head_dist')
   return entries
 
@@ -297,7 +297,7 @@ def model_to_official(model) -> dict[str, np.ndarray]:
     table = arrays[POSEMB_KEY]
     # A zero row for the class and distillation tokens (the stem adds no position to them); register
     # tokens have no row in this layout.
-    rows = (model.pool == 'cls') + hasattr(model, 'distill_token')
+    rows = (model.pool == 'cls') + (model.distill_token is not None)
     if rows:
       table = np.concatenate([np.zeros_like(table[:1])] * rows + [table])
     arrays[POSEMB_KEY] = table[None]
@@ -410,7 +410,7 @@ def _why_new_head(model, canonical: dict[str, np.ndarray], params: dict, init_he
       return f'the checkpoint has no {key}'
     if canonical[key].shape != ours.shape:
       return f"the checkpoint's {key} is {canonical[key].shape}, the model's {ours.shape}"
-  if _PRE_LOGITS_KEYS[0] in canonical and not hasattr(model, 'pre_logits'):
+  if _PRE_LOGITS_KEYS[0] in canonical and model.pre_logits is None:
     return "the checkpoint's head reads the pre_logits layer, which the model has not"
   return None
 

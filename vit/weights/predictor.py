@@ -1,6 +1,6 @@
 """A predictor for timm and Hugging Face ViT weights, with no workdir: ``load_predictor('vit-folder')``.
 
-The model is our ViT with the options the file decides (``vit.weights``), at the size the source's
+The model is our ViT with the options the file decides (``vit.weights.sources``), at the size the source's
 preprocessing crops to (a position table of another grid is resampled, bicubic, as the sources do at
 run time); the classes are the file's label names; each image is prepared as the source's own code
 prepares it (``WeightsPreparation``: PIL resize of the shortest side or to a fixed size, centre crop,
@@ -24,26 +24,26 @@ from PIL import Image
 from attention.resample import SOURCE_RESAMPLE
 from trainer.errors import DataError, InputError
 from trainer.predictor import Predictor
-from vit import checkpoint_npz, weights
 from vit.input_pipeline import ImagePreparation, ImageShapes
 from vit.model import make_vit
 from vit.prediction import ImagePrediction
 from vit.task import ImageClassification
+from vit.weights import checkpoint_npz, sources
 
 _RESAMPLE = {'bicubic': Image.BICUBIC, 'bilinear': Image.BILINEAR}
 
 
 @dataclasses.dataclass(frozen=True)
 class WeightsPreparation(ImagePreparation):
-  """``ImagePreparation`` that reads an image as the weights' source prepares it (``weights.Preprocessing``)."""
+  """``ImagePreparation`` that reads an image as the weights' source prepares it (``sources.Preprocessing``)."""
 
-  preprocessing: weights.Preprocessing | None = None
+  preprocessing: sources.Preprocessing | None = None
 
   def read_image(self, image) -> np.ndarray:
     return prepare_pixels(image, self.preprocessing, self.image_shape[-1])
 
 
-def prepare_pixels(image, preprocessing: weights.Preprocessing, channels: int = 3) -> np.ndarray:
+def prepare_pixels(image, preprocessing: sources.Preprocessing, channels: int = 3) -> np.ndarray:
   """One image file or uint8 array -> uint8 ``[H, W, channels]`` (grey for one channel, else RGB): resized and centre-cropped as ``preprocessing`` says.
 
   ``shortest``: the shorter side to ``size[0]``, the longer ``int(size * long / short)`` (torchvision's
@@ -135,7 +135,7 @@ class WeightsPrediction(ImagePrediction):
     return pictures.plot_attention_maps(model, self.prepare(item[None]), '', title, path)
 
 
-def build_model(source: weights.Weights, *, dtype: str = 'float32', report_to=None) -> nnx.Module:
+def build_model(source: sources.Weights, *, dtype: str = 'float32', report_to=None) -> nnx.Module:
   """The ViT a read source describes, with its arrays: the options the file decides, at the size its
   preprocessing crops to (a position table of another grid resampled as the source's library
   resamples it, ``attention.resample.SOURCE_RESAMPLE``), with a distilled DeiT's two heads. ``load_predictor`` and a distillation teacher
@@ -159,12 +159,12 @@ def build_model(source: weights.Weights, *, dtype: str = 'float32', report_to=No
 def load_predictor(path, arch: str = '') -> Predictor:
   """A ``trainer.predictor.Predictor`` over a timm or transformers folder or a bare timm file (with
   ``arch``); ``trainer.predictor.load_predictor(path)`` comes here for such a path."""
-  source = weights.read_weights(path, arch)
+  source = sources.read_weights(path, arch)
   prep = source.preprocessing
   image_shape = (*prep.image_size, source.channels)
   config = ml_collections.ConfigDict(
     dict(
-      task='vit.weights_predictor:WeightsClassification',
+      task='vit.weights.predictor:WeightsClassification',
       model=dict(source.model, distill_token=False),
       data=dict(image_size=tuple(prep.image_size)),
       eval_batch_size=32,

@@ -1,4 +1,4 @@
-"""Hugging Face transformers' ViT, DeiT and DINOv2 names <-> our canonical layout (``vit.checkpoint_npz``).
+"""Hugging Face transformers' ViT, DeiT and DINOv2 names <-> our canonical layout (``vit.weights.checkpoint_npz``).
 
 The names are those of ``modeling_vit.py``, ``modeling_deit.py`` and ``modeling_dinov2.py`` as the
 hub's files hold them: a base model's arrays under ``vit.``, ``deit.`` or ``dinov2.`` in a model with a
@@ -35,7 +35,7 @@ import re
 import numpy as np
 
 from trainer.errors import CheckpointError
-from vit.checkpoint_npz import POSEMB_KEY
+from vit.weights.checkpoint_npz import POSEMB_KEY
 
 MODEL_TYPES = ('vit', 'deit', 'dinov2')
 ACTIVATIONS = {

@@ -1,4 +1,4 @@
-"""timm's ViT names and architectures <-> our canonical layout (``vit.checkpoint_npz``).
+"""timm's ViT names and architectures <-> our canonical layout (``vit.weights.checkpoint_npz``).
 
 timm keeps PyTorch's layouts: a ``Linear`` weight is ``[out, in]`` (our kernels are ``[in, out]``), the
 patch embedding a ``Conv2d`` weight ``[D, C, P, P]``, self-attention one ``qkv`` weight ``[3D, D]``
@@ -14,7 +14,7 @@ our ViT's ``distill_token`` computes.
 What the arrays cannot say (heads, activation, LayerNorm epsilon, pooling, whether the positions
 cover the prefix tokens) comes from timm's ``model_args``, as ``timm.create_model`` builds the model:
 ``VisionTransformer``'s defaults, then the ``model_args`` of the architecture's own function in
-timm's source (``vit.timm_architectures``), then the folder's ``config.json`` ``model_args``
+timm's source (``vit.weights.timm_architectures``), then the folder's ``config.json`` ``model_args``
 (``model_options``). A timm feature our ViT has no place for (RoPE, SwiGLU, RMSNorm, qk-norm,
 parallel blocks, ...) is refused in one line naming it.
 """
@@ -25,8 +25,8 @@ import re
 import numpy as np
 
 from trainer.errors import CheckpointError
-from vit import timm_architectures
-from vit.checkpoint_npz import POSEMB_KEY
+from vit.weights import timm_architectures
+from vit.weights.checkpoint_npz import POSEMB_KEY
 
 # timm.models.vision_transformer.VisionTransformer's defaults for what the arrays cannot say
 _DEFAULTS = dict(

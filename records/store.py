@@ -17,7 +17,7 @@ A record may also state, per metric, the ``spread`` a rerun may move by (a seed 
 kind) and, for the results tables, ``cells``: column name -> text in which ``{metric}`` or
 ``{metric:format}`` stands for a number of the record. A record whose one command measured several
 rows (``benchmarks/mnist_to_digits.py``) has ``parts``: part name -> that row's ``what`` and
-``cells`` (``benchmarks/results_tables.py``).
+``cells`` (``records/tables.py``).
 """
 
 import datetime
@@ -47,10 +47,18 @@ CARRIED_ON_RERUN = ('what', 'cells', 'parts', 'spread', 'compared', 'numbers_fil
 NAME = re.compile(r'^[a-z0-9][a-z0-9_.-]*$')
 # The libraries whose versions a record states: those that compute the numbers.
 LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy')
+# Modules a record's command may name that live elsewhere today: the record keeps the command as it
+# was run, and a rerun runs the module under its present name.
+MOVED_MODULES = {'vit.export_npz': 'vit.weights.export_npz', 'vit.export_weights': 'vit.weights.export'}
 
 
 class RecordError(ValueError):
   """A record that cannot be read, or a request that names none."""
+
+
+def command_today(command: str) -> str:
+  """A record's command with each moved module (``MOVED_MODULES``) named as it is named today."""
+  return re.sub(r'(?<=-m )([\w.]+)', lambda m: MOVED_MODULES.get(m.group(1), m.group(1)), command)
 
 
 def path_of(name: str, results: pathlib.Path | None = None) -> pathlib.Path:

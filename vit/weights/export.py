@@ -1,7 +1,7 @@
 """Writes a ViT of ours as a timm or Hugging Face transformers folder (``config.json`` + ``model.safetensors``).
 
-  python -m vit.export_weights --workdir runs/vit_ft --to timm OUT
-  python -m vit.export_weights --workdir runs/vit_ft --to transformers OUT
+  python -m vit.weights.export --workdir runs/vit_ft --to timm OUT
+  python -m vit.weights.export --workdir runs/vit_ft --to transformers OUT
 
 timm: ``config.json`` names an ``architecture`` and gives ``model_args`` stating the whole model (sizes,
 pooling, class token, registers, ``pre_norm``, ``fc_norm``, layer scale, ``act_layer``), as timm's
@@ -43,20 +43,20 @@ def model_options(model) -> dict:
     pool=model.pool,
     activation=block.mlp.activation,
     layernorm_epsilon=float(block.norm1.epsilon),
-    reg_tokens=int(model.register_tokens.shape[1]) if hasattr(model, 'register_tokens') else 0,
-    layer_scale=hasattr(block, 'ls1'),
-    norm_pre=hasattr(model.encoder, 'norm_pre'),
-    fc_norm=hasattr(model, 'fc_norm'),
+    reg_tokens=int(model.register_tokens.shape[1]) if model.register_tokens is not None else 0,
+    layer_scale=block.ls1 is not None,
+    norm_pre=model.encoder.norm_pre is not None,
+    fc_norm=model.fc_norm is not None,
     patch_bias=model.patch_embedding.bias is not None,
-    pre_logits=hasattr(model, 'pre_logits'),
-    distill_token=hasattr(model, 'distill_token'),
+    pre_logits=model.pre_logits is not None,
+    distill_token=model.distill_token is not None,
     learned_positions=(model.encoder.positional.kind, model.encoder.positional.injection)
     == ('learn1d', 'stem'),
   )
 
 
 def _canonical(model) -> dict[str, np.ndarray]:
-  from vit import checkpoint_npz  # pylint: disable=g-import-not-at-top
+  from vit.weights import checkpoint_npz  # pylint: disable=g-import-not-at-top
 
   return checkpoint_npz.to_canonical(checkpoint_npz.model_to_official(model))
 
@@ -109,7 +109,7 @@ def write_timm(model, out, arch: str = '', *, image_size, mean, std, class_names
   read back first, and one line lists what would differ."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
 
-  from vit import weights_timm  # pylint: disable=g-import-not-at-top
+  from vit.weights import timm_layout  # pylint: disable=g-import-not-at-top
 
   ours = model_options(model)
   channels = int(model.patch_embedding.kernel.shape[2])
@@ -117,8 +117,8 @@ def write_timm(model, out, arch: str = '', *, image_size, mean, std, class_names
   name = (arch or base_architecture(ours)).partition('.')[0]
   try:
     # the architecture's own table layout, so that its name alone (without model_args) reads the arrays
-    model_args['no_embed_class'] = bool(weights_timm.model_args(name)['no_embed_class'])
-    rebuilt = weights_timm.resolve(name, model_args)
+    model_args['no_embed_class'] = bool(timm_layout.model_args(name)['no_embed_class'])
+    rebuilt = timm_layout.resolve(name, model_args)
   except CheckpointError as error:
     raise CheckpointError(f'export: the model is not a timm {name}: {error}') from None
   expected = dict(ours, layer_scale=bool(ours['layer_scale']))
@@ -135,7 +135,7 @@ def write_timm(model, out, arch: str = '', *, image_size, mean, std, class_names
   canonical = _canonical(model)
   if not ours['patch_bias'] and not ours['norm_pre']:  # timm has a patch bias here: a zero one
     canonical['embedding/bias'] = np.zeros(ours['width'], np.float32)
-  arrays = weights_timm.from_canonical(canonical, no_embed_class=model_args['no_embed_class'])
+  arrays = timm_layout.from_canonical(canonical, no_embed_class=model_args['no_embed_class'])
   save_file(arrays, str(out / 'model.safetensors'))
   num_classes = int(model.head.kernel.shape[1])
   config = {
@@ -166,7 +166,7 @@ def write_transformers(model, out, *, image_size, mean, std, class_names=None) -
   (with a distillation token: a ``DeiTForImageClassificationWithTeacher``)."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
 
-  from vit import weights_transformers  # pylint: disable=g-import-not-at-top
+  from vit.weights import transformers_layout  # pylint: disable=g-import-not-at-top
 
   ours = model_options(model)
   extras = [name for name in ('reg_tokens', 'layer_scale', 'norm_pre', 'fc_norm', 'pre_logits') if ours[name]]
@@ -179,7 +179,7 @@ def write_transformers(model, out, *, image_size, mean, std, class_names=None) -
   out = pathlib.Path(out)
   out.mkdir(parents=True, exist_ok=True)
   deit = ours['distill_token']
-  arrays = weights_transformers.from_canonical(_canonical(model), prefix='deit.' if deit else 'vit.')
+  arrays = transformers_layout.from_canonical(_canonical(model), prefix='deit.' if deit else 'vit.')
   save_file(arrays, str(out / 'model.safetensors'), metadata={'format': 'pt'})
   num_classes = int(model.head.kernel.shape[1])
   names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
@@ -260,7 +260,7 @@ def run() -> None:
 
   def main(argv):
     if len(argv) != 2:
-      raise app.UsageError('Give one output folder: python -m vit.export_weights --workdir W --to timm OUT')
+      raise app.UsageError('Give one output folder: python -m vit.weights.export --workdir W --to timm OUT')
     cli.quiet_library_logs()
     print(
       cli.run_reporting_user_errors(export, workdir.value, to.value, argv[1], arch.value, checkpoint.value)

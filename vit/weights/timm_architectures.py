@@ -9,7 +9,7 @@ with weights). The JSON holds both, written from timm's source by this module ru
 no PyTorch or timm is needed to read it (the JSON here is timm 1.0.31's, the version the checks
 against the real library pin):
 
-  python -m vit.timm_architectures path/to/site-packages/timm/models
+  python -m vit.weights.timm_architectures path/to/site-packages/timm/models
 
 A value timm passes as a class (a norm layer, an MLP, a block) is kept as the fact it stands for: a
 LayerNorm's epsilon becomes ``norm_eps``, anything else ``unsupported`` naming it.

@@ -1,6 +1,6 @@
 """Writes a ViT checkpoint of ours as an ``.npz`` in the official (google-research/vision_transformer) layout.
 
-  python -m vit.export_npz --workdir runs/vit_mnist --out vit_mnist.npz [--checkpoint best] [--params ema]
+  python -m vit.weights.export_npz --workdir runs/vit_mnist --out vit_mnist.npz [--checkpoint best] [--params ema]
 
 The file loads back into our ViT (``--config.init_from.path=vit_mnist.npz``) with the same
 parameters, and into other code that reads that layout. ``--params ema`` writes the moving average
@@ -14,7 +14,7 @@ from trainer.command_line import cli
 
 def export(workdir: str, out: str, checkpoint: str = 'latest', params: str = 'raw') -> str:
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top  (JAX: not for --help)
-  from vit.checkpoint_npz import write_official_npz  # pylint: disable=g-import-not-at-top
+  from vit.weights.checkpoint_npz import write_official_npz  # pylint: disable=g-import-not-at-top
 
   which = int(checkpoint) if checkpoint.isdigit() else checkpoint
   _, parts, chosen, step = restore_checkpoint(workdir, which, read_data=False, params=params)

@@ -1,12 +1,12 @@
 """The results tables of docs/results.md, docs/results/*.md, docs/ablations.md and the README, made from the
-records: ``python -m benchmarks.results_tables``.
+records: ``python -m records.tables``.
 
-  python -m benchmarks.results_tables          # says which tables differ from the records (exit 1 if any)
-  python -m benchmarks.results_tables --write  # rewrites them
+  python -m records.tables          # says which tables differ from the records (exit 1 if any)
+  python -m records.tables --write  # rewrites them
 
 A table sits in its page between ``<!-- results table: NAME ... -->`` and ``<!-- end of results table -->``;
 everything else on the page is written by hand. ``TABLES`` says, for each table, its columns and its
-records (``results/*.json``, benchmarks/records.py), one row each. A cell is the record's own text for
+records (``results/*.json``, records/store.py), one row each. A cell is the record's own text for
 that column (``cells``, in which ``{metric}`` and ``{metric:format}`` stand for its numbers, and
 ``{pattern|mean:format}``, ``{pattern|median:format}``, ``{pattern|sd:format}`` and
 ``{pattern|each:format}`` for the mean, the median, the sample standard deviation and the list of
@@ -34,8 +34,8 @@ import statistics
 import sys
 from typing import Any
 
-from benchmarks import records
-from benchmarks.reproduce import accelerator_names, duration
+from records import store
+from records.reproduce import accelerator_names, duration
 
 START = re.compile(r'^<!-- results table: ([\w.-]+)\b.*-->$')
 END = '<!-- end of results table -->'
@@ -505,7 +505,7 @@ def row_record(row: str, by_name: dict[str, dict[str, Any]]) -> dict[str, Any]:
   """The record a row shows: ``NAME``, or ``NAME/PART`` with that part's ``what`` and ``cells``."""
   name, _, part = row.partition('/')
   if name not in by_name:
-    raise TableError(f'a table names the record {name}, which is not in {records.RESULTS}')
+    raise TableError(f'a table names the record {name}, which is not in {store.RESULTS}')
   record = by_name[name]
   if not part:
     return record
@@ -534,7 +534,7 @@ def with_tables(text: str, tables: dict[str, str], page: str) -> str:
       continue
     name = match.group(1)
     if name not in tables:
-      raise TableError(f'{page}: a marker names the table {name!r}, which benchmarks/results_tables.py lacks')
+      raise TableError(f'{page}: a marker names the table {name!r}, which records/tables.py lacks')
     end = next((i for i in range(index, len(lines)) if lines[i].strip() == END), None)
     if end is None:
       raise TableError(f'{page}: the table {name!r} has no closing {END}')
@@ -547,9 +547,9 @@ def with_tables(text: str, tables: dict[str, str], page: str) -> str:
   return '\n'.join(out)
 
 
-def pages(root: pathlib.Path = records.ROOT) -> dict[str, tuple[str, str]]:
+def pages(root: pathlib.Path = store.ROOT) -> dict[str, tuple[str, str]]:
   """page -> (its text, its text with the tables made from the records)."""
-  by_name = {record['name']: record for record in records.load_all()}
+  by_name = {record['name']: record for record in store.load_all()}
   result = {}
   for page in sorted({table.page for table in TABLES.values()}):
     tables = {name: markdown(table, by_name) for name, table in TABLES.items() if table.page == page}
@@ -564,12 +564,12 @@ def main(argv: list[str]) -> None:
   args = parser.parse_args(argv)
   try:
     made = pages()
-  except (TableError, records.RecordError) as error:
+  except (TableError, store.RecordError) as error:
     raise SystemExit(str(error)) from None
   differ = [page for page, (text, new) in made.items() if text != new]
   for page in differ:
     if args.write:
-      (records.ROOT / page).write_text(made[page][1])
+      (store.ROOT / page).write_text(made[page][1])
       print(f'wrote the tables of {page}')
     else:
       text, new = made[page]
@@ -577,9 +577,7 @@ def main(argv: list[str]) -> None:
         difflib.unified_diff(text.splitlines(True), new.splitlines(True), page, 'from records')
       )
   if differ and not args.write:
-    print(
-      f'\n{", ".join(differ)}: the tables differ from the records; python -m benchmarks.results_tables --write'
-    )
+    print(f'\n{", ".join(differ)}: the tables differ from the records; python -m records.tables --write')
     sys.exit(1)
   if not differ:
     print('the tables match the records')

@@ -1,11 +1,11 @@
-"""Rerun recorded results and compare: ``python -m benchmarks.reproduce NAME | --list | --all --max-minutes M``.
+"""Rerun recorded results and compare: ``python -m records.reproduce NAME | --list | --all --max-minutes M``.
 
-  python -m benchmarks.reproduce --list                   # every record: its command and expected time
-  python -m benchmarks.reproduce vit_digits               # rerun it; new numbers beside the record's
-  python -m benchmarks.reproduce vit_digits --override=--config.total_steps=20   # a short check
-  python -m benchmarks.reproduce --all --max-minutes 30   # the records whose time fits, shortest first
+  python -m records.reproduce --list                   # every record: its command and expected time
+  python -m records.reproduce vit_digits               # rerun it; new numbers beside the record's
+  python -m records.reproduce vit_digits --override=--config.total_steps=20   # a short check
+  python -m records.reproduce --all --max-minutes 30   # the records whose time fits, shortest first
 
-A rerun runs the record's command as ``benchmarks.record`` does (a scratch checkout, fresh ``runs/``)
+A rerun runs the record's command as ``records.record`` does (a scratch checkout, fresh ``runs/``)
 and prints each of the record's numbers beside the new one (those its ``compared`` field names, when
 it has one, are the ones compared: a median of several runs, not their range; without one, all
 but a sweep's timings, ``*.cost.train_examples_per_second``). A number is flagged (``OUTSIDE``)
@@ -24,7 +24,7 @@ import re
 import sys
 from typing import Any
 
-from benchmarks import records
+from records import store
 
 
 def duration(seconds: float | None) -> str:
@@ -43,7 +43,7 @@ def with_overrides(command: str, overrides: list[str]) -> str:
     return command
   parts = command.split(' && ')
   if not any('--config' in part.split() or '--config=' in part for part in parts):
-    raise records.RecordError('--override: no part of the command takes --config')
+    raise store.RecordError('--override: no part of the command takes --config')
   return ' && '.join(
     part + ''.join(f' {override}' for override in overrides)
     if '--config' in part.split() or '--config=' in part
@@ -106,7 +106,7 @@ def list_records(all_records: list[dict[str, Any]]) -> None:
 
 
 def accelerator_missing(record: dict[str, Any], here: dict[str, Any]) -> str | None:
-  """Why ``record`` cannot be rerun on the machine ``here`` (``records.machine()``): it was measured on an
+  """Why ``record`` cannot be rerun on the machine ``here`` (``store.machine()``): it was measured on an
   accelerator and this machine has none; ``None`` when it can."""
   recorded_on = record['machine'].get('accelerator')
   if recorded_on and not here.get('accelerator'):
@@ -123,10 +123,10 @@ def accelerator_names(listed: str) -> str:
 
 
 def rerun(record: dict[str, Any], overrides: list[str], write: bool) -> bool:
-  command = with_overrides(record['command'], overrides)
+  command = with_overrides(store.command_today(record['command']), overrides)
   print(f'=== {record["name"]}: {command}', flush=True)
-  started_from = records.commit()
-  measured = records.measure(command, record.get('numbers_file'), exit_status=record.get('exit_status', 0))
+  started_from = store.commit()
+  measured = store.measure(command, record.get('numbers_file'), exit_status=record.get('exit_status', 0))
   lines, ok = comparison(record, measured['numbers'])
   print(
     f'=== {record["name"]}: {duration(measured["wall_seconds"])} ({duration(measured["cpu_seconds"])} of CPU, '
@@ -137,10 +137,8 @@ def rerun(record: dict[str, Any], overrides: list[str], write: bool) -> bool:
   if overrides:
     print('(with --override: a check that the command runs, not the recorded result)')
   if write:
-    kept = {key: record[key] for key in records.CARRIED_ON_RERUN if key in record}
-    print(
-      f'wrote {records.write(records.new_record(record["name"], command, measured, started_from, **kept))}'
-    )
+    kept = {key: record[key] for key in store.CARRIED_ON_RERUN if key in record}
+    print(f'wrote {store.write(store.new_record(record["name"], command, measured, started_from, **kept))}')
   return ok
 
 
@@ -159,11 +157,11 @@ def main(argv: list[str]) -> None:
     parser.error('give record names or --all, not both')
   if args.all and args.max_minutes is None:
     parser.error('--all needs --max-minutes')
-  all_records = records.load_all()
+  all_records = store.load_all()
   if args.list:
     list_records(all_records)
     return
-  here = records.machine()
+  here = store.machine()
   if args.all:
     runnable = [record for record in all_records if not accelerator_missing(record, here)]
     if len(runnable) < len(all_records):
@@ -177,8 +175,8 @@ def main(argv: list[str]) -> None:
     print(f'{len(chosen)} records fit {args.max_minutes:g} minutes by their recorded times; {skipped} do not')
   elif args.names:
     try:
-      chosen = [records.load(name) for name in args.names]
-    except records.RecordError as error:
+      chosen = [store.load(name) for name in args.names]
+    except store.RecordError as error:
       raise SystemExit(str(error)) from None
     for record in chosen:
       if why := accelerator_missing(record, here):
@@ -190,7 +188,7 @@ def main(argv: list[str]) -> None:
     try:
       if not rerun(record, args.override, args.write):
         failed.append(record['name'])
-    except records.RecordError as error:
+    except store.RecordError as error:
       print(f'=== {record["name"]}: {error}', flush=True)
       failed.append(record['name'])
   if failed:

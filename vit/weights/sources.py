@@ -6,11 +6,11 @@ Sources (``read_weights``):
 - a transformers folder: ``config.json`` (``model_type`` ``vit``, ``deit`` or ``dinov2``),
   ``model.safetensors`` and, when present, ``preprocessor_config.json``;
 - a bare ``.safetensors`` file with timm's names, given the timm architecture (``init_from.arch``,
-  ``NAME`` or ``NAME.TAG``), prepared as timm prepares that tag (``vit.timm_architectures``).
+  ``NAME`` or ``NAME.TAG``), prepared as timm prepares that tag (``vit.weights.timm_architectures``).
 
-The arrays are read with ``safetensors.numpy`` and renamed into ``vit.checkpoint_npz``'s canonical
-form (``vit.weights_timm``, ``vit.weights_transformers``). The model options are what the source
-library builds: for timm, ``timm.create_model``'s ``model_args`` (``weights_timm.resolve``); for
+The arrays are read with ``safetensors.numpy`` and renamed into ``vit.weights.checkpoint_npz``'s canonical
+form (``vit.weights.timm_layout``, ``vit.weights.transformers_layout``). The model options are what the source
+library builds: for timm, ``timm.create_model``'s ``model_args`` (``timm_layout.resolve``); for
 transformers, ``config.json``. The arrays' shapes (width, depth, MLP, patch, prefix tokens, which
 layers exist) must agree with them. Pickles (``pytorch_model.bin``, ``.pth``) are refused: loading one runs
 code from the file.
@@ -25,8 +25,8 @@ import re
 import numpy as np
 
 from trainer.errors import CheckpointError, MissingFileError
-from vit import timm_architectures, weights_timm, weights_transformers
-from vit.checkpoint_npz import POSEMB_KEY
+from vit.weights import timm_architectures, timm_layout, transformers_layout
+from vit.weights.checkpoint_npz import POSEMB_KEY
 
 SAFETENSORS = 'model.safetensors'
 PICKLE_SUFFIXES = ('.bin', '.pth', '.pt', '.pkl', '.ckpt')
@@ -211,10 +211,10 @@ def _merge(declared: dict, from_arrays: dict, what: str) -> dict:
 
 
 def _read_timm(path: pathlib.Path, arrays: dict, config: dict) -> Weights:
-  """A timm model as ``timm.create_model`` builds it (``weights_timm.resolve``), prepared as the
+  """A timm model as ``timm.create_model`` builds it (``timm_layout.resolve``), prepared as the
   folder's ``pretrained_cfg`` says; without one (a bare file), as timm's default for the name and tag."""
   name = config['architecture']
-  architecture = weights_timm.resolve(name, config.get('model_args'))
+  architecture = timm_layout.resolve(name, config.get('model_args'))
   what = f'timm architecture {architecture.name!r}'
   declared = dict(architecture.options)
   pretrained = config.get('pretrained_cfg') or _default_pretrained_cfg(path, name)
@@ -231,7 +231,7 @@ def _read_timm(path: pathlib.Path, arrays: dict, config: dict) -> Weights:
     )
   patch = arrays['patch_embed.proj.weight'].shape[-1]
   grid = (int(size[0]) // patch, int(size[1]) // patch)
-  canonical = weights_timm.to_canonical(
+  canonical = timm_layout.to_canonical(
     arrays, num_heads=declared['num_heads'], no_embed_class=architecture.no_embed_class, grid=grid,
     class_token_as_register=architecture.class_token_as_register,
   )  # fmt: skip
@@ -281,16 +281,16 @@ def _label_names(names, num_classes: int) -> list[str] | None:
 
 
 def _read_transformers(path: pathlib.Path, arrays: dict, config: dict, processor: dict | None) -> Weights:
-  declared = weights_transformers.options_from_config(config)
+  declared = transformers_layout.options_from_config(config)
   key = next((k for k in arrays if k.endswith('embeddings.patch_embeddings.projection.weight')), None)
   if key is None:
     raise CheckpointError(f'init_from: {path} has no embeddings.patch_embeddings.projection.weight.')
   _check_shapes(declared, arrays[key], f'{path.parent}/config.json')
-  canonical = weights_transformers.to_canonical(
+  canonical = transformers_layout.to_canonical(
     arrays, num_heads=declared['num_heads'], dinov2=config['model_type'] == 'dinov2'
   )
   options = _merge(declared, options_from_canonical(canonical), f'{path.parent}/config.json')
-  side = weights_transformers.image_size(config)
+  side = transformers_layout.image_size(config)
   table_rows = canonical[POSEMB_KEY].shape[0]
   grid = side // options['patch_size']
   if table_rows != grid * grid:

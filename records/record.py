@@ -1,9 +1,9 @@
-"""Run a command and record its result: ``python -m benchmarks.record NAME [options] -- COMMAND``.
+"""Run a command and record its result: ``python -m records.record NAME [options] -- COMMAND``.
 
-  python -m benchmarks.record vit_digits -- \\
+  python -m records.record vit_digits -- \\
       'python train.py --config configs/vit_digits.py --workdir runs/vit_digits && python evaluate.py --workdir runs/vit_digits'
-  python -m benchmarks.record vit_throughput -- python -m benchmarks.vit_throughput
-  python -m benchmarks.record posemb --numbers_file runs/posemb/results.json -- \\
+  python -m records.record vit_throughput -- python -m benchmarks.vit_throughput
+  python -m records.record posemb --numbers_file runs/posemb/results.json -- \\
       python ablate.py --config configs/vit_digits_ablation.py --workdir runs/posemb --axis model.posemb=none,sincos2d
 
 The command runs in a scratch copy of the checkout's layout (links to its files, an empty ``runs/``),
@@ -13,11 +13,11 @@ files, ``--numbers_file NAME=PATH`` repeated, give several measurements of one c
 numbers prefixed with its name (a lowercase name of letters, digits and ``_``; a single path that
 starts so, ``seed=0/results.json``, is written ``./seed=0/results.json``):
 
-  python -m benchmarks.record long --numbers_file end=runs/end.json --numbers_file average=runs/avg.json \\
+  python -m records.record long --numbers_file end=runs/end.json --numbers_file average=runs/avg.json \\
       -- 'python train.py --config C --workdir runs/long && python evaluate.py --workdir runs/long > runs/end.json &&
           python evaluate.py --workdir runs/long --average_last 5 > runs/avg.json'
 
-``results/NAME.json`` (benchmarks/records.py) then holds the command, commit, date, machine, wall and
+``results/NAME.json`` (records/store.py) then holds the command, commit, date, machine, wall and
 CPU seconds, load average and numbers; a record of the same name that it replaces passes on what it
 says about presentation, spread and comparison (``what``, ``cells``, ``parts``, ``spread``, ``compared``,
 ``numbers_file``).
@@ -27,7 +27,7 @@ import argparse
 import re
 import sys
 
-from benchmarks import records
+from records import store
 
 NAMED_FILE = re.compile(r'^(?P<name>[a-z0-9_]+)=(?P<path>[^=].*)$')
 
@@ -84,19 +84,17 @@ def main(argv: list[str]) -> None:
     help='the status the result exits with, when not 0 (benchmarks.compile_for: 1, a step that does not fit)',
   )
   args = parser.parse_args(argv)
-  path = records.path_of(args.name)  # checks the name before anything runs
+  path = store.path_of(args.name)  # checks the name before anything runs
   carried = {}
   if path.exists():
-    carried = {
-      key: value for key, value in records.load(args.name).items() if key in records.CARRIED_ON_RERUN
-    }
+    carried = {key: value for key, value in store.load(args.name).items() if key in store.CARRIED_ON_RERUN}
   numbers_file = parse_numbers_files(args.numbers_file) or carried.get('numbers_file')
   exit_status = carried.get('exit_status', 0) if args.exit_status is None else args.exit_status
-  command = records.command_text(args.command)
-  started_from = records.commit()
+  command = store.command_text(args.command)
+  started_from = store.commit()
   try:
-    measured = records.measure(command, numbers_file, exit_status=exit_status)
-  except records.RecordError as error:
+    measured = store.measure(command, numbers_file, exit_status=exit_status)
+  except store.RecordError as error:
     raise SystemExit(f'{args.name}: {error}') from None
   fields = dict(carried, note=args.note)
   if numbers_file:
@@ -106,9 +104,9 @@ def main(argv: list[str]) -> None:
     fields['exit_status'] = exit_status
   if args.spread:
     fields['spread'] = parse_spread(args.spread, args.spread_why)
-  record = records.new_record(args.name, command, measured, started_from, **fields)
+  record = store.new_record(args.name, command, measured, started_from, **fields)
   record['machine']['label'] = args.machine_label
-  print(f'wrote {records.write(record)}')
+  print(f'wrote {store.write(record)}')
 
 
 if __name__ == '__main__':
