@@ -8,8 +8,8 @@ layers, 4 heads, MLP 256, 4x4 patches (an 8x8 grid and a class token), dropout 0
 weight decay 1e-3, a linear warm-up into a cosine decay to 1e-5, random crop (4 pixels of zero
 padding) and flip. What differs from theirs: batch 512 for 50 epochs instead of 128 for 200, the
 learning rate 1e-3 instead of 5e-4 (the batch is 4 times theirs) and the warm-up 5 epochs (489
-steps) instead of 10, so that the five runs, one seed each, fit in 8 minutes of one H100 or H200 with the
-decoded images in host memory (docs/ablations.md, "The positional-embedding table on CIFAR-10").
+steps) instead of 10, so that the five runs, one seed each, fit the time budget of one GPU given in
+docs/ablations.md ("The positional-embedding table on CIFAR-10"), the decoded images in host memory.
 
 Reads the image folder data/cifar10/{train,test}/<class>/* (``python -m pipelines.download cifar10``
 writes it; elsewhere: --config.data.path=DIR); the decoded images are cached in
