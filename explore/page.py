@@ -138,9 +138,7 @@ def _image_page(columns: list[Column]):
   with gr.Row():
     for column in columns:
       with gr.Column():
-        gr.Markdown(f'### {html.escape(column.run.name)}')
-        slider, step_text = _checkpoint_slider(column)
-        message = gr.Markdown(elem_id=f'message-{column.index}')
+        slider, step_text, message = _column_head(column)
         classes = gr.Label(num_top_classes=5, label='prediction', elem_id=f'classes-{column.index}')
         shown = gr.Image(
           label='input as the model saw it (click a patch)',
@@ -324,9 +322,7 @@ def _sentence_page(columns: list[Column], beam_size: int):
   with gr.Row():
     for column in columns:
       with gr.Column():
-        gr.Markdown(f'### {html.escape(column.run.name)}')
-        slider, step_text = _checkpoint_slider(column)
-        message = gr.Markdown(elem_id=f'message-{column.index}')
+        slider, step_text, message = _column_head(column)
         hypotheses = gr.HTML(elem_id=f'hypotheses-{column.index}')
         alignment = gr.HTML(elem_id=f'alignment-html-{column.index}')
         cross = gr.Image(label='cross-attention per layer and head', interactive=False)
@@ -389,9 +385,7 @@ def _clip_page(columns: list[Column]):
   with gr.Row():
     for column in columns:
       with gr.Column():
-        gr.Markdown(f'### {html.escape(column.run.name)}')
-        slider, step_text = _checkpoint_slider(column)
-        message = gr.Markdown(elem_id=f'message-{column.index}')
+        slider, step_text, message = _column_head(column)
         classes = gr.Label(num_top_classes=5, label='prediction', elem_id=f'classes-{column.index}')
         picture = gr.Image(
           label='frames; spatial attention per frame; temporal attention; rollout', interactive=False
@@ -417,6 +411,13 @@ def _clip_page(columns: list[Column]):
 
 
 # Shared parts ----------------------------------------------------------------------------------------
+
+
+def _column_head(column: Column):
+  """A run's column starts with its name, its checkpoint slider and the line for its messages."""
+  gr.Markdown(f'### {html.escape(column.run.name)}')
+  slider, step_text = _checkpoint_slider(column)
+  return slider, step_text, gr.Markdown(elem_id=f'message-{column.index}')
 
 
 def _checkpoint_slider(column: Column):
