@@ -181,10 +181,10 @@ def sentence_view(predictor, text: str, beam_size: int) -> dict:
   and its tokens, cross-attention (per layer ``[heads, target, source]``) and the encoder's
   self-attention (per layer ``[heads, source, source]``; none for the RNN); ``unknown``: the words read
   as unknown."""
-  from seq2seq import input_pipeline  # pylint: disable=g-import-not-at-top
+  from seq2seq import prediction  # pylint: disable=g-import-not-at-top
   from seq2seq.decoding import translate  # pylint: disable=g-import-not-at-top
   from seq2seq.pictures import token_labels  # pylint: disable=g-import-not-at-top
-  from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # pylint: disable=g-import-not-at-top
+  from seq2seq.tokenizer import BOS_ID, PAD_ID, UNK_ID  # pylint: disable=g-import-not-at-top
 
   task = predictor.task
   data, decode = task.config.data, task.config.decode
@@ -201,10 +201,7 @@ def sentence_view(predictor, text: str, beam_size: int) -> dict:
   sentence = predictor.read(text)
   unknown = [word for word in text.split() if UNK_ID in task.source_tokenizer.encode(word)]
   ids = sentence.ids
-  boundaries = np.asarray(
-    input_pipeline.bucket_boundaries(max(data.max_source_length, data.max_target_length))
-  )
-  width = input_pipeline.padded_width(len(ids), boundaries, data.max_source_length)
+  width = prediction.source_width(len(ids), data)
   src = np.full((1, width), PAD_ID, np.int32)
   src[0, : len(ids)] = ids
   model = predictor.model
@@ -224,8 +221,7 @@ def sentence_view(predictor, text: str, beam_size: int) -> dict:
     searches[f'beam of {beam_size}'] = (np.asarray(tokens), float(np.asarray(score)[0]))
   hypotheses = []
   for search, (found, score) in searches.items():
-    output = [int(token) for token in found[0]]
-    output = output[: output.index(EOS_ID) + 1] if EOS_ID in output else [t for t in output if t]
+    output = prediction.output_ids(found[0])
     decoder_input = np.full((1, found.shape[1]), PAD_ID, np.int32)
     decoder_input[0, : len(output)] = [BOS_ID, *output[:-1]]
     logits, intermediates = forward(model, src, decoder_input)

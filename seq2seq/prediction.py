@@ -23,6 +23,20 @@ class Sentence:
   ids: list[int]
 
 
+def source_width(length: int, data) -> int:
+  """The padded width of a source of ``length`` tokens: its length bucket's, as evaluation pads it."""
+  boundaries = np.asarray(
+    input_pipeline.bucket_boundaries(max(data.max_source_length, data.max_target_length))
+  )
+  return input_pipeline.padded_width(length, boundaries, data.max_source_length)
+
+
+def output_ids(row) -> list[int]:
+  """One decoded row's token ids up to and including the end of sentence, without the padding."""
+  output = [int(token) for token in row]
+  return output[: output.index(EOS_ID) + 1] if EOS_ID in output else [t for t in output if t]
+
+
 class TranslationPrediction(Prediction):
   """Translations of sentences with the tokenizers and the ``data`` and ``decode`` config of ``task`` (a
   ``seq2seq.task.Translation``, prepared)."""
@@ -52,10 +66,7 @@ class TranslationPrediction(Prediction):
     data, decode = self.task.config.data, self.task.config.decode
     beam_size = options.beam_size or decode.beam_size
     alpha = decode.alpha if options.alpha is None else options.alpha
-    boundaries = np.asarray(
-      input_pipeline.bucket_boundaries(max(data.max_source_length, data.max_target_length))
-    )
-    widths = [input_pipeline.padded_width(len(s.ids), boundaries, data.max_source_length) for s in inputs]
+    widths = [source_width(len(s.ids), data) for s in inputs]
     predictions = [None] * len(inputs)
     for width in sorted(set(widths)):
       members = [index for index, w in enumerate(widths) if w == width]
@@ -74,8 +85,7 @@ class TranslationPrediction(Prediction):
           )
         )
         for row, index in enumerate(group):
-          output = [int(token) for token in tokens[row]]
-          output = output[: output.index(EOS_ID) + 1] if EOS_ID in output else [t for t in output if t]
+          output = output_ids(tokens[row])
           predictions[index] = {
             'translation': self.task.target_tokenizer.decode(output),
             '_output_ids': output,
