@@ -56,10 +56,12 @@ class Decode:
   num_samples: int = 5  #: translations shown in TensorBoard
 
 
-def model_section(section):
+def model_section(section, config=None):
   """The complete ``model`` section: its architecture's defaults with ``section``'s values over them
   (``architecture`` itself only where the section names it)."""
   from seq2seq.architectures import model_section as complete  # pylint: disable=g-import-not-at-top  (JAX)
+
+  del config  # the section alone decides
 
   return complete(section or {})
 

@@ -987,3 +987,64 @@ def test_video_inflation_from_timm_weights_folds_layer_scale_exactly(tmp_path):
   )
   with pytest.raises(ConfigError, match='distill_token, which the video model has no place for'):
     init_from_image_vit(video, image_vit_from_weights(distilled))
+
+
+@pytest.mark.parametrize('kind', ['timm', 'transformers'])
+def test_a_header_read_gives_what_a_full_read_gives_but_the_weights(kind, tmp_path):
+  rng = np.random.default_rng(31)
+  if kind == 'timm':
+    folder = write_timm_folder(
+      tmp_path / 'w',
+      timm_arrays(rng, layer_scale=True, reg=4, no_embed_class=True),
+      'vit_small_patch14_reg4_dinov2',
+    )
+  else:
+    folder = write_transformers_folder(tmp_path / 'w', transformers_arrays(rng), transformers_config('vit'))
+  full, header = sources.read_weights(folder), sources.read_weights(folder, header_only=True)
+  assert (header.model, header.image_size, header.num_classes, header.class_names, header.preprocessing) == (
+    full.model,
+    full.image_size,
+    full.num_classes,
+    full.class_names,
+    full.preprocessing,
+  )
+  assert {k: v.shape for k, v in header.canonical.items()} == {k: v.shape for k, v in full.canonical.items()}
+  assert not any(np.any(value) for value in header.canonical.values())
+
+
+def test_completing_a_config_reads_the_weights_header_once_and_no_arrays(tmp_path, monkeypatch):
+  """The ViT's model reader fills the fields a timm ``init_from`` decides from the JSON and the
+  safetensors header, once, and keeps nothing between calls."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  from tests.vit_test_configs import tiny_vit_config  # pylint: disable=g-import-not-at-top
+  from trainer.task import load_task  # pylint: disable=g-import-not-at-top
+
+  folder = write_timm_folder(
+    tmp_path / 'w', timm_arrays(np.random.default_rng(32), channels=1), 'vit_base_patch16_224'
+  )
+  headers = []
+  read_header = sources._shapes  # pylint: disable=protected-access
+
+  def counted(path):
+    headers.append(path)
+    return read_header(path)
+
+  def refused(path):
+    raise AssertionError(f'the arrays of {path} were read while completing a config')
+
+  monkeypatch.setattr(sources, '_shapes', counted)
+  monkeypatch.setattr(sources, '_load', refused)
+  for _ in range(2):
+    config = tiny_vit_config()
+    config.model = ml_collections.ConfigDict(dict(dropout=0.0))
+    config.init_from = pretrained.default_init_from_config()
+    config.init_from.path = str(folder)
+    task = load_task(config)
+    assert (config.model.width, config.model.num_heads, config.model.activation) == (
+      WIDTH,
+      HEADS,
+      'gelu_exact',
+    )
+    assert task.sizes.num_classes == 10
+  assert len(headers) == 2  # once per config completed, never from a cache

@@ -67,9 +67,11 @@ def to_section(options) -> ml_collections.ConfigDict:
 
 
 def section_reader(options_type, path: str):
-  """``section -> complete ConfigDict`` for ``options_type``: a ``Task.config_sections`` entry."""
+  """``(section, config) -> complete ConfigDict`` for ``options_type``: a ``Task.config_sections`` entry
+  whose fields decide alone (``config``, the whole config, is not read)."""
 
-  def read(section):
+  def read(section, config=None):
+    del config
     return to_section(from_section(options_type, section, path))
 
   return read
@@ -78,8 +80,8 @@ def section_reader(options_type, path: str):
 def optional(read):
   """A ``Task.config_sections`` entry for a section that stays absent (``None``) unless a config has it."""
 
-  def read_if_given(section):
-    return None if section is None else read(section)
+  def read_if_given(section, config=None):
+    return None if section is None else read(section, config)
 
   return read_if_given
 

@@ -61,14 +61,10 @@ class Task(abc.ABC):
   ``config`` in ``__init__`` so bad input fails before compilation.
   """
 
-  #: the family's config sections: name -> ``section -> complete ConfigDict`` (``validation.resolve_config``)
+  #: the family's config sections: name -> ``(section, config) -> complete ConfigDict``, called in this
+  #: order with the section and the whole config (``validation.resolve_config``); a reader may read other
+  #: sections, as the ViT's ``model`` reader takes the fields its ``init_from`` weights decide
   config_sections = {}
-
-  @classmethod
-  def complete_from_sources(cls, config: ml_collections.ConfigDict) -> None:
-    """Fills, in place, the fields a config leaves to a file it names (weights to start from), before
-    the defaults of ``config_sections`` fill the rest; by default nothing."""
-    del config
 
   #: clu metric collections; the trainer feeds them the outputs of ``loss_and_outputs``
   #: (training) and ``eval_outputs`` (evaluation, with the batch's padding ``mask``).

@@ -130,9 +130,8 @@ def complete_config(config: ml_collections.ConfigDict, task_class) -> ml_collect
   with config.unlocked():
     given = {name: config[name] for name in config_schema.TRAINER_FIELDS if name in config}
     _fill(config, to_section(from_section(config_schema.Trainer, given, '')))
-    task_class.complete_from_sources(config)
     for name, read in task_class.config_sections.items():
-      section = read(config.get(name))
+      section = read(config.get(name), config)
       if section is None:
         continue
       if name in config:

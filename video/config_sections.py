@@ -34,9 +34,11 @@ class VideoData:
   augment: Augment = Augment()
 
 
-def model_section(section):
+def model_section(section, config=None):
   """The complete ``model`` section: ``video.model``'s defaults with ``section``'s values over them."""
   from video.model import model_section as complete  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
+
+  del config  # the section alone decides
 
   return complete(section)
 

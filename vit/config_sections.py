@@ -3,7 +3,7 @@
 ``data`` (``vit.input_pipeline`` says what each field does) with its ``augment`` section, and the
 optional ``init_from`` (``vit.pretrained``), ``fewshot`` and ``distill`` (``vit.distillation``)
 sections, which stay absent unless a config writes them. The ``model`` section's defaults are
-``vit.model``'s.
+``vit.model``'s, completed from the weights ``init_from`` names.
 """
 
 import dataclasses
@@ -73,10 +73,16 @@ class Distill:
   alpha: float = 0.5  #: loss = (1 - alpha) * label loss + alpha * distillation loss
 
 
-def model_section(section):
-  """The complete ``model`` section: ``vit.model``'s defaults with ``section``'s values over them."""
-  from vit.model import model_section as complete  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
+def model_section(section, config=None):
+  """The complete ``model`` section: ``vit.model``'s defaults with ``section``'s values over them. Where
+  ``config`` (the whole config) starts from timm or Hugging Face weights (``init_from``), the fields the
+  file decides first fill those ``section`` leaves unset, in place (``vit.pretrained.complete_model_config``)."""
+  # pylint: disable=g-import-not-at-top  (JAX: not for configs)
+  from vit.model import model_section as complete
+  from vit.pretrained import complete_model_config
 
+  if config is not None and section is not None:
+    complete_model_config(section, config.get('init_from'))
   return complete(section)
 
 

@@ -39,7 +39,6 @@ FILE_DECIDES = (
   'width', 'depth', 'num_heads', 'mlp_dim', 'pool', 'posemb', 'activation', 'layernorm_epsilon',
   'reg_tokens', 'layer_scale', 'norm_pre', 'fc_norm', 'patch_bias',
 )  # fmt: skip
-_READ = {}  # (path, arch) -> sources.Weights, so a file is read once per process
 
 
 def default_init_from_config() -> ml_collections.ConfigDict:
@@ -47,22 +46,15 @@ def default_init_from_config() -> ml_collections.ConfigDict:
   return to_section(config_sections.InitFrom())
 
 
-def read_weights(path, arch: str = '') -> sources.Weights:
-  key = (str(path), arch)
-  if key not in _READ:
-    _READ.clear()
-    _READ[key] = sources.read_weights(path, arch)
-  return _READ[key]
-
-
 def complete_model_config(
   model: ml_collections.ConfigDict, init_from: ml_collections.ConfigDict | None
 ) -> None:
   """``model`` (a config's section, in place) completed from a timm or transformers ``init_from``:
-  the fields it leaves unset take the file's values; ``ConfigError`` listing the ones it contradicts."""
+  the fields it leaves unset take the file's values; ``ConfigError`` listing the ones it contradicts.
+  Only the file's JSON and header are read (``sources.read_weights(header_only=True)``)."""
   if init_from is None or not init_from.path or not sources.is_weights_path(init_from.path):
     return
-  source = read_weights(init_from.path, init_from.get('arch', ''))
+  source = sources.read_weights(init_from.path, init_from.get('arch', ''), header_only=True)
   stated = {
     name: value for name, value in model.items() if value is not None
   }  # None: unset (configs.common.unset)
@@ -110,7 +102,7 @@ def read_canonical(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
   arrays of an ``.npz`` outside its image tower (a trainer checkpoint's optimizer, a text tower)."""
   path = pathlib.Path(config.path)
   if sources.is_weights_path(path):
-    source = read_weights(path, config.get('arch', ''))
+    source = sources.read_weights(path, config.get('arch', ''))
     print(f'init_from {path}: {source.source} weights ({source.arch or "transformers"})', flush=True)
     return source.canonical
   if path.is_dir():

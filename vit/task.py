@@ -79,18 +79,10 @@ class ImageClassification(BatchesFromData, Task):
   Sizes = ImageShapes
   reporting = ImageReporting()
 
-  @classmethod
-  def complete_from_sources(cls, config):
-    """A timm or Hugging Face ``init_from`` decides the model fields the config leaves unset."""
-    if 'model' in config:
-      pretrained.complete_model_config(config.model, config.get('init_from'))
-
   def __init__(self, config: ml_collections.ConfigDict, shapes: ImageShapes | None = None):
     super().__init__(config, shapes)
     # ``vit.weights.predictor`` builds this task from a partial config: the defaults are read here
     self.label_smoothing = config.get('label_smoothing', 0.0)
-    if shapes is None:  # from the data (a workdir's config was completed when it trained)
-      pretrained.complete_model_config(config.model, config.get('init_from'))
     model = model_section(config.model)
     self.init_from = config.get('init_from')
     pretrained.check_init_from(self.init_from)

@@ -87,9 +87,15 @@ def is_weights_path(path) -> bool:
   return 'architecture' in config or 'model_type' in config
 
 
-def read_weights(path, arch: str = '') -> Weights:
-  """Reads a timm or transformers folder, or a bare timm ``.safetensors`` (with ``arch``)."""
+def read_weights(path, arch: str = '', *, header_only: bool = False) -> Weights:
+  """Reads a timm or transformers folder, or a bare timm ``.safetensors`` (with ``arch``).
+
+  ``header_only``: only the JSON files and the safetensors header are read, enough for the model
+  options, the classes and the preprocessing; ``canonical`` then holds read-only stand-ins of the
+  arrays' shapes (every value 0, no memory behind them), not the weights.
+  """
   path = pathlib.Path(path)
+  load = _shapes if header_only else _load
   if not path.exists():
     raise MissingFileError(f'init_from: {path} does not exist.')
   if path.is_file():
@@ -99,7 +105,7 @@ def read_weights(path, arch: str = '') -> Weights:
         f'init_from: {path} is a bare .safetensors file: name its timm architecture with '
         '--config.init_from.arch (e.g. vit_base_patch16_224).'
       )
-    return _read_timm(path, _load(path), {'architecture': arch})
+    return _read_timm(path, load(path), {'architecture': arch})
   config = _read_json(path / 'config.json') if (path / 'config.json').is_file() else {}
   weights = path / SAFETENSORS
   if not weights.is_file():
@@ -108,11 +114,11 @@ def read_weights(path, arch: str = '') -> Weights:
       _refuse_pickle(path / pickles[0])
     raise MissingFileError(f'init_from: {path} has no {SAFETENSORS} (a folder of weights without weights).')
   if 'architecture' in config or arch:
-    return _read_timm(weights, _load(weights), dict(config, architecture=arch or config['architecture']))
+    return _read_timm(weights, load(weights), dict(config, architecture=arch or config['architecture']))
   if 'model_type' in config:
     processor = path / 'preprocessor_config.json'
     return _read_transformers(
-      weights, _load(weights), config, _read_json(processor) if processor.is_file() else None
+      weights, load(weights), config, _read_json(processor) if processor.is_file() else None
     )
   raise CheckpointError(
     f'init_from: {path}/config.json names no timm architecture and no transformers model_type.'
@@ -145,6 +151,22 @@ def _load(path: pathlib.Path) -> dict[str, np.ndarray]:
   return {
     key: value.astype(np.float32) if value.dtype != np.float32 else value for key, value in arrays.items()
   }
+
+
+def _shapes(path: pathlib.Path) -> dict[str, np.ndarray]:
+  """Each array of the file as a zero-strided float32 stand-in of its shape, from the header alone.
+
+  The layouts' renames, transposes, slices and reshapes keep such a stand-in a view of one zero, so
+  the canonical form's shapes come out without reading (or allocating) the weights.
+  """
+  from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+
+  try:
+    with safe_open(str(path), framework='numpy') as file:
+      shapes = {key: tuple(file.get_slice(key).get_shape()) for key in file.keys()}
+  except Exception as error:  # safetensors raises its own SafetensorError for a damaged header
+    raise CheckpointError(f'init_from: {path} is not a readable .safetensors file ({error}).') from None
+  return {key: np.broadcast_to(np.float32(0), shape) for key, shape in shapes.items()}
 
 
 def options_from_canonical(canonical: dict[str, np.ndarray]) -> dict:
