@@ -1,0 +1,116 @@
+"""Chooses a translator's beam size and length penalty on one split, then scores the choice on another.
+
+  python -m seq2seq.choose_decoding --workdir runs/rnn_multi30k_long --choose_on holdout \
+      --beam_sizes 1,4,8 --alphas 0.6,1.0,1.4 --average_last 5 --report_on val
+
+The parameters are restored once (with ``--average_last N``, the mean of the last N kept
+checkpoints, as ``evaluate.py`` averages them). ``--choose_on`` is translated with each setting
+(greedy once: a length penalty changes nothing without a beam) and each setting's sacreBLEU is
+printed; the highest wins (a tie goes to the smaller beam, then the smaller alpha). Only then is
+``--report_on`` translated, once, with the winner: the split reported never takes part in the
+choice. ``holdout`` is the split a run trained with ``--config.data.holdout=N`` set aside from its
+training pairs. The last line of stdout is one JSON object: the table, the choice and the scores
+on ``--report_on``; ``<workdir>/decoding_<choose_on>_step<N>.json`` keeps it.
+"""
+
+import itertools
+import json
+
+from absl import app, flags
+
+from trainer.command_line import cli
+from trainer.errors import ConfigError
+from trainer.io import storage
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A translator workdir written by train.py.')
+_CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
+_AVERAGE_LAST = flags.DEFINE_integer(
+  'average_last', 1, 'Average the parameters of the last N kept checkpoints.', lower_bound=1
+)
+_CHOOSE_ON = flags.DEFINE_string('choose_on', 'holdout', 'The split the setting is chosen on.')
+_REPORT_ON = flags.DEFINE_string('report_on', None, 'The split the chosen setting is scored on (optional).')
+_BEAM_SIZES = flags.DEFINE_list('beam_sizes', ['1', '4'], 'Beam sizes to try (1: greedy).')
+_ALPHAS = flags.DEFINE_list('alphas', ['0.6', '1.0'], 'Length penalties to try with each beam above 1.')
+flags.mark_flag_as_required('workdir')
+
+
+def settings(beam_sizes: list[int], alphas: list[float]) -> list[tuple[int, float]]:
+  """``(beam_size, alpha)`` pairs in the order of the tie rule; greedy once, with the first alpha."""
+  pairs = itertools.product(sorted(set(beam_sizes)), sorted(set(alphas)))
+  return [(beam, alpha) for beam, alpha in pairs if beam > 1 or alpha == min(alphas)]
+
+
+def parse_settings(beam_sizes: list[str], alphas: list[str]) -> list[tuple[int, float]]:
+  try:
+    beams, penalties = [int(value) for value in beam_sizes], [float(value) for value in alphas]
+  except ValueError as error:
+    raise ConfigError(f'--beam_sizes takes whole numbers and --alphas numbers ({error}).') from None
+  if not beams or not penalties or min(beams) < 1 or min(penalties) < 0:
+    raise ConfigError(
+      f'--beam_sizes {beam_sizes} and --alphas {alphas}: give beam sizes >= 1 and alphas >= 0.'
+    )
+  return settings(beams, penalties)
+
+
+def choose(
+  workdir, choose_on: str, report_on: str | None, tried, checkpoint='latest', average_last=1
+) -> dict:
+  """The table of ``tried`` settings on ``choose_on``, the winner, and its scores on ``report_on``."""
+  from seq2seq.task import Translation  # pylint: disable=g-import-not-at-top  (JAX: after the flags)
+  from trainer.devices import Devices  # pylint: disable=g-import-not-at-top
+  from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
+  from trainer.partitioning import make_mesh  # pylint: disable=g-import-not-at-top
+
+  if report_on == choose_on:
+    raise ConfigError(f'--report_on is {report_on!r}, the split the setting is chosen on; name another.')
+  mesh = make_mesh()
+  task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh, average_last)
+  if not isinstance(task, Translation):
+    raise ConfigError(f'{workdir} holds a {type(task).__name__}, not a translator.')
+  splits = task.eval_split_names()
+  for flag, split in (('--choose_on', choose_on), ('--report_on', report_on)):
+    if split is not None and split not in splits:
+      raise ConfigError(f'{flag} is {split!r}; this data has the splits {", ".join(splits)}.')
+  model, devices = parts.merge(params), Devices(mesh)
+
+  def bleu_with(beam_size: int, alpha: float, split: str) -> dict:
+    with task.config.decode.unlocked():
+      task.config.decode.update(beam_size=beam_size, alpha=alpha)
+    scores = task.extra_evaluation(model, split, None, devices)
+    return {name: value for name, value in scores.items() if not isinstance(value, str)}
+
+  table = []
+  for beam_size, alpha in tried:
+    scores = bleu_with(beam_size, alpha, choose_on)
+    table.append(dict(beam_size=beam_size, alpha=alpha, **scores))
+    print(f'{choose_on}: beam {beam_size} alpha {alpha:g}: bleu {scores["bleu"]:.2f}', flush=True)
+  best = max(table, key=lambda row: row['bleu'])  # the first of equals: the smaller beam, then alpha
+  result = dict(
+    workdir=str(workdir), step=int(step), averaged_checkpoints=average_last, choose_on=choose_on,
+    table=table, chosen=dict(beam_size=best['beam_size'], alpha=best['alpha']),
+  )  # fmt: skip
+  if report_on is not None:
+    result['report_on'] = report_on
+    result['reported'] = bleu_with(best['beam_size'], best['alpha'], report_on)
+  return result
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  cli.quiet_library_logs()
+  tried = cli.run_reporting_user_errors(parse_settings, _BEAM_SIZES.value, _ALPHAS.value)
+  workdir = storage.as_path(_WORKDIR.value)
+  with cli.interrupt_exits('choosing the decoding', 'the checkpoints are untouched'):
+    result = cli.run_reporting_user_errors(
+      choose, workdir, _CHOOSE_ON.value, _REPORT_ON.value, tried, _CHECKPOINT.value, _AVERAGE_LAST.value
+    )
+  from trainer.io import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+
+  name = f'decoding_{result["choose_on"]}_step{result["step"]}.json'
+  workdir_lib.write_or_say(workdir / name, (json.dumps(result, indent=2) + '\n').encode())
+  print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.parse_flags)
