@@ -350,8 +350,8 @@ def _sentence_page(columns: list[Column], beam_size: int):
       outputs += sentence_outputs(column, text_value, beam_value, position, heads_value)
     return outputs
 
-  for trigger in (go.click, text.submit, heads.change):
-    trigger(everything, [text, beam, heads, *sliders], all_outputs, show_progress='minimal')  # as uploads
+  for trigger in (go.click, text.submit, heads.change):  # a timer, as for uploads
+    trigger(everything, [text, beam, heads, *sliders], all_outputs, show_progress='minimal')
   for column, slider, outputs in per_run:
     slider.change(
       lambda t, b, h, p, column=column: sentence_outputs(column, t, b, p, h),

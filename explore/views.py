@@ -262,6 +262,7 @@ def _hypotheses(predictor, ids: list[int], beam_size: int) -> list[dict]:
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
+  """In NumPy: a JAX function would compile again for each length of output."""
   shifted = logits - logits.max(axis=-1, keepdims=True)
   return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
