@@ -7,12 +7,12 @@ Only what draws imports this module (and matplotlib): the families' ``pictures``
 Each picture is a function returning a ``Figure`` (``*_figure``), which ``plot_*`` saves.
 """
 
-import io
 import pathlib
 
 import numpy as np
+from matplotlib import rcParams
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from PIL import Image
 
 
 def save(figure: Figure, path: pathlib.Path) -> pathlib.Path:
@@ -27,11 +27,24 @@ PIXELS_DPI = 90
 
 def pixels(figure: Figure, tight: bool = True) -> np.ndarray:
   """The figure rendered as uint8 RGB ``[H, W, 3]`` at ``PIXELS_DPI`` (what the explorer page shows);
-  ``tight=False`` keeps the figure's own extent, so that its data coordinates map to known pixels."""
-  buffer = io.BytesIO()
-  figure.savefig(buffer, format='png', dpi=PIXELS_DPI, bbox_inches='tight' if tight else None)
-  buffer.seek(0)
-  return np.asarray(Image.open(buffer).convert('RGB'))
+  ``tight=False`` keeps the figure's own extent, so that its data coordinates map to known pixels.
+
+  One Agg draw, cropped to the drawn artists plus ``savefig.pad_inches`` (what ``savefig``'s
+  ``bbox_inches='tight'`` keeps, without its second layout pass and its PNG round trip)."""
+  original_dpi = figure.dpi
+  figure.set_dpi(PIXELS_DPI)
+  try:
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    image = np.asarray(canvas.buffer_rgba())[..., :3]
+    if tight:
+      box = figure.get_tightbbox(canvas.get_renderer()).padded(rcParams['savefig.pad_inches'])
+      left, bottom, right, top = np.round(box.extents * PIXELS_DPI).astype(int)
+      height = image.shape[0]
+      image = image[max(height - top, 0) : height - max(bottom, 0), max(left, 0) : right]
+    return image.copy()
+  finally:
+    figure.set_dpi(original_dpi)
 
 
 def cosine_similarity(table: np.ndarray) -> np.ndarray:

@@ -3,13 +3,21 @@
   python -m benchmarks.explore_speed --workdir runs/vit_digits --translator runs/transformer_scan \\
       --image zero.png --image one.png --sentence 'jump twice' --sentence 'walk left'
 
-For the image workdir: the seconds from starting ``python -m explore`` to the page shown in Chromium
-(``ready_s``; ``ready_cpu_s``: the CPU seconds the server process used until then, which grow much
-less than the wall-clock seconds when other jobs share the CPU), and the seconds from an action to its answer on the page: a new image (``image_s``), a
-click on a patch (``patch_s``), a move of the checkpoint slider (``checkpoint_s``). For the translator:
-its ``ready_s``, a new sentence (``sentence_s``) and a checkpoint move. Each action is repeated
-``--repeats`` times (alternating inputs, patches and checkpoints): the first time (which may compile)
-and the median of the others are printed. The last line is the JSON of all of them.
+For the image workdir: the seconds from starting ``python -m explore`` to the page ready in Chromium
+(``ready_s``: shown, with the step of the checkpoint it answers for, so restored; ``ready_cpu_s``: the
+CPU seconds the server process used until then, which grow much less than the wall-clock seconds when
+other jobs share the CPU), and the seconds from an action to its answer on the page: a new image
+(``image_s``), a click on a patch (``patch_s``), a move of the checkpoint slider (``checkpoint_s``). For
+the translator: its ``ready_s``, a new sentence (``sentence_s``) and a checkpoint move. Each action is
+repeated ``--repeats`` times (alternating inputs, patches and checkpoints): the first time (which may
+compile) and the median of the others are printed. The last line is the JSON of all of them.
+
+Caches: the explorer is started twice for each workdir, with caches of its own, empty at first: a
+bytecode cache (``PYTHONPYCACHEPREFIX``, whatever ``PYTHONDONTWRITEBYTECODE`` says) and a JAX
+compilation cache (``--compile_cache``). The first start (``ready_first_start_s``) compiles every
+module it imports from source, answers one input and stops; the second, timed in full, reads what the
+first wrote, as every start does where the packages were installed by pip (which compiles them) and
+the explorer has answered once before.
 
 Needs ``requirements-explore.txt`` and ``/usr/bin/chromium``.
 """
@@ -22,6 +30,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl import app, flags
@@ -35,16 +44,27 @@ _SENTENCES = flags.DEFINE_multi_string('sentence', ['jump twice', 'walk left'], 
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Times each action is timed.', lower_bound=2)
 
 
-def _start(workdir: str):
+def _start(workdir: str, caches: str):
   with socket.socket() as sock:
     sock.bind(('127.0.0.1', 0))
     port = sock.getsockname()[1]
+  environment = {**os.environ, 'PYTHONPYCACHEPREFIX': os.path.join(caches, 'python')}
+  environment.pop('PYTHONDONTWRITEBYTECODE', None)
+  compile_cache = os.path.join(caches, 'jax')
   start = time.perf_counter()
   process = subprocess.Popen(
-    [sys.executable, '-m', 'explore', f'--workdir={workdir}', f'--port={port}'],
+    [
+      sys.executable,
+      '-m',
+      'explore',
+      f'--workdir={workdir}',
+      f'--port={port}',
+      f'--compile_cache={compile_cache}',
+    ],
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
     text=True,
+    env=environment,
   )
   for line in process.stdout:
     found = re.search(r'Explorer ready at (\S+)', line)
@@ -81,14 +101,30 @@ def _timed(page, act, predicate, what: str) -> float:
 
 
 def _open(browser, process, url, start, ready_selector):
-  """The page, once shown: and the seconds since the command started, and the CPU seconds the server used."""
+  """The page, once ready (``ready_selector`` shown, and the step the first column answers for): and
+  the seconds since the command started, and the CPU seconds the server used."""
   page = browser.new_page(viewport={'width': 1300, 'height': 1000})
   page.set_default_timeout(120_000)
   page.goto(url)
   page.locator(ready_selector).wait_for()
+  page.locator('#step-0').get_by_text(re.compile(r'step \d+')).wait_for()
   ready, cpu = time.perf_counter() - start, _cpu_seconds(process.pid)
   page.get_by_text('numbers behind the pictures').first.click()
   return page, {'ready_s': round(ready, 3), 'ready_cpu_s': round(cpu, 3)}
+
+
+def _first_start(browser, workdir: str, caches: str, ready_selector: str, act) -> float:
+  """The seconds from the explorer's first start (empty ``caches``) to its page ready; then ``act(page)``
+  answers one input before the explorer stops."""
+  process, url, start = _start(workdir, caches)
+  try:
+    page, numbers = _open(browser, process, url, start, ready_selector)
+    act(page)
+    page.close()
+    return numbers['ready_s']
+  finally:
+    process.terminate()
+    process.wait()
 
 
 def _checkpoint(page, position: int):
@@ -101,23 +137,23 @@ def _summary(name: str, times: list[float]) -> dict:
   return {f'{name}_first_s': round(times[0], 3), f'{name}_s': round(statistics.median(times[1:]), 3)}
 
 
-def measure_images(browser, workdir: str, images: list[str], repeats: int) -> dict:
-  process, url, start = _start(workdir)
+def _upload(page, image: str) -> float:
+  name = image.rsplit('/', 1)[-1]
+  return _timed(
+    page,
+    lambda: page.locator('#image-upload input[type=file]').set_input_files(image),
+    lambda n: n.get('input') == name and n.get('query') is None,
+    f'an upload of {name}',
+  )
+
+
+def measure_images(browser, workdir: str, images: list[str], repeats: int, caches: str) -> dict:
+  first = _first_start(browser, workdir, caches, '#image-upload', lambda page: _upload(page, images[-1]))
+  process, url, start = _start(workdir, caches)
   try:
     page, numbers = _open(browser, process, url, start, '#image-upload')
-    upload = page.locator('#image-upload input[type=file]')
-    times = []
-    for index in range(repeats):
-      image = images[index % len(images)]
-      name = image.rsplit('/', 1)[-1]
-      times.append(
-        _timed(
-          page,
-          lambda image=image: upload.set_input_files(image),
-          lambda n, name=name: n.get('input') == name and n.get('query') is None,
-          f'an upload of {name}',
-        )
-      )
+    numbers['ready_first_start_s'] = first
+    times = [_upload(page, images[index % len(images)]) for index in range(repeats)]
     numbers.update(_summary('image', times))
     picture = page.locator('#input-0 img')
     times = []
@@ -157,28 +193,29 @@ def _checkpoint_times(page, repeats: int) -> list[float]:
   return times
 
 
-def measure_translator(browser, workdir: str, sentences: list[str], repeats: int) -> dict:
-  process, url, start = _start(workdir)
+def _translate(page, sentence: str) -> float:
+  box = page.locator('#sentence textarea')
+
+  def act():
+    box.fill(sentence)
+    page.locator('#translate').click()
+
+  previous = page.locator('#numbers-0 textarea').input_value()
+  return _timed(
+    page,
+    act,
+    lambda n: json.dumps(n) != previous and 'hypotheses' in n,
+    f'the sentence {sentence!r}',
+  )
+
+
+def measure_translator(browser, workdir: str, sentences: list[str], repeats: int, caches: str) -> dict:
+  first = _first_start(browser, workdir, caches, '#sentence', lambda page: _translate(page, sentences[-1]))
+  process, url, start = _start(workdir, caches)
   try:
     page, numbers = _open(browser, process, url, start, '#sentence')
-    box = page.locator('#sentence textarea')
-    times = []
-    for index in range(repeats):
-      sentence = sentences[index % len(sentences)]
-
-      def act(sentence=sentence):
-        box.fill(sentence)
-        page.locator('#translate').click()
-
-      previous = page.locator('#numbers-0 textarea').input_value()
-      times.append(
-        _timed(
-          page,
-          act,
-          lambda n, previous=previous: json.dumps(n) != previous and 'hypotheses' in n,
-          f'the sentence {sentence!r}',
-        )
-      )
+    numbers['ready_first_start_s'] = first
+    times = [_translate(page, sentences[index % len(sentences)]) for index in range(repeats)]
     numbers.update(_summary('sentence', times))
     numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
     return numbers
@@ -193,14 +230,16 @@ def main(argv):
   from playwright.sync_api import sync_playwright  # pylint: disable=g-import-not-at-top
 
   results = {}
-  with sync_playwright() as playwright:
+  with tempfile.TemporaryDirectory() as caches, sync_playwright() as playwright:
     browser = playwright.chromium.launch(executable_path='/usr/bin/chromium', args=['--no-sandbox'])
     if _WORKDIR.value:
       if len(set(_IMAGES.value)) < 2:
         raise app.UsageError(
           'give two images or more (--image, repeated): each upload must differ from the last.'
         )
-      for key, value in measure_images(browser, _WORKDIR.value, _IMAGES.value, _REPEATS.value).items():
+      for key, value in measure_images(
+        browser, _WORKDIR.value, _IMAGES.value, _REPEATS.value, os.path.join(caches, 'images')
+      ).items():
         results[f'image_run_{key}'] = value
         print(f'image run: {key} {value}', flush=True)
     if _TRANSLATOR.value:
@@ -209,7 +248,7 @@ def main(argv):
           'give two sentences or more (--sentence, repeated): each must differ from the last.'
         )
       for key, value in measure_translator(
-        browser, _TRANSLATOR.value, _SENTENCES.value, _REPEATS.value
+        browser, _TRANSLATOR.value, _SENTENCES.value, _REPEATS.value, os.path.join(caches, 'translator')
       ).items():
         results[f'translator_{key}'] = value
         print(f'translator: {key} {value}', flush=True)

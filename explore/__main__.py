@@ -7,7 +7,8 @@
 
 Prints the page's local address and serves it until interrupted (``--host``, ``--port``; 127.0.0.1 by
 default). The page (``explore.page``) reads only the paths given here and the files uploaded to it.
-Needs the packages of ``requirements-explore.txt``.
+Compiled functions are kept across starts in ``--compile_cache``. Needs the packages of
+``requirements-explore.txt``.
 """
 
 import os
@@ -32,6 +33,12 @@ _SWEEP = flags.DEFINE_string(
 )
 _HOST = flags.DEFINE_string('host', '127.0.0.1', 'The address to serve on.')
 _PORT = flags.DEFINE_integer('port', 7860, 'The port to serve on.', lower_bound=1, upper_bound=65535)
+_COMPILE_CACHE = flags.DEFINE_string(
+  'compile_cache',
+  None,
+  "A folder for JAX's compiled functions, kept across starts (default: JAX_COMPILATION_CACHE_DIR, else "
+  '~/.cache/attention-lab/jax); empty: none.',
+)
 
 _KINDS = {'vit': 'image', 'seq2seq': 'sentence', 'video': 'clip'}
 
@@ -78,20 +85,38 @@ def _kind(runs) -> str:
   return kinds.pop()
 
 
-def _warm(runs, kind: str) -> None:
-  """Restores every kept checkpoint and compiles the image and clip forwards, behind the page."""
+def _warm(runs, kind: str, beam_size: int) -> None:
+  """Behind the page: compiles what answers an input for each run's latest checkpoint (for sentences, of
+  the shortest width: a longer one compiles when first typed), then restores every other kept checkpoint."""
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from explore import views  # pylint: disable=g-import-not-at-top
 
   for run in runs:
     steps = run.steps()
-    for step in reversed(steps):
-      predictor = run.predictor(step)
-      if kind in ('image', 'clip') and step == steps[-1]:
-        shape = predictor.prediction.input_shape
-        example = views.Example(np.zeros((1, *shape), np.float32))
-        views.forward(predictor.model, example.model_input)
+    if not steps:
+      continue
+    predictor = run.predictor(steps[-1])
+    if kind == 'sentence':
+      views.compile_sentence(predictor, views.sentence_widths(predictor)[0], beam_size)
+    else:
+      example = views.Example(np.zeros((1, *predictor.prediction.input_shape), np.float32))
+      views.forward(predictor.model, example.model_input)
+  for run in runs:
+    for step in reversed(run.steps()):
+      run.predictor(step)
+
+
+def _use_compile_cache(path: str | None) -> None:
+  """Compiled functions are kept in ``path`` and read back by later starts (JAX's persistent cache)."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  if path is None:
+    cache_home = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
+    path = jax.config.jax_compilation_cache_dir or os.path.join(cache_home, 'attention-lab', 'jax')
+  if path:
+    jax.config.update('jax_compilation_cache_dir', path)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.1)
 
 
 def main(argv):
@@ -110,6 +135,7 @@ def main(argv):
     from trainer.io import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
     beam_size = max(int(workdir_lib.load_config(runs[0].path).decode.beam_size), 2)
+  _use_compile_cache(_COMPILE_CACHE.value)
   page = page_lib.build(runs, kind, sweep=sweep, beam_size=beam_size)
   _, url, _ = page.launch(
     server_name=_HOST.value,
@@ -121,7 +147,7 @@ def main(argv):
     footer_links=[],
   )
   print(f'Explorer ready at {url}', flush=True)
-  threading.Thread(target=_warm, args=(runs, kind), daemon=True).start()
+  threading.Thread(target=_warm, args=(runs, kind, beam_size), daemon=True).start()
   try:
     page.block_thread()
   except KeyboardInterrupt:

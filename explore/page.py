@@ -168,8 +168,10 @@ def _image_page(columns: list[Column]):
     # The upload box is emptied, ready for the next file; the columns show the one read.
     return {'kind': 'file', 'path': path, 'name': path.rsplit('/', 1)[-1]}, None, None
 
+  # 'minimal': a timer, not an overlay redrawn on every output, which slows the browser more than a
+  # fast answer takes.
   upload.upload(uploaded, upload, [source, query, upload]).then(
-    everything, [source, query, *sliders], all_outputs
+    everything, [source, query, *sliders], all_outputs, show_progress='minimal'
   )
   for column, slider, outputs in per_run:
     slider.change(
@@ -247,8 +249,13 @@ def alignment_html(view: dict, key: str) -> str:
   )
 
 
-def sentence_outputs(column: Column, text: str, beam_size, position):
-  """(hypotheses, alignment, cross-attention picture, encoder picture, numbers, message, step text)."""
+HEADS = ('averaged', 'each head')
+
+
+def sentence_outputs(column: Column, text: str, beam_size, position, heads: str = HEADS[0]):
+  """(hypotheses, alignment, cross-attention picture, encoder picture, numbers, message, step text); the
+  pictures have one panel per layer with its heads averaged, or with ``heads='each head'`` one per layer
+  and head."""
   from seq2seq import pictures  # pylint: disable=g-import-not-at-top
 
   step = column.step_of(position)
@@ -263,8 +270,9 @@ def sentence_outputs(column: Column, text: str, beam_size, position):
     view = views.sentence_view(predictor, text, int(beam_size))
     best = view['hypotheses'][-1]
     title = f'{column.title(predictor.step)}: {best["search"]}'
+    per_head = heads == HEADS[1]
     cross = pictures.sentence_attention_figure(
-      best['cross'], view['source_labels'], best['target_labels'], title, per_head=True
+      best['cross'], view['source_labels'], best['target_labels'], title, per_head=per_head
     )
     encoder = (
       drawing.pixels(
@@ -273,7 +281,7 @@ def sentence_outputs(column: Column, text: str, beam_size, position):
           view['source_labels'],
           view['source_labels'],
           f'{column.title(predictor.step)}: encoder self-attention',
-          per_head=True,
+          per_head=per_head,
           ylabel='source (query)',
         )
       )
@@ -317,6 +325,7 @@ def _sentence_page(columns: list[Column], beam_size: int):
   with gr.Row():
     text = gr.Textbox(label='Sentence', elem_id='sentence', scale=4)
     beam = gr.Slider(2, 8, value=beam_size, step=1, label='beam size', elem_id='beam-size')
+    heads = gr.Radio(list(HEADS), value=HEADS[0], label='attention heads', elem_id='attention-heads')
     go = gr.Button('Translate', elem_id='translate')
   per_run = []
   with gr.Row():
@@ -325,29 +334,32 @@ def _sentence_page(columns: list[Column], beam_size: int):
         slider, step_text, message = _column_head(column)
         hypotheses = gr.HTML(elem_id=f'hypotheses-{column.index}')
         alignment = gr.HTML(elem_id=f'alignment-html-{column.index}')
-        cross = gr.Image(label='cross-attention per layer and head', interactive=False)
-        encoder = gr.Image(label='encoder self-attention per layer and head', interactive=False)
+        cross = gr.Image(
+          label='cross-attention per layer', interactive=False, elem_id=f'cross-{column.index}'
+        )
+        encoder = gr.Image(label='encoder self-attention per layer', interactive=False)
         with gr.Accordion('numbers behind the pictures', open=False):
           numbers = gr.Textbox(lines=6, max_lines=12, show_label=False, elem_id=f'numbers-{column.index}')
         per_run.append((column, slider, [hypotheses, alignment, cross, encoder, numbers, message, step_text]))
   sliders = [slider for _, slider, _ in per_run]
   all_outputs = [output for _, _, outputs in per_run for output in outputs]
 
-  def everything(text_value, beam_value, *positions):
+  def everything(text_value, beam_value, heads_value, *positions):
     outputs = []
     for (column, _, _), position in zip(per_run, positions):
-      outputs += sentence_outputs(column, text_value, beam_value, position)
+      outputs += sentence_outputs(column, text_value, beam_value, position, heads_value)
     return outputs
 
-  for trigger in (go.click, text.submit):
-    trigger(everything, [text, beam, *sliders], all_outputs)
+  for trigger in (go.click, text.submit, heads.change):  # a timer, as for uploads
+    trigger(everything, [text, beam, heads, *sliders], all_outputs, show_progress='minimal')
   for column, slider, outputs in per_run:
     slider.change(
-      lambda t, b, p, column=column: sentence_outputs(column, t, b, p),
-      [text, beam, slider],
+      lambda t, b, h, p, column=column: sentence_outputs(column, t, b, p, h),
+      [text, beam, heads, slider],
       outputs,
       show_progress='hidden',
     )
+  return [text, beam, heads, *sliders], all_outputs, everything
 
 
 # Clips -----------------------------------------------------------------------------------------------
@@ -544,11 +556,15 @@ def build(runs, kind: str, *, sweep=None, beam_size: int = 4) -> gr.Blocks:
     if kind == 'image':
       source, query, _, sliders, all_outputs, everything = _image_page(columns)
       _glance_section(columns, source, sliders, all_outputs, everything, query)
+      inputs = [source, query, *sliders]
     elif kind == 'sentence':
-      _sentence_page(columns, beam_size)
+      inputs, all_outputs, everything = _sentence_page(columns, beam_size)
     else:
       source, sliders, all_outputs, everything = _clip_page(columns)
       _glance_section(columns, source, sliders, all_outputs, everything, None)
+      inputs = [source, *sliders]
+    # Once the page is shown, each column shows the step it answers for (its checkpoint restored).
+    page.load(everything, inputs, all_outputs, show_progress='hidden')
     if any(not run.weights for run in runs):
       _curves_section([run for run in runs if not run.weights], sweep)
     numbers = json.dumps([{'run': run.name, 'path': str(run.path), 'steps': run.steps()} for run in runs])

@@ -181,13 +181,11 @@ def sentence_view(predictor, text: str, beam_size: int) -> dict:
   and its tokens, cross-attention (per layer ``[heads, target, source]``) and the encoder's
   self-attention (per layer ``[heads, source, source]``; none for the RNN); ``unknown``: the words read
   as unknown."""
-  from seq2seq import prediction  # pylint: disable=g-import-not-at-top
-  from seq2seq.decoding import translate  # pylint: disable=g-import-not-at-top
   from seq2seq.pictures import token_labels  # pylint: disable=g-import-not-at-top
-  from seq2seq.tokenizer import BOS_ID, PAD_ID, UNK_ID  # pylint: disable=g-import-not-at-top
+  from seq2seq.tokenizer import UNK_ID  # pylint: disable=g-import-not-at-top
 
   task = predictor.task
-  data, decode = task.config.data, task.config.decode
+  data = task.config.data
   if len(text) > MAX_CHARACTERS:
     raise InputError(f'the sentence has {len(text)} characters; the explorer reads at most {MAX_CHARACTERS}.')
   if not text.strip():
@@ -201,6 +199,23 @@ def sentence_view(predictor, text: str, beam_size: int) -> dict:
   sentence = predictor.read(text)
   unknown = [word for word in text.split() if UNK_ID in task.source_tokenizer.encode(word)]
   ids = sentence.ids
+  return {
+    'source_ids': ids,
+    'source_labels': token_labels(task.source_tokenizer, ids),
+    'unknown': unknown,
+    'hypotheses': _hypotheses(predictor, ids, beam_size),
+  }
+
+
+def _hypotheses(predictor, ids: list[int], beam_size: int) -> list[dict]:
+  """``sentence_view``'s hypotheses of the source ``ids`` (padded to their length bucket's width)."""
+  from seq2seq import prediction  # pylint: disable=g-import-not-at-top
+  from seq2seq.decoding import translate  # pylint: disable=g-import-not-at-top
+  from seq2seq.pictures import token_labels  # pylint: disable=g-import-not-at-top
+  from seq2seq.tokenizer import BOS_ID, PAD_ID  # pylint: disable=g-import-not-at-top
+
+  task = predictor.task
+  data, decode = task.config.data, task.config.decode
   width = prediction.source_width(len(ids), data)
   src = np.full((1, width), PAD_ID, np.int32)
   src[0, : len(ids)] = ids
@@ -225,10 +240,8 @@ def sentence_view(predictor, text: str, beam_size: int) -> dict:
     decoder_input = np.full((1, found.shape[1]), PAD_ID, np.int32)
     decoder_input[0, : len(output)] = [BOS_ID, *output[:-1]]
     logits, intermediates = forward(model, src, decoder_input)
-    log_probabilities = jax.nn.log_softmax(logits[0, : len(output)].astype(np.float32))
-    log_probability = float(
-      np.sum(np.take_along_axis(np.asarray(log_probabilities), np.asarray(output)[:, None], 1))
-    )
+    log_probabilities = _log_softmax(logits[0, : len(output)].astype(np.float64))
+    log_probability = float(np.sum(np.take_along_axis(log_probabilities, np.asarray(output)[:, None], 1)))
     cross = [layer[0, :, : len(output), : len(ids)] for layer in intermediates['cross_attention_weights']]
     encoder = [
       layer[0, :, : len(ids), : len(ids)] for layer in intermediates.get('encoder_attention_weights', [])
@@ -245,12 +258,28 @@ def sentence_view(predictor, text: str, beam_size: int) -> dict:
         'encoder': encoder,
       }
     )
-  return {
-    'source_ids': ids,
-    'source_labels': token_labels(task.source_tokenizer, ids),
-    'unknown': unknown,
-    'hypotheses': hypotheses,
-  }
+  return hypotheses
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+  """In NumPy: a JAX function would compile again for each length of output."""
+  shifted = logits - logits.max(axis=-1, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def sentence_widths(predictor) -> list[int]:
+  """The widths ``sentence_view`` pads sources to (one per length bucket), shortest first."""
+  from seq2seq import prediction  # pylint: disable=g-import-not-at-top
+
+  data = predictor.task.config.data
+  return sorted({prediction.source_width(n, data) for n in range(1, data.max_source_length + 1)})
+
+
+def compile_sentence(predictor, width: int, beam_size: int) -> None:
+  """Compiles ``sentence_view``'s searches and forward for sources padded to ``width``."""
+  from seq2seq.tokenizer import UNK_ID  # pylint: disable=g-import-not-at-top
+
+  _hypotheses(predictor, [UNK_ID] * width, beam_size)
 
 
 # Clips ---------------------------------------------------------------------------------------------

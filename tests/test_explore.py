@@ -45,9 +45,12 @@ def _free_port() -> int:
 
 
 class Server:
-  """``python -m explore ARGS`` on a free port, until closed."""
+  """``python -m explore ARGS`` on a free port, until closed; with no JAX compilation cache unless ARGS
+  name one."""
 
   def __init__(self, *args):
+    if not any(arg.startswith('--compile_cache') for arg in args):
+      args = (*args, '--compile_cache=')
     self.process = subprocess.Popen(
       [sys.executable, '-m', 'explore', *args, f'--port={_free_port()}'],
       cwd=ROOT,
@@ -182,6 +185,10 @@ def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor_besi
   server = Server(f'--workdir={vit_workdir}', f'--workdir={untrained}')
   try:
     page = _open(browser, server)
+    # Before any input, each column shows the step it answers for and its position similarity.
+    sync_api.expect(page.locator('#step-0')).to_contain_text('step 6')
+    page.locator('#similarity-0 img').wait_for()
+    _message(page, 0, 'Upload an image')
     _upload(page, 'image-upload', digit)
     latest = load_predictor(vit_workdir)
     image = latest.prediction.prepare(latest.read(str(digit))[None])
@@ -257,6 +264,11 @@ def _cross_attention(predictor, text: str, output_ids: list[int]) -> list[np.nda
   return [np.asarray(layer[0]) for layer in intermediates['cross_attention_weights']]
 
 
+def _natural_width(page, selector: str) -> int:
+  page.locator(selector).wait_for()
+  return page.eval_on_selector(selector, 'image => image.naturalWidth')
+
+
 def _alphas(page, selector: str) -> list[float]:
   """The opacity of each matching element's background colour."""
   colours = page.eval_on_selector_all(
@@ -269,16 +281,21 @@ def _alphas(page, selector: str) -> list[float]:
   return alphas
 
 
-def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentences(browser, scan_workdir):
+def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentences(
+  browser, scan_workdir, tmp_path
+):
   from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
 
-  server = Server(f'--workdir={scan_workdir}')
+  compile_cache = tmp_path / 'compiled'
+  server = Server(f'--workdir={scan_workdir}', f'--compile_cache={compile_cache}')
   try:
     page = _open(browser, server)
+    sync_api.expect(page.locator('#step-0')).to_contain_text('step 4')
     predictor = load_predictor(scan_workdir)
     page.locator('#sentence textarea').fill('jump twice')
     page.locator('#translate').click()
     shown = _numbers(page, 0, lambda n: n.get('hypotheses'))
+    assert any(compile_cache.iterdir())  # the searches compiled, kept for the next start
     greedy, beam = shown['hypotheses']
     beam_size = int(beam['search'].split()[-1])
     assert greedy['translation'] == predictor(['jump twice'], beam_size=1)[0]['translation']
@@ -295,6 +312,13 @@ def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentenc
       assert int(np.argmax(lit)) == int(np.argmax(last[i])), (i, lit, last[i])
       np.testing.assert_allclose(lit, last[i] / last[i].max(), atol=2e-3)
     _screenshot(page, 'explore_translator.png')
+
+    # One panel per layer, heads averaged; on asking, one per layer and head (two heads: two panels).
+    averaged = _natural_width(page, '#cross-0 img')
+    page.locator('#attention-heads').get_by_text('each head').click()
+    page.wait_for_function(
+      f"() => document.querySelector('#cross-0 img')?.naturalWidth > {1.2 * averaged}", timeout=WAIT_MS
+    )
 
     _set_checkpoint(page, 0, 0)
     older = _numbers(page, 0, lambda n: n['step'] == 2)

@@ -57,3 +57,49 @@ def test_an_rnn_sentence_view_is_its_predictors_translation_with_its_single_atte
   with pytest.raises(views.InputError, match='empty'):
     views.sentence_view(predictor, '  ', beam_size=3)
   assert views.sentence_view(predictor, 'jump blorf', beam_size=2)['unknown'] == ['blorf']
+
+
+@pytest.mark.slow  # compiles a tiny Transformer's searches and forward for two source widths
+def test_sentences_of_a_compiled_width_compile_nothing_more(tmp_path):
+  from tests.compilations import counted_compilations  # pylint: disable=g-import-not-at-top
+  from tests.translation_test_configs import tiny_translation_config  # pylint: disable=g-import-not-at-top
+
+  config = tiny_translation_config()
+  config.data.update(max_source_length=16, max_target_length=16)
+  task = load_task(config)
+  task.prepare(tmp_path)
+  predictor = Predictor(tmp_path, task, task.make_model(nnx.Rngs(params=0)), 0, None)
+  widths = views.sentence_widths(predictor)
+  assert widths == [8, 16]
+  for width in widths:
+    views.compile_sentence(predictor, width, beam_size=2)
+  with counted_compilations() as compiles:
+    for sentence in ['jump', 'walk left twice', 'jump twice and walk left thrice after look']:
+      views.sentence_view(predictor, sentence, beam_size=2)
+  assert compiles == []
+
+
+def test_a_figure_in_pixels_keeps_what_a_tight_saved_picture_keeps():
+  import io  # pylint: disable=g-import-not-at-top
+
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+
+  from attention import drawing  # pylint: disable=g-import-not-at-top
+
+  weights = [np.random.default_rng(0).dirichlet(np.ones(5), size=3) for _ in range(2)]
+  figure = drawing.token_attention_figure(
+    weights, list('abcde'), list('xyz'), 'a title', xlabel='source', ylabel='target'
+  )
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format='png', dpi=drawing.PIXELS_DPI, bbox_inches='tight')
+  saved = np.asarray(Image.open(buffer).convert('RGB'))
+  shown = drawing.pixels(figure)
+  assert shown.dtype == np.uint8 and shown.shape[2] == 3
+  assert np.all(np.abs(np.subtract(shown.shape[:2], saved.shape[:2])) <= 12), (shown.shape, saved.shape)
+  # Nothing drawn is cut: the picture's edges are the figure's white background.
+  for edge in (shown[0], shown[-1], shown[:, 0], shown[:, -1]):
+    assert np.all(edge == 255)
+  untrimmed = drawing.pixels(figure, tight=False)
+  assert untrimmed.shape[:2] == tuple(
+    round(side * drawing.PIXELS_DPI) for side in figure.get_size_inches()[::-1]
+  )
