@@ -1,4 +1,9 @@
-"""Dotted-path overrides for the tiny test configs: ``override(config, {'model.width': 8})``."""
+"""Dotted-path overrides for the tiny test configs: ``override(config, {'model.width': 8})``, and the
+check that a bad override stops a run before it starts."""
+
+import pytest
+
+from trainer.loop import train_and_evaluate
 
 
 def override(config, overrides):
@@ -12,3 +17,13 @@ def override(config, overrides):
       raise KeyError(f'{path} is not a field of the config')
     section[name] = value
   return config
+
+
+def assert_fails_before_any_work(make_config, overrides, message, tmp_path):
+  """Training ``make_config(**overrides)`` fails with an error matching ``message`` and leaves no
+  workdir; ``{tmp}`` in a string override stands for ``tmp_path``."""
+  overrides = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in overrides.items()}
+  workdir = tmp_path / 'workdir'
+  with pytest.raises((ValueError, FileNotFoundError), match=message):
+    train_and_evaluate(make_config(**overrides), workdir)
+  assert not workdir.exists()

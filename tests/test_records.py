@@ -3,7 +3,6 @@
 import io
 import json
 import pathlib
-import signal
 
 import jax
 import numpy as np
@@ -13,11 +12,12 @@ from flax import nnx
 from PIL import Image
 
 from pipelines import convert, records
+from tests.interruptions import stop_at_batch
 from trainer.errors import DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
 from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from vit.input_pipeline import _AUGMENT_STREAM, ImageData, default_data_config, load_image_data
+from vit.input_pipeline import _AUGMENT_STREAM, default_data_config, load_image_data
 
 NORMALISATION = {'mean': (0.0,), 'std': (1 / 255,)}  # images come out as raw 0..255
 RANDOM_RESIZED_CROP = {'crop_scale': (0.3, 1.0), 'flip': True}
@@ -310,19 +310,10 @@ def test_training_from_records_resumes_bit_identically_and_eight_devices_equal_o
 ):
   reference = tmp_path / 'reference'
   train_and_evaluate(records_vit_config(digits_records), reference)
-  original = ImageData.train_batches
-
-  def interrupting_batches(self, **kwargs):
-    for index, batch in enumerate(original(self, **kwargs)):
-      if kwargs['start_step'] == 0 and index == 3:
-        signal.raise_signal(signal.SIGTERM)
-      yield batch
-
-  monkeypatch.setattr(ImageData, 'train_batches', interrupting_batches)
+  stop_at_batch(monkeypatch, 3)
   resumed = tmp_path / 'resumed'
   first = train_and_evaluate(records_vit_config(digits_records), resumed)
   assert first.interrupted and 0 < first.step < 8
-  monkeypatch.setattr(ImageData, 'train_batches', original)
   second = train_and_evaluate(records_vit_config(digits_records), resumed)
   assert second.step == 8 and not second.interrupted
   assert _train_losses(resumed) == _train_losses(reference)
