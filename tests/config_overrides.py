@@ -1,5 +1,5 @@
-"""Dotted-path overrides for the tiny test configs: ``override(config, {'model.width': 8})``, and the
-check that a bad override stops a run before it starts."""
+"""Dotted-path overrides for the tiny test configs (``override(config, {'model.width': 8})``), their
+short runs (``short_run``), and the check that a bad override stops a run before it starts."""
 
 import pytest
 
@@ -16,6 +16,22 @@ def override(config, overrides):
     if name not in section:
       raise KeyError(f'{path} is not a field of the config')
     section[name] = value
+  return config
+
+
+def short_run(
+  config, *, steps, eval_every, batch=32, eval_batch=64, log_every=1, checkpoint_every=2, warmup=2
+):
+  """``config`` trained ``steps`` steps (not epochs) of ``batch`` examples, logged, evaluated and
+  saved every so many steps, the learning rate warming up over ``warmup`` steps."""
+  config.batch_size = batch
+  config.eval_batch_size = eval_batch
+  config.num_epochs = 0.0
+  config.total_steps = steps
+  config.log_every_steps = log_every
+  config.eval_every_steps = eval_every
+  config.checkpoint_every_steps = checkpoint_every
+  config.optimizer.warmup_steps = warmup
   return config
 
 

@@ -1,7 +1,7 @@
 """Tiny translator configs for tests: small models, a few steps, small evaluations (seconds on a CPU)."""
 
 from configs import rnn_scan, transformer_scan
-from tests.config_overrides import override
+from tests.config_overrides import override, short_run
 
 
 def tiny_translation_config(**overrides):
@@ -24,15 +24,8 @@ def short_scan_run(config, overrides):
   """A SCAN config trained 4 steps on the pairs of at most 7 words and actions (one batch shape to
   compile), evaluated on the first 48 test pairs (truncated likewise); ``overrides`` over that."""
   config.data.update(max_source_length=8, max_target_length=8, max_eval_examples=48)
-  config.batch_size = 32
-  config.eval_batch_size = 64
-  config.total_steps = 4
-  config.log_every_steps = 1
-  config.eval_every_steps = 2
-  config.checkpoint_every_steps = 2
-  config.optimizer.warmup_steps = 2
   config.decode.update(beam_size=1, num_samples=2)
-  return override(config, overrides)
+  return override(short_run(config, steps=4, eval_every=2), overrides)
 
 
 def tiny_parallel_config(path, **overrides):
