@@ -13,6 +13,7 @@ from PIL import Image
 
 from pipelines import convert, records
 from tests.interruptions import stop_at_batch
+from tests.test_image_data import assert_batches_equal, assert_processes_make_the_batches, take
 from trainer.errors import DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
 from trainer.io.metrics_io import read_metrics
@@ -41,16 +42,6 @@ def image_config(augment=None, **fields):
   config.update(NORMALISATION, **fields)
   config.augment.update(augment or {})
   return config
-
-
-def take(iterator, count):
-  return [next(iterator) for _ in range(count)]
-
-
-def assert_batches_equal(left, right):
-  assert left.keys() == right.keys()
-  for key in left:
-    np.testing.assert_array_equal(left[key], right[key], err_msg=key)
 
 
 @pytest.fixture(scope='module')
@@ -97,14 +88,7 @@ def test_two_processes_make_the_one_process_batch_and_read_an_epoch_once(tmp_pat
     write_numbered_folder(tmp_path, {'train': 48}), tmp_path / 'records'
   )
   cropped = load_image_data(image_config(RANDOM_RESIZED_CROP, source='records', path=str(records_folder)))
-  one = take(cropped.train_batches(batch_size=16, seed=1, start_step=2), 2)
-  halves = [
-    take(cropped.train_batches(batch_size=16, seed=1, start_step=2, process_index=p, process_count=2), 2)
-    for p in (0, 1)
-  ]
-  for step in range(2):
-    joined = {key: np.concatenate([halves[0][step][key], halves[1][step][key]]) for key in one[step]}
-    assert_batches_equal(one[step], joined)
+  assert_processes_make_the_batches(cropped, 2, 2, batch_size=16, seed=1, start_step=2)
 
   plain = load_image_data(image_config(source='records', path=str(records_folder)))
   seen = []
