@@ -26,7 +26,7 @@ from absl import app, flags
 from flax import nnx
 
 from seq2seq.architectures import make_translator
-from seq2seq.decoding import beam_search, greedy_search, uncached_greedy_search
+from seq2seq.decoding import beam_search, greedy_search
 from seq2seq.model import decode_variant
 
 _VARIANT = flags.DEFINE_string('variant', 'small', 'Model variant (seq2seq.model.VARIANTS).')
@@ -65,7 +65,7 @@ def main(argv):
   if _BEAM_SIZE.value == 1:
     search = 'greedy search'
     cached = jax.jit(lambda s: greedy_search(model, s, **settings))
-    uncached = jax.jit(lambda s: uncached_greedy_search(model, s, **settings))
+    uncached = jax.jit(lambda s: greedy_search(model, s, use_cache=False, **settings))
   else:
     search = f'beam search, beam {_BEAM_SIZE.value}'
     cached = jax.jit(lambda s: beam_search(model, s, beam_size=_BEAM_SIZE.value, **settings)[0])

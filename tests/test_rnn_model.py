@@ -9,7 +9,7 @@ from flax import nnx
 
 from attention.scores import AttentionScore
 from seq2seq.architectures import make_translator, model_section
-from seq2seq.decoding import beam_search, greedy_search, uncached_greedy_search
+from seq2seq.decoding import beam_search, greedy_search
 from seq2seq.rnn_model import ATTENTION_SCORES
 from tests.translation_test_configs import tiny_rnn_config
 from tests.translation_test_models import VOCAB, decoded_step_by_step, sources, tiny_transformer
@@ -145,7 +145,7 @@ def test_decoding_with_the_state_equals_rerunning_the_decoder(kind):
     model = nnx.merge(graphdef, state)
     return (
       greedy_search(model, s, max_extra_length=6),
-      uncached_greedy_search(model, s, max_extra_length=6),
+      greedy_search(model, s, max_extra_length=6, use_cache=False),
       beam_search(model, s, beam_size=1, max_extra_length=6)[0],
       beam_search(model, s, beam_size=3, max_extra_length=6),
       beam_search(model, s, beam_size=3, max_extra_length=6, use_cache=False),

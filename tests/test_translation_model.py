@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from seq2seq.architectures import make_translator
-from seq2seq.decoding import beam_search, greedy_search, length_penalty, uncached_greedy_search
+from seq2seq.decoding import beam_search, greedy_search, length_penalty
 from seq2seq.model import decode_variant
 from seq2seq.tokenizer import BOS_ID, EOS_ID
 from tests.translation_test_models import VOCAB, decoded_step_by_step, sources, tiny_transformer
@@ -19,7 +19,7 @@ def greedy_searches(model):
   return jax.jit(
     lambda s: (
       greedy_search(model, s, max_extra_length=6),
-      uncached_greedy_search(model, s, max_extra_length=6),
+      greedy_search(model, s, max_extra_length=6, use_cache=False),
     )
   )
 
