@@ -7,6 +7,7 @@ Only what draws imports this module (and matplotlib): the families' ``pictures``
 Each picture is a function returning a ``Figure`` (``*_figure``), which ``plot_*`` saves.
 """
 
+import contextlib
 import pathlib
 
 import numpy as np
@@ -20,6 +21,18 @@ def save(figure: Figure, path: pathlib.Path) -> pathlib.Path:
   with path.open('wb') as file:  # a file object: the path may be in a bucket
     figure.savefig(file, format=path.suffix.lstrip('.') or 'png', dpi=110, bbox_inches='tight')
   return path
+
+
+def first_eval_example(task, feature: str) -> tuple[np.ndarray, int]:
+  """The first example of ``task``'s evaluation split that a picture shows: its ``feature`` as a
+  batch of one, and its label."""
+  config = task.config
+  batches = task.eval_batches(
+    config.eval_split, batch_size=config.eval_batch_size, process_index=0, process_count=1
+  )
+  with contextlib.closing(batches):
+    batch = next(iter(batches))
+  return np.asarray(batch[feature][:1]), int(batch['label'][0])
 
 
 PIXELS_DPI = 90

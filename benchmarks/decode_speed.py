@@ -25,8 +25,9 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from seq2seq.decoding import beam_search, greedy_search, uncached_greedy_search
-from seq2seq.model import decode_variant, make_transformer
+from seq2seq.architectures import make_translator
+from seq2seq.decoding import beam_search, greedy_search
+from seq2seq.model import decode_variant
 
 _VARIANT = flags.DEFINE_string('variant', 'small', 'Model variant (seq2seq.model.VARIANTS).')
 _VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 8000, 'Shared vocabulary size.')
@@ -53,7 +54,7 @@ def main(argv):
   section = dict(
     variant=_VARIANT.value, share_embeddings=True, max_length=max(256, _OUTPUT_LENGTH.value), dropout=0.0
   )
-  model = make_transformer(
+  model = make_translator(
     section, source_vocab_size=_VOCAB_SIZE.value, target_vocab_size=_VOCAB_SIZE.value, rngs=nnx.Rngs(0)
   )
   rng = np.random.default_rng(0)
@@ -64,7 +65,7 @@ def main(argv):
   if _BEAM_SIZE.value == 1:
     search = 'greedy search'
     cached = jax.jit(lambda s: greedy_search(model, s, **settings))
-    uncached = jax.jit(lambda s: uncached_greedy_search(model, s, **settings))
+    uncached = jax.jit(lambda s: greedy_search(model, s, use_cache=False, **settings))
   else:
     search = f'beam search, beam {_BEAM_SIZE.value}'
     cached = jax.jit(lambda s: beam_search(model, s, beam_size=_BEAM_SIZE.value, **settings)[0])

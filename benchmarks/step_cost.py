@@ -4,6 +4,8 @@
 - ``ConfigStep``: a config's train step built as training builds it, on one real training batch
   already on the devices, and its compiled FLOPs; ``alternating_rounds`` times several such steps
   in turn.
+- ``SyntheticStep``: a config's train step on one synthetic batch, with its model FLOPs and
+  parameter count known before it is compiled (the throughput benchmarks).
 - ``ModelFlops`` (``trainer.observe.model_flops``): the FLOPs of a train step as the model computes
   them, counted on a plain CPU copy of the step, whichever device, kernels, scanning,
   rematerialisation and micro-batches the timed step runs with.
@@ -44,7 +46,7 @@ from trainer.observe.step_cost import (
   program_flops,
   summarise_trace,
 )
-from trainer.partitioning import global_batch
+from trainer.partitioning import global_batch, replicated
 from trainer.run_step import build_step
 from trainer.state import train_metrics
 from trainer.task import load_task
@@ -52,6 +54,7 @@ from trainer.task import load_task
 __all__ = [
   'CompiledSteps',
   'ConfigStep',
+  'SyntheticStep',
   'alternating_rounds',
   'compiled_flops',
   'cost_report',
@@ -108,6 +111,28 @@ class ConfigStep(CompiledSteps):
   def compiled_flops(self) -> float:
     """The FLOPs of one step, from XLA's cost analysis of the compiled step."""
     return compiled_flops(self.compiled.lower(self.state, self.metrics, self.batch).compile())
+
+
+class SyntheticStep(CompiledSteps):
+  """The train step of ``config`` on one synthetic batch (``host_batch``, the global batch, put on
+  the devices) and the task ``make_task(config)`` builds. Its model FLOPs (``flops``) and parameter
+  count (``parameters``) are known before ``compile()``, so that a FLOPs-only run compiles no step."""
+
+  def __init__(self, config: ml_collections.ConfigDict, make_task: Callable, host_batch: dict[str, Any]):
+    task = make_task(config)
+    run_step = build_step(config, task, num_steps=1000)
+    state, parts = run_step.init.create()
+    self._step = run_step.train_step(parts)
+    batch = global_batch(host_batch, run_step.mesh)
+    metrics = jax.device_put(train_metrics(task).empty(), replicated(run_step.mesh))
+    self.flops = ModelFlops(config, make_task, num_steps=1000)(metrics, batch)
+    self.parameters = sum(p.size for p in jax.tree.leaves(state.params))
+    super().__init__(None, state, metrics, batch)
+
+  def compile(self):
+    """Compiles the step; returns the compiled step, which ``run`` then runs."""
+    self.compiled = self._step.lower(self.state, self.metrics, self.batch).compile()
+    return self.compiled
 
 
 def alternating_rounds(steps: dict[str, CompiledSteps], rounds: int, count: int) -> dict[str, float]:

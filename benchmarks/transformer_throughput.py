@@ -24,19 +24,15 @@ if __name__ == '__main__':
 
 import json
 
-import jax
 import numpy as np
 from absl import app, flags
 
 from benchmarks import step_flags
-from benchmarks.step_cost import CompiledSteps, ModelFlops, cost_report, profile_and_summarise
+from benchmarks.step_cost import SyntheticStep, cost_report, profile_and_summarise
 from benchmarks.synthetic_tasks import SyntheticTranslation
 from configs.common import trainer_config
 from seq2seq.model import model_section
 from seq2seq.tokenizer import PAD_ID
-from trainer.partitioning import global_batch, replicated
-from trainer.run_step import build_step
-from trainer.state import train_metrics
 
 _VARIANT = flags.DEFINE_string('variant', 'base', 'Model variant (seq2seq.model.VARIANTS).')
 _VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 37000, 'Shared vocabulary size.')
@@ -59,32 +55,19 @@ def main(argv):
     attention_kernel=step_flags.ATTENTION_KERNEL.value,
   )
   config.batch_size = _BATCH.value
-  task = SyntheticTranslation(config, _VOCAB_SIZE.value)
-  run_step = build_step(config, task, num_steps=1000)
-  mesh = run_step.mesh
-  state, parts = run_step.init.create()
-  step = run_step.train_step(parts)
   rng = np.random.default_rng(0)
 
   def tokens():  # ids of real pieces: never padding
     return rng.integers(PAD_ID + 1, _VOCAB_SIZE.value, (_BATCH.value, _LENGTH.value)).astype(np.int32)
 
   target = tokens()
-  batch = global_batch(
-    {'src': tokens(), 'tgt_in': np.roll(target, 1, axis=1), 'tgt_out': target},
-    mesh,
-  )
-  metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-  flops = ModelFlops(config, lambda c: SyntheticTranslation(c, _VOCAB_SIZE.value), num_steps=1000)(
-    metrics, batch
-  )
-  num_params = sum(p.size for p in jax.tree.leaves(state.params))
+  batch = {'src': tokens(), 'tgt_in': np.roll(target, 1, axis=1), 'tgt_out': target}
+  steps = SyntheticStep(config, lambda c: SyntheticTranslation(c, _VOCAB_SIZE.value), batch)
+  flops, num_params = steps.flops, steps.parameters
   if step_flags.FLOPS_ONLY.value:
     print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
     return
-  compiled = step.lower(state, metrics, batch).compile()
-
-  steps = CompiledSteps(compiled, state, metrics, batch)
+  compiled = steps.compile()
   seconds = steps.seconds_per_step(_STEPS.value)
   tokens_per_step = 2 * _BATCH.value * _LENGTH.value
   print(

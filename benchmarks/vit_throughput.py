@@ -36,18 +36,14 @@ from trainer.command_line import host_memory
 if __name__ == '__main__':
   host_memory.reexec_with_huge_page_malloc()  # faster XLA:CPU steps on some CPUs; see trainer/command_line/host_memory.py
 
-import jax
 import numpy as np
 from absl import app, flags
 
 from attention.layers import REMAT_POLICIES
 from benchmarks import step_flags
-from benchmarks.step_cost import CompiledSteps, ModelFlops, cost_report, profile_and_summarise
+from benchmarks.step_cost import SyntheticStep, cost_report, profile_and_summarise
 from benchmarks.synthetic_tasks import SyntheticImageTask
 from configs.common import trainer_config
-from trainer.partitioning import global_batch, replicated
-from trainer.run_step import build_step
-from trainer.state import train_metrics
 from vit.input_pipeline import default_data_config, load_image_data
 from vit.model import model_section
 
@@ -105,29 +101,17 @@ def main(argv):
   )
   config.update(batch_size=_BATCH.value, grad_accum_steps=_GRAD_ACCUM.value)
   config.ema.decay = _EMA_DECAY.value
-  task = SyntheticImageTask(config, _IMAGE_SIZE.value, _NUM_CLASSES.value)
-  run_step = build_step(config, task, num_steps=1000)
-  mesh = run_step.mesh
-  state, parts = run_step.init.create()
-  step = run_step.train_step(parts)
   rng = np.random.default_rng(0)
-  batch = global_batch(
-    {
-      'image': rng.normal(size=(_BATCH.value, _IMAGE_SIZE.value, _IMAGE_SIZE.value, 3)).astype(np.float32),
-      'label': rng.integers(0, _NUM_CLASSES.value, _BATCH.value).astype(np.int32),
-    },
-    mesh,
-  )
-  num_params = sum(p.size for p in jax.tree.leaves(state.params))
-  metrics = jax.device_put(train_metrics(task).empty(), replicated(mesh))
-  make_task = lambda c: SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value)  # noqa: E731
-  flops = ModelFlops(config, make_task, num_steps=1000)(metrics, batch)
+  batch = {
+    'image': rng.normal(size=(_BATCH.value, _IMAGE_SIZE.value, _IMAGE_SIZE.value, 3)).astype(np.float32),
+    'label': rng.integers(0, _NUM_CLASSES.value, _BATCH.value).astype(np.int32),
+  }
+  steps = SyntheticStep(config, lambda c: SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value), batch)
+  flops, num_params = steps.flops, steps.parameters
   if step_flags.FLOPS_ONLY.value:
     print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
     return
-  compiled = step.lower(state, metrics, batch).compile()
-
-  steps = CompiledSteps(compiled, state, metrics, batch)
+  compiled = steps.compile()
   seconds = steps.seconds_per_step(_STEPS.value)
   images_per_sec = _BATCH.value / seconds
   model = config.model

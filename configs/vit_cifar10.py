@@ -14,6 +14,7 @@ label smoothing, AdamW, 200 epochs; a recipe for an accelerator (on a CPU,
 ``--config.grad_accum_steps=4``: docs/performance.md). Result: not yet measured.
 """
 
+from configs import cifar10_data
 from configs.common import experiment
 
 
@@ -27,8 +28,7 @@ def get_config():
     eval_every_steps=2000,
     checkpoint_every_steps=2000,
     data=dict(
-      source='folder',
-      path='data/cifar10',
+      **cifar10_data.FOLDER,
       augment=dict(crop_padding=4, flip=True, randaugment_layers=2, randaugment_magnitude=9),
     ),
     model=dict(width=256, depth=7, num_heads=4, mlp_dim=512, pool='gap', drop_path=0.1),

@@ -16,6 +16,7 @@ on the 32x32 images; batch 768, so that the 3 repeats divide it; big_vision's Ra
 mixup and CutMix drawn per row. For an accelerator. Result: not yet measured.
 """
 
+from configs import cifar10_data
 from configs.common import experiment
 
 
@@ -30,8 +31,7 @@ def get_config():
     eval_every_steps=1950,
     checkpoint_every_steps=1950,
     data=dict(
-      source='tfds',
-      name='cifar10',
+      **cifar10_data.TFDS,
       augment=dict(
         flip=True,
         randaugment_layers=2,

@@ -18,6 +18,7 @@ writes it; elsewhere: --config.data.path=DIR); the decoded images are cached in
 not yet measured.
 """
 
+from configs import cifar10_data
 from configs.common import experiment
 
 
@@ -31,8 +32,7 @@ def get_config():
     eval_every_steps=1000,
     checkpoint_every_steps=5000,
     data=dict(
-      source='folder',
-      path='data/cifar10',
+      **cifar10_data.FOLDER,
       cache_dir='runs/cifar10_cache',
       num_threads=8,
       prefetch_batches=8,

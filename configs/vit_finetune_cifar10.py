@@ -12,6 +12,7 @@ clipping at 1, batch 512, cosine decay after a linear warmup, 10,000 steps, lear
 accelerator. Result: not yet measured.
 """
 
+from configs import cifar10_data
 from configs.common import experiment
 
 
@@ -26,8 +27,7 @@ def get_config():
     checkpoint_every_steps=1000,
     keep_checkpoints=2,
     data=dict(
-      source='tfds',
-      name='cifar10',
+      **cifar10_data.TFDS,
       image_size=(384, 384),
       mean=(0.5, 0.5, 0.5),
       std=(0.5, 0.5, 0.5),

@@ -97,6 +97,21 @@ HEADLINE_RUNS = ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scra
   'rnn_multi30k',
   'video_digits',
 )
+
+
+def _video_layouts_table(sweep: str) -> Table:
+  """A video layout sweep's table on the ablations page: one row per attention layout."""
+  columns = (
+    'model.attention',
+    'accuracy',
+    'digit accuracy',
+    'direction accuracy',
+    'GFLOPs / clip',
+    'train clips/s',
+  )
+  return Table('docs/ablations.md', columns, tuple(f'{sweep}/{layout}' for layout in VIDEO_LAYOUTS))
+
+
 SHORT = ('config', 'result', 'wall time', 'machine kind')  # the headline page's columns: short lines
 TABLES = {
   'readme': Table(
@@ -335,11 +350,7 @@ TABLES = {
     tuple(f'rnn_scores_multi30k/{score}' for score in RNN_SCORES),
   ),
   'weights-against-torch': Table('docs/results/vit.md', STANDARD, ('weights_against_torch',)),
-  'video-layouts-digits': Table(
-    'docs/ablations.md',
-    ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
-    tuple(f'video_layouts_digits/{layout}' for layout in VIDEO_LAYOUTS),
-  ),
+  'video-layouts-digits': _video_layouts_table('video_layouts_digits'),
   'linear-probe-step': Table(
     'docs/results/vit.md',
     ('what', 'FLOPs per step (XLA)', 'ms per step', 'against the probe', 'machine', 'recorded at'),
@@ -356,11 +367,7 @@ TABLES = {
   'remat-before-fix': Table(
     'docs/results/compile.md', STANDARD, ('compile_vit_g14_v5e_fsdp_remat_full_e8646e7',)
   ),
-  'video-layouts-one-frame': Table(
-    'docs/ablations.md',
-    ('model.attention', 'accuracy', 'digit accuracy', 'direction accuracy', 'GFLOPs / clip', 'train clips/s'),
-    tuple(f'video_layouts_one_frame/{layout}' for layout in VIDEO_LAYOUTS),
-  ),
+  'video-layouts-one-frame': _video_layouts_table('video_layouts_one_frame'),
   'video-temporal-posemb-one-frame': Table(
     'docs/ablations.md',
     ('model.temporal_posemb', 'accuracy', 'digit accuracy', 'direction accuracy, each seed', 'GFLOPs / clip'),

@@ -16,7 +16,7 @@ when it has ``beam_size`` finished hypotheses (fairseq's early stop: waiting for
 alone decodes most sentences nearly to their length limit). A done sentence's result is
 frozen, so it does not depend on the other sentences of its batch.
 
-``uncached_greedy_search`` and ``beam_search(use_cache=False)`` rerun the whole decoder
+``greedy_search(use_cache=False)`` and ``beam_search(use_cache=False)`` rerun the whole decoder
 over the growing prefix at every step: they are the references that the cached searches
 must equal, and the baselines of ``benchmarks/decode_speed.py``.
 """
@@ -63,78 +63,54 @@ def greedy_search(
   max_extra_length: int = 50,
   eos_id: int | None = EOS_ID,
   bos_id: int = BOS_ID,
+  use_cache: bool = True,
 ) -> jax.Array:
-  """The most likely token at each step, with the cache. ``eos_id=None`` never stops early
-  (for timing: every sentence runs to the full output length)."""
-  batch_size = src_ids.shape[0]
-  out_length = output_length(model, src_ids.shape[1], max_extra_length)
-  eos_at = _eos_positions(src_ids, max_extra_length, out_length)
-  src_mask = src_ids != PAD_ID
-  cache = model.init_decode_cache(model.encode(src_ids), out_length)
+  """The most likely token at each step.
 
-  def not_done(state):
-    step, _, _, finished, _ = state
-    return (step < out_length) & ~jnp.all(finished)
-
-  def next_token(state):
-    step, last, tokens, finished, cache = state
-    logits, cache = model.decode_step(last[:, None], cache, src_mask)
-    token = jnp.argmax(_never_special(logits[:, 0], bos_id), axis=-1).astype(jnp.int32)
-    if eos_id is not None:
-      token = jnp.where(step >= eos_at, eos_id, token)
-    token = jnp.where(finished, PAD_ID, token)
-    tokens = tokens.at[:, step].set(token)
-    if eos_id is not None:
-      finished = finished | (token == eos_id)
-    return step + 1, token, tokens, finished, cache
-
-  state = (
-    jnp.zeros((), jnp.int32),
-    jnp.full((batch_size,), bos_id, jnp.int32),
-    jnp.zeros((batch_size, out_length), jnp.int32),
-    jnp.zeros((batch_size,), bool),
-    cache,
-  )
-  return jax.lax.while_loop(not_done, next_token, state)[2]
-
-
-def uncached_greedy_search(
-  model: Transformer,
-  src_ids: jax.Array,
-  *,
-  max_extra_length: int = 50,
-  eos_id: int | None = EOS_ID,
-  bos_id: int = BOS_ID,
-) -> jax.Array:
-  """Greedy search that reruns the decoder over the whole output buffer at every step."""
+  ``use_cache=False`` reruns the decoder over the whole output buffer at each step instead of
+  reading the key/value cache (the same result, slowly: the reference and the baseline of
+  ``benchmarks/decode_speed.py``). ``eos_id=None`` never stops early (for timing: every sentence
+  runs to the full output length).
+  """
   batch_size = src_ids.shape[0]
   out_length = output_length(model, src_ids.shape[1], max_extra_length)
   eos_at = _eos_positions(src_ids, max_extra_length, out_length)
   encoded = model.encode(src_ids)
+  cache = model.init_decode_cache(encoded, out_length) if use_cache else None
+
+  def next_token_logits(step, tokens, cache):
+    """``[batch, vocab]`` logits of each sentence's next token, and the new cache."""
+    if use_cache:
+      last = jnp.where(
+        step == 0, bos_id, jax.lax.dynamic_index_in_dim(tokens, step - 1, axis=1, keepdims=False)
+      )
+      logits, cache = model.decode_step(last[:, None], cache, src_ids != PAD_ID)
+      return logits[:, 0], cache
+    tgt_in = jnp.concatenate([jnp.full((batch_size, 1), bos_id, jnp.int32), tokens[:, :-1]], axis=1)
+    logits, _ = model.decode(encoded, src_ids, tgt_in)
+    return jax.lax.dynamic_index_in_dim(logits, step, axis=1, keepdims=False), cache
 
   def not_done(state):
-    step, _, finished = state
+    step, _, finished, _ = state
     return (step < out_length) & ~jnp.all(finished)
 
   def next_token(state):
-    step, tokens, finished = state
-    tgt_in = jnp.concatenate([jnp.full((batch_size, 1), bos_id, jnp.int32), tokens[:, :-1]], axis=1)
-    logits, _ = model.decode(encoded, src_ids, tgt_in)
-    logits = jax.lax.dynamic_index_in_dim(logits, step, axis=1, keepdims=False)
-    token = jnp.argmax(_never_special(logits, bos_id), axis=-1)
-    token = token.astype(jnp.int32)
+    step, tokens, finished, cache = state
+    logits, cache = next_token_logits(step, tokens, cache)
+    token = jnp.argmax(_never_special(logits, bos_id), axis=-1).astype(jnp.int32)
     if eos_id is not None:
       token = jnp.where(step >= eos_at, eos_id, token)
     token = jnp.where(finished, PAD_ID, token)
     tokens = tokens.at[:, step].set(token)
     if eos_id is not None:
       finished = finished | (token == eos_id)
-    return step + 1, tokens, finished
+    return step + 1, tokens, finished, cache
 
   state = (
     jnp.zeros((), jnp.int32),
     jnp.zeros((batch_size, out_length), jnp.int32),
     jnp.zeros((batch_size,), bool),
+    cache,
   )
   return jax.lax.while_loop(not_done, next_token, state)[1]
 

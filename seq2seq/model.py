@@ -334,16 +334,3 @@ class Transformer(nnx.Module):
       self._embed(self.target_embedding, tokens), cache, cross_mask=cross_mask
     )
     return self._logits(x), cache
-
-
-def make_transformer(
-  section, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
-) -> Transformer:
-  """The Transformer a ``config.model`` section describes (a ``ConfigDict`` or ``dict`` whose missing
-  fields take their ``TransformerOptions`` defaults, or ``TransformerOptions``)."""
-  return Transformer(
-    model_options(section),
-    source_vocab_size=source_vocab_size,
-    target_vocab_size=target_vocab_size,
-    rngs=rngs,
-  )

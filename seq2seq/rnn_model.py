@@ -241,16 +241,3 @@ class RNNTranslator(nnx.Module):
     memory = self._memory(layer['cross'], src_mask)
     state, attentional, _ = self._run_decoder(layer['self'], self.target_embedding(tokens), memory)
     return self._logits(attentional, deterministic=True, rngs=None), [dict(layer, self=state)]
-
-
-def make_rnn_translator(
-  section, *, source_vocab_size: int, target_vocab_size: int, rngs: nnx.Rngs
-) -> RNNTranslator:
-  """The RNN translator a ``config.model`` section describes (a ``ConfigDict`` or ``dict`` whose missing
-  fields take their ``RnnOptions`` defaults, or ``RnnOptions``)."""
-  return RNNTranslator(
-    model_options(section),
-    source_vocab_size=source_vocab_size,
-    target_vocab_size=target_vocab_size,
-    rngs=rngs,
-  )

@@ -36,7 +36,7 @@ from pipelines.fetch_hint import fetch_hint
 from pipelines.parallel_text import read_parallel
 from seq2seq.scan import read_scan_file, scan_split
 from trainer.errors import ConfigError, DataError, MissingFileError
-from trainer.io.tfds_import import import_tfds_on_cpu
+from trainer.io.tfds_import import import_tfds_on_cpu, prepared_builder
 
 SCAN_FILES = {
   'simple': 'simple_split/tasks_{part}_simple.txt',
@@ -199,28 +199,13 @@ def _records_source(config: ml_collections.ConfigDict) -> PairSource:
 
 def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
   _check_languages(config)
-  if not config.name:
-    raise ConfigError("data.name must be set for source 'tfds' (e.g. 'wmt14_translate/de-en')")
-  tfds = import_tfds_on_cpu()
-  try:
-    builder = tfds.builder(config.name, data_dir=config.data_dir)
-  except tfds.core.registered.DatasetNotFoundError:
-    raise DataError(f'unknown tfds data set {config.name!r}') from None
+  builder = prepared_builder(config, 'wmt14_translate/de-en')
   languages = sorted(builder.info.features.keys())
   for language in (config.src_lang, config.tgt_lang):
     if language not in languages:
       raise DataError(
         f'tfds data set {config.name!r} has no language {language!r}; it has {", ".join(languages)}'
       )
-  try:  # as_dataset, not is_prepared(): tfds.testing.mock_data fakes only as_dataset
-    builder.as_dataset(split='train')
-  except AssertionError:
-    data_dir = builder.data_dir_root
-    raise MissingFileError(
-      f'tfds data set {config.name!r} is not prepared in {data_dir} and this project never downloads: '
-      f'on a machine with internet run `tfds build {config.name} --data_dir {data_dir}`, then copy '
-      f'{data_dir} here (or point data.data_dir at it)'
-    ) from None
 
   def read(split):
     try:
@@ -228,7 +213,7 @@ def _tfds_source(config: ml_collections.ConfigDict) -> PairSource:
     except (KeyError, ValueError) as error:
       raise DataError(f'tfds data set {config.name!r} has no split {split!r} ({error})') from None
     pairs = []
-    for batch in tfds.as_numpy(dataset.batch(_TFDS_READ_BATCH)):
+    for batch in import_tfds_on_cpu().as_numpy(dataset.batch(_TFDS_READ_BATCH)):
       pairs.extend(
         (source.decode('utf-8'), target.decode('utf-8'))
         for source, target in zip(batch[config.src_lang], batch[config.tgt_lang])

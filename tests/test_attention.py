@@ -342,18 +342,11 @@ def test_structured_masks_reach_the_fused_kernel_as_is_causal_and_lengths(kind, 
 
 @pytest.mark.slow  # a whole translator, run both ways and decoded
 def test_the_translator_gives_the_fused_kernel_lengths_and_is_causal_not_dense_masks(monkeypatch):
-  from seq2seq.model import make_transformer
+  from tests.translation_test_models import tiny_transformer
 
-  section = dict(
-    variant='custom',
-    features=16,
-    encoder_layers=1,
-    decoder_layers=1,
-    num_heads=2,
-    mlp_features=32,
-    dropout=0.0,
+  model = tiny_transformer(
+    features=16, decoder_layers=1, mlp_features=32, source_vocab_size=11, target_vocab_size=11
   )
-  model = make_transformer(section, source_vocab_size=11, target_vocab_size=11, rngs=nnx.Rngs(0))
   src = jnp.asarray([[3, 4, 5, 0, 0], [6, 7, 0, 0, 0]])
   tgt = jnp.asarray([[1, 8, 9, 0], [1, 5, 0, 0]])
   explicit, _ = model(src, tgt)

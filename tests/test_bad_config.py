@@ -27,6 +27,12 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 VIT = 'configs/vit_digits.py'
 SCAN = 'configs/transformer_scan.py'
 
+
+def _refused(field: str, value: str) -> tuple:
+  """The case of a value the checks refuse: the message names the field and the value."""
+  return VIT, [f'--config.{field}={value}'], f'config.{field} is {value}'
+
+
 # (config file, overrides, what the one-line message must contain)
 COMMAND_LINE_CASES = {
   'missing config file': ('configs/nosuch.py', [], 'nosuch.py not found'),
@@ -35,59 +41,43 @@ COMMAND_LINE_CASES = {
   'unknown field': (VIT, ['--config.nosuchfield=1'], 'config.nosuchfield'),
   'unknown nested field': (VIT, ['--config.model.nosuchfield=1'], 'config.model.nosuchfield'),
   'ill-typed field': (VIT, ['--config.batch_size=abc'], 'config.batch_size'),
-  'batch_size 0': (VIT, ['--config.batch_size=0'], 'config.batch_size is 0'),
+  'batch_size 0': _refused('batch_size', '0'),
   'eval_split unknown': (VIT, ['--config.eval_split=nosuch'], 'config.eval_split is'),
   'packing not true or false': (SCAN, ['--config.data.packing=maybe'], 'config.data.packing'),
 }
 FIELD_CASES = {
-  'batch_size negative': (VIT, ['--config.batch_size=-8'], 'config.batch_size is -8'),
-  'eval_batch_size 0': (VIT, ['--config.eval_batch_size=0'], 'config.eval_batch_size is 0'),
-  'seed negative': (VIT, ['--config.seed=-1'], 'config.seed is -1'),
-  'checkpoint_every_steps 0': (
-    VIT,
-    ['--config.checkpoint_every_steps=0'],
-    'config.checkpoint_every_steps is 0',
-  ),
-  'log_every_steps 0': (VIT, ['--config.log_every_steps=0'], 'config.log_every_steps is 0'),
-  'eval_every_steps 0': (VIT, ['--config.eval_every_steps=0'], 'config.eval_every_steps is 0'),
-  'grad_accum_steps 0': (VIT, ['--config.grad_accum_steps=0'], 'config.grad_accum_steps is 0'),
+  'batch_size negative': _refused('batch_size', '-8'),
+  'eval_batch_size 0': _refused('eval_batch_size', '0'),
+  'seed negative': _refused('seed', '-1'),
+  'checkpoint_every_steps 0': _refused('checkpoint_every_steps', '0'),
+  'log_every_steps 0': _refused('log_every_steps', '0'),
+  'eval_every_steps 0': _refused('eval_every_steps', '0'),
+  'grad_accum_steps 0': _refused('grad_accum_steps', '0'),
   'grad_accum_steps not dividing': (VIT, ['--config.grad_accum_steps=3'], 'config.grad_accum_steps (3)'),
-  'learning rate negative': (
-    VIT,
-    ['--config.optimizer.learning_rate=-0.1'],
-    'config.optimizer.learning_rate is -0.1',
-  ),
-  'learning rate nan': (
-    VIT,
-    ['--config.optimizer.learning_rate=nan'],
-    'config.optimizer.learning_rate is nan',
-  ),
-  'total_steps negative': (VIT, ['--config.total_steps=-5'], 'config.total_steps is -5'),
-  'num_epochs negative': (VIT, ['--config.num_epochs=-1'], 'config.num_epochs is -1'),
+  'learning rate negative': _refused('optimizer.learning_rate', '-0.1'),
+  'learning rate nan': _refused('optimizer.learning_rate', 'nan'),
+  'total_steps negative': _refused('total_steps', '-5'),
+  'num_epochs negative': _refused('num_epochs', '-1'),
   'no duration': (VIT, ['--config.num_epochs=0'], 'config.total_steps and config.num_epochs'),
-  'warmup_steps negative': (
-    VIT,
-    ['--config.optimizer.warmup_steps=-1'],
-    'config.optimizer.warmup_steps is -1',
-  ),
-  'keep_checkpoints 0': (VIT, ['--config.keep_checkpoints=0'], 'config.keep_checkpoints is 0'),
+  'warmup_steps negative': _refused('optimizer.warmup_steps', '-1'),
+  'keep_checkpoints 0': _refused('keep_checkpoints', '0'),
   'unknown optimizer': (VIT, ['--config.optimizer.name=adam'], 'config.optimizer.name is'),
   'unknown schedule': (VIT, ['--config.optimizer.schedule=step'], 'config.optimizer.schedule is'),
   'unknown best_mode': (VIT, ['--config.best_mode=up'], 'config.best_mode is'),
-  'b2 of 1': (VIT, ['--config.optimizer.b2=1.0'], 'config.optimizer.b2 is 1.0'),
-  'label smoothing 1': (VIT, ['--config.label_smoothing=1.0'], 'config.label_smoothing is 1.0'),
+  'b2 of 1': _refused('optimizer.b2', '1.0'),
+  'label smoothing 1': _refused('label_smoothing', '1.0'),
   'task not module:Class': (VIT, ['--config.task=vit.task'], 'config.task is'),
   'eval_split is a path': (SCAN, ['--config.eval_split=../../../outside'], 'config.eval_split is'),
   'train_split is a path': (SCAN, ['--config.data.train_split=/etc/passwd'], 'config.data.train_split is'),
   'language is a path': (SCAN, ['--config.data.src_lang=../../outside'], 'config.data.src_lang is'),
-  'mesh.model 0': (VIT, ['--config.mesh.model=0'], 'config.mesh.model is 0'),
+  'mesh.model 0': _refused('mesh.model', '0'),
   'packing the RNN': (
     'configs/rnn_scan.py',
     ['--config.data.packing=True'],
     'data.packing is for the Transformer',
   ),
   # These build the task (it finds the data).
-  'mesh.model not dividing the devices': (VIT, ['--config.mesh.model=3'], 'config.mesh.model is 3'),
+  'mesh.model not dividing the devices': _refused('mesh.model', '3'),
   'best_metric unknown': (VIT, ['--config.best_metric=nosuch'], 'config.best_metric is'),
 }
 

@@ -5,7 +5,7 @@ import pytest
 
 from pipelines.image_sources import InMemoryImages, LabelledImages
 from pipelines.steps import example_ids, repeated_example_ids
-from tests.test_image_data import assert_batches_equal, concat_batches, make_config, take
+from tests.test_image_data import assert_batches_equal, assert_processes_make_the_batches, make_config
 from tests.vit_test_configs import tiny_vit_config
 from trainer.errors import ConfigError
 from trainer.task import load_task
@@ -194,14 +194,8 @@ def test_erased_pixels_are_normal_values_after_normalisation():
 def test_erasing_with_mixing_resumes_and_splits_over_processes_exactly():
   augment = {'erase_prob': 0.25, 'cutmix_alpha': 1.0, 'mixup_alpha': 0.8, 'crop_padding': 1}
   data = load_image_data(make_config(source='digits', augment=augment))
-  single = take(data.train_batches(batch_size=32, seed=1, start_step=3), 2)
+  single = assert_processes_make_the_batches(data, 2, 2, batch_size=32, seed=1, start_step=3)
   assert_batches_equal(next(data.train_batches(batch_size=32, seed=1, start_step=4)), single[1])
-  halves = [
-    take(data.train_batches(batch_size=32, seed=1, start_step=3, process_index=i, process_count=2), 2)
-    for i in range(2)
-  ]
-  for step in range(2):
-    assert_batches_equal(concat_batches([halves[0][step], halves[1][step]]), single[step])
 
 
 # ------------------------------------------------------------------------ repeated augmentation
@@ -229,13 +223,7 @@ def test_repeats_are_spread_over_processes_as_deit_does():
 def test_repeated_batches_are_a_function_of_seed_and_step_across_two_processes():
   augment = {'repeats': 3, 'flip': True, 'crop_padding': 1}
   data = load_image_data(make_config(source='digits', augment=augment))
-  one = take(data.train_batches(batch_size=24, seed=6, start_step=10), 3)
-  two = [
-    take(data.train_batches(batch_size=24, seed=6, start_step=10, process_index=i, process_count=2), 3)
-    for i in range(2)
-  ]
-  for step in range(3):
-    assert_batches_equal(concat_batches([two[0][step], two[1][step]]), one[step])
+  one = assert_processes_make_the_batches(data, 2, 3, batch_size=24, seed=6, start_step=10)
   resumed = next(data.train_batches(batch_size=24, seed=6, start_step=12))
   assert_batches_equal(resumed, one[2])
   labels = one[0]['label']

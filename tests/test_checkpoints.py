@@ -61,6 +61,13 @@ def _warnings(caplog):
   ]
 
 
+def _latest_step_refused(checkpoints, caplog, match: str) -> list[str]:
+  """The warnings logged while ``checkpoints`` finds no step to resume from (an error matching ``match``)."""
+  with caplog.at_level(logging.WARNING), pytest.raises(CheckpointError, match=match):
+    checkpoints.latest_step()
+  return _warnings(caplog)
+
+
 def _data_file(step_dir: pathlib.Path, item: str = 'params') -> pathlib.Path:
   """The largest file of ``item``: array data (not a manifest or metadata)."""
   return max(
@@ -123,12 +130,7 @@ def test_no_intact_checkpoint_is_an_error_naming_each(tmp_path, caplog):
   for step in (1, 2):
     _flip(tmp_path / 'checkpoints' / str(step))
   checkpoints = Checkpoints(tmp_path, read_only=True)
-  with (
-    caplog.at_level(logging.WARNING),
-    pytest.raises(CheckpointError, match='No intact checkpoint.*step 2.*step 1'),
-  ):
-    checkpoints.latest_step()
-  assert len(_warnings(caplog)) == 2
+  assert len(_latest_step_refused(checkpoints, caplog, 'No intact checkpoint.*step 2.*step 1')) == 2
   checkpoints.close()
 
 
@@ -154,12 +156,7 @@ def test_a_checkpoint_of_the_old_format_is_not_trusted(tmp_path, caplog):
   manager.save(5, args=ocp.args.StandardSave(_state(5)))
   manager.close()
   checkpoints = Checkpoints(tmp_path, read_only=True)
-  with (
-    caplog.at_level(logging.WARNING),
-    pytest.raises(CheckpointError, match='step 5: it has no integrity.json'),
-  ):
-    checkpoints.latest_step()
-  assert len(_warnings(caplog)) == 1
+  assert len(_latest_step_refused(checkpoints, caplog, 'step 5: it has no integrity.json')) == 1
   with pytest.raises(CheckpointError, match='Checkpoint 5 in .* is damaged or incomplete'):
     checkpoints.resolve(5)
   checkpoints.close()

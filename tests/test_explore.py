@@ -129,6 +129,16 @@ def _upload(page, element: str, path):
   page.locator(f'#{element} input[type=file]').set_input_files(str(path))
 
 
+def _pick_from_the_glance(page):
+  """Opens the first column's test set at a glance and clicks a picture in it."""
+  page.get_by_text('The test set at a glance').click()
+  page.locator('#glance-button-0').click()
+  glance = page.locator('#glance-0 img')
+  glance.wait_for()
+  box = glance.bounding_box()
+  glance.click(position={'x': 0.45 * box['width'], 'y': 0.5 * box['height']})
+
+
 def _set_checkpoint(page, column: int, position: int):
   box = page.locator(f'#checkpoint-{column} input[type=number]')
   box.fill(str(position))
@@ -222,12 +232,7 @@ def test_a_vit_run_answers_uploads_patches_and_checkpoints_as_its_predictor_besi
     _upload(page, 'image-upload', digit)  # the server still answers
     _numbers(page, 0, lambda n: n['step'] == 3 and n['query'] is None)
 
-    page.get_by_text('The test set at a glance').click()
-    page.locator('#glance-button-0').click()
-    glance = page.locator('#glance-0 img')
-    glance.wait_for()
-    box = glance.bounding_box()
-    glance.click(position={'x': 0.45 * box['width'], 'y': 0.5 * box['height']})
+    _pick_from_the_glance(page)
     picked = _numbers(page, 0, lambda n: n['input'].startswith('test example'))
     index = int(picked['input'].split()[-1])
     from ml_collections import ConfigDict  # pylint: disable=g-import-not-at-top
@@ -421,12 +426,7 @@ def test_a_video_run_answers_a_clip_and_refuses_one_of_the_wrong_shape(browser, 
     sync_api.expect(page.locator('#classes-0')).to_contain_text(top)
     assert page.locator('#classes-0').inner_text().split('\n')[1] == top
 
-    page.get_by_text('The test set at a glance').click()
-    page.locator('#glance-button-0').click()
-    glance = page.locator('#glance-0 img')
-    glance.wait_for()
-    box = glance.bounding_box()
-    glance.click(position={'x': 0.45 * box['width'], 'y': 0.5 * box['height']})
+    _pick_from_the_glance(page)
     _message(page, 0, r'label: \d+')  # a test clip, opened above
   finally:
     server.close()

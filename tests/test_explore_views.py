@@ -8,7 +8,7 @@ from flax import nnx
 
 from explore import views
 from seq2seq.tokenizer import BOS_ID
-from tests.test_rnn_model import tiny_rnn_config
+from tests.translation_test_configs import tiny_rnn_config
 from trainer.predictor import Predictor
 from trainer.task import load_task
 

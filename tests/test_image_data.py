@@ -44,6 +44,19 @@ def assert_batches_equal(left, right):
     np.testing.assert_array_equal(left[key], right[key], err_msg=key)
 
 
+def assert_processes_make_the_batches(data, process_count: int, steps: int, **train):
+  """The first ``steps`` batches of ``data.train_batches(**train)`` are each the slices of
+  ``process_count`` processes put together; returns those one-process batches."""
+  single = take(data.train_batches(**train), steps)
+  per_process = [
+    take(data.train_batches(**train, process_index=index, process_count=process_count), steps)
+    for index in range(process_count)
+  ]
+  for step in range(steps):
+    assert_batches_equal(concat_batches([batches[step] for batches in per_process]), single[step])
+  return single
+
+
 @pytest.fixture(scope='module')
 def digits():
   return load_image_data(make_config(source='digits'))
@@ -96,13 +109,7 @@ def test_resuming_at_a_step_replays_the_uninterrupted_batches(augment):
 @pytest.mark.parametrize('augment', [{}, AUGMENTED])
 def test_process_slices_concatenate_to_the_one_process_batch(augment):
   data = load_image_data(make_config(source='digits', augment=augment))
-  single = take(data.train_batches(batch_size=64, seed=1, start_step=20), 2)
-  per_process = [
-    take(data.train_batches(batch_size=64, seed=1, start_step=20, process_index=index, process_count=4), 2)
-    for index in range(4)
-  ]
-  for step in range(2):
-    assert_batches_equal(concat_batches([batches[step] for batches in per_process]), single[step])
+  assert_processes_make_the_batches(data, 4, 2, batch_size=64, seed=1, start_step=20)
 
 
 @pytest.mark.parametrize('process_count', [1, 2])

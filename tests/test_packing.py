@@ -6,8 +6,9 @@ import pytest
 from flax import nnx
 
 from attention import MultiHeadAttention
+from seq2seq.architectures import make_translator
 from seq2seq.input_pipeline import TokenizedPairs
-from seq2seq.model import PACKING_KEYS, Packing, make_transformer
+from seq2seq.model import PACKING_KEYS, Packing
 from seq2seq.packing import PackedTrainingBatches, first_fit, packed_batch, padding_fraction
 from seq2seq.tokenizer import BOS_ID, EOS_ID
 from trainer.losses import token_losses
@@ -121,7 +122,7 @@ def tiny_transformer(posemb, injection='stem', **options):
     variant='custom', features=16, encoder_layers=2, decoder_layers=2, num_heads=2, mlp_features=32,
     max_length=24, dropout=0.0, posemb=posemb, posemb_injection=injection, **options,
   )  # fmt: skip
-  return make_transformer(section, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(1))
+  return make_translator(section, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(1))
 
 
 def use_fused_kernel(model, fused: bool) -> None:

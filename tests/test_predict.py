@@ -413,7 +413,7 @@ def test_bad_clips_are_one_line_naming_the_input(clip_predictor, tmp_path, capfd
 
 @pytest.mark.slow  # compiles a model's forward and decoding, and draws
 def test_rnn_translator_explains_its_single_attention(tmp_path):
-  from tests.test_rnn_model import tiny_rnn_config
+  from tests.translation_test_configs import tiny_rnn_config
 
   task = load_task(tiny_rnn_config())
   task.prepare(tmp_path)

@@ -3,7 +3,6 @@
 import io
 import json
 import pathlib
-import signal
 
 import jax
 import numpy as np
@@ -13,11 +12,13 @@ from flax import nnx
 from PIL import Image
 
 from pipelines import convert, records
+from tests.interruptions import stop_at_batch
+from tests.test_image_data import assert_batches_equal, assert_processes_make_the_batches, take
 from trainer.errors import DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
 from trainer.io.metrics_io import read_metrics
 from trainer.loop import train_and_evaluate
-from vit.input_pipeline import _AUGMENT_STREAM, ImageData, default_data_config, load_image_data
+from vit.input_pipeline import _AUGMENT_STREAM, default_data_config, load_image_data
 
 NORMALISATION = {'mean': (0.0,), 'std': (1 / 255,)}  # images come out as raw 0..255
 RANDOM_RESIZED_CROP = {'crop_scale': (0.3, 1.0), 'flip': True}
@@ -41,16 +42,6 @@ def image_config(augment=None, **fields):
   config.update(NORMALISATION, **fields)
   config.augment.update(augment or {})
   return config
-
-
-def take(iterator, count):
-  return [next(iterator) for _ in range(count)]
-
-
-def assert_batches_equal(left, right):
-  assert left.keys() == right.keys()
-  for key in left:
-    np.testing.assert_array_equal(left[key], right[key], err_msg=key)
 
 
 @pytest.fixture(scope='module')
@@ -97,14 +88,7 @@ def test_two_processes_make_the_one_process_batch_and_read_an_epoch_once(tmp_pat
     write_numbered_folder(tmp_path, {'train': 48}), tmp_path / 'records'
   )
   cropped = load_image_data(image_config(RANDOM_RESIZED_CROP, source='records', path=str(records_folder)))
-  one = take(cropped.train_batches(batch_size=16, seed=1, start_step=2), 2)
-  halves = [
-    take(cropped.train_batches(batch_size=16, seed=1, start_step=2, process_index=p, process_count=2), 2)
-    for p in (0, 1)
-  ]
-  for step in range(2):
-    joined = {key: np.concatenate([halves[0][step][key], halves[1][step][key]]) for key in one[step]}
-    assert_batches_equal(one[step], joined)
+  assert_processes_make_the_batches(cropped, 2, 2, batch_size=16, seed=1, start_step=2)
 
   plain = load_image_data(image_config(source='records', path=str(records_folder)))
   seen = []
@@ -310,19 +294,10 @@ def test_training_from_records_resumes_bit_identically_and_eight_devices_equal_o
 ):
   reference = tmp_path / 'reference'
   train_and_evaluate(records_vit_config(digits_records), reference)
-  original = ImageData.train_batches
-
-  def interrupting_batches(self, **kwargs):
-    for index, batch in enumerate(original(self, **kwargs)):
-      if kwargs['start_step'] == 0 and index == 3:
-        signal.raise_signal(signal.SIGTERM)
-      yield batch
-
-  monkeypatch.setattr(ImageData, 'train_batches', interrupting_batches)
+  stop_at_batch(monkeypatch, 3)
   resumed = tmp_path / 'resumed'
   first = train_and_evaluate(records_vit_config(digits_records), resumed)
   assert first.interrupted and 0 < first.step < 8
-  monkeypatch.setattr(ImageData, 'train_batches', original)
   second = train_and_evaluate(records_vit_config(digits_records), resumed)
   assert second.step == 8 and not second.interrupted
   assert _train_losses(resumed) == _train_losses(reference)

@@ -8,50 +8,26 @@ import pytest
 from flax import nnx
 
 from attention.scores import AttentionScore
-from configs import rnn_scan
-from seq2seq.architectures import model_section
-from seq2seq.decoding import beam_search, greedy_search, uncached_greedy_search
-from seq2seq.rnn_model import ATTENTION_SCORES, make_rnn_translator
-from tests.config_overrides import override
+from seq2seq.architectures import make_translator, model_section
+from seq2seq.decoding import beam_search, greedy_search
+from seq2seq.rnn_model import ATTENTION_SCORES
+from tests.translation_test_configs import tiny_rnn_config
+from tests.translation_test_models import VOCAB, decoded_step_by_step, sources, tiny_transformer
 from trainer.errors import ConfigError
 from trainer.loop import train_and_evaluate
 from trainer.task import load_task
 
-VOCAB = 24
-
 
 def tiny_rnn(attention_score='additive', encoder_cell='gru', **options):
-  section = dict(embedding_features=8, encoder_hidden=6, decoder_hidden=10, max_length=40, dropout=0.0)
+  section = dict(
+    architecture='rnn', embedding_features=8, encoder_hidden=6, decoder_hidden=10, max_length=40, dropout=0.0
+  )
   section.update(options, attention_score=attention_score, encoder_cell=encoder_cell)
-  return make_rnn_translator(section, source_vocab_size=VOCAB, target_vocab_size=VOCAB + 2, rngs=nnx.Rngs(0))
-
-
-def sources(seed=0):
-  """Three sources of lengths 7, 4 and 2, padded with 0."""
-  src = np.random.default_rng(seed).integers(4, VOCAB, size=(3, 7)).astype(np.int32)
-  src[1, 4:] = 0
-  src[2, 2:] = 0
-  return jnp.asarray(src)
+  return make_translator(section, source_vocab_size=VOCAB, target_vocab_size=VOCAB + 2, rngs=nnx.Rngs(0))
 
 
 def targets(seed=1, length=5):
   return jnp.asarray(np.random.default_rng(seed).integers(4, VOCAB, size=(3, length)), jnp.int32)
-
-
-def tiny_rnn_config(**overrides):
-  """``configs/rnn_scan.py`` shrunk like ``tests.translation_test_configs.tiny_translation_config``."""
-  config = rnn_scan.get_config()
-  config.model.update(embedding_features=8, encoder_hidden=8, decoder_hidden=16)
-  config.data.update(max_source_length=8, max_target_length=8, max_eval_examples=48)
-  config.batch_size = 32
-  config.eval_batch_size = 64
-  config.total_steps = 4
-  config.log_every_steps = 1
-  config.eval_every_steps = 2
-  config.checkpoint_every_steps = 2
-  config.optimizer.warmup_steps = 2
-  config.decode.update(beam_size=1, num_samples=2)
-  return override(config, overrides)
 
 
 def numpy_score(kind, score: AttentionScore, query, keys):
@@ -145,25 +121,12 @@ def test_padding_does_not_change_the_encoder_states_of_real_tokens(encoder_cell)
 
 @pytest.mark.slow  # builds both translators
 def test_an_all_padding_source_gets_the_transformers_zero_weights():
-  from seq2seq.model import make_transformer  # pylint: disable=g-import-not-at-top
-
   src = np.array(sources())
   src[2] = 0  # padding only
   tgt_in = targets()
   _, intermediates = tiny_rnn('scaled_dot')(jnp.asarray(src), tgt_in, return_weights=True)
   (weights,) = intermediates['cross_attention_weights']
-  section = dict(
-    variant='custom',
-    features=8,
-    encoder_layers=1,
-    decoder_layers=1,
-    num_heads=1,
-    mlp_features=16,
-    max_length=40,
-  )
-  transformer = make_transformer(
-    section, source_vocab_size=VOCAB, target_vocab_size=VOCAB + 2, rngs=nnx.Rngs(0)
-  )
+  transformer = tiny_transformer(decoder_layers=1, num_heads=1, target_vocab_size=VOCAB + 2)
   _, theirs = transformer(jnp.asarray(src), tgt_in, return_weights=True)
   np.testing.assert_array_equal(np.asarray(theirs['cross_attention_weights'][0][2]), 0.0)
   np.testing.assert_array_equal(np.asarray(weights[2]), 0.0)
@@ -182,7 +145,7 @@ def test_decoding_with_the_state_equals_rerunning_the_decoder(kind):
     model = nnx.merge(graphdef, state)
     return (
       greedy_search(model, s, max_extra_length=6),
-      uncached_greedy_search(model, s, max_extra_length=6),
+      greedy_search(model, s, max_extra_length=6, use_cache=False),
       beam_search(model, s, beam_size=1, max_extra_length=6)[0],
       beam_search(model, s, beam_size=3, max_extra_length=6),
       beam_search(model, s, beam_size=3, max_extra_length=6, use_cache=False),
@@ -195,13 +158,7 @@ def test_decoding_with_the_state_equals_rerunning_the_decoder(kind):
   np.testing.assert_allclose(beam[1], beam_uncached[1], atol=1e-5)
   # Step by step through the state gives the teacher-forced logits.
   tgt = targets()
-  encoded = model.encode(src)
-  cache = model.init_decode_cache(encoded, 8)
-  steps = []
-  for position in range(tgt.shape[1]):
-    logits, cache = model.decode_step(tgt[:, position : position + 1], cache, src != 0)
-    steps.append(logits)
-  np.testing.assert_allclose(jnp.concatenate(steps, axis=1), model(src, tgt)[0], atol=1e-5)
+  np.testing.assert_allclose(decoded_step_by_step(model, src, tgt, 8), model(src, tgt)[0], atol=1e-5)
 
 
 def test_bad_options_fail_with_the_allowed_values():

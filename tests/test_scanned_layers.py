@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 from attention.layers import REMAT_POLICIES, stack_blocks, unstack_blocks
-from seq2seq.model import make_transformer
+from seq2seq.architectures import make_translator
 from tests.random_draws import assert_drop_path_follows, assert_masks_differ, dropout_masks, recorded_draws
 from vit.model import make_vit
 from vit.weights import checkpoint_npz
@@ -37,7 +37,7 @@ def _vit(**options):
 
 
 def _translator(**options):
-  return make_transformer(
+  return make_translator(
     {**TRANSLATOR, **options}, source_vocab_size=13, target_vocab_size=13, rngs=nnx.Rngs(0)
   )
 

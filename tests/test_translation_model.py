@@ -6,30 +6,22 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from seq2seq.decoding import beam_search, greedy_search, length_penalty, uncached_greedy_search
-from seq2seq.model import decode_variant, make_transformer
+from seq2seq.architectures import make_translator
+from seq2seq.decoding import beam_search, greedy_search, length_penalty
+from seq2seq.model import decode_variant
 from seq2seq.tokenizer import BOS_ID, EOS_ID
+from tests.translation_test_models import VOCAB, decoded_step_by_step, sources, tiny_transformer
 from trainer.errors import ConfigError
 
-VOCAB = 24
 
-
-def tiny_transformer(posemb='sincos1d', **options):
-  section = dict(
-    variant='custom', features=8, encoder_layers=1, decoder_layers=2, num_heads=2, mlp_features=16,
-    max_length=40, dropout=0.0, posemb=posemb,
-  )  # fmt: skip
-  return make_transformer(
-    {**section, **options}, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(0)
+def greedy_searches(model):
+  """Greedy search with the decoding cache and without it, compiled together."""
+  return jax.jit(
+    lambda s: (
+      greedy_search(model, s, max_extra_length=6),
+      greedy_search(model, s, max_extra_length=6, use_cache=False),
+    )
   )
-
-
-def sources(seed=0):
-  """Three sources of lengths 7, 4 and 2, padded with 0."""
-  src = np.random.default_rng(seed).integers(4, VOCAB, size=(3, 7)).astype(np.int32)
-  src[1, 4:] = 0
-  src[2, 2:] = 0
-  return jnp.asarray(src)
 
 
 @pytest.mark.parametrize('posemb', ['sincos1d', 'relative'])
@@ -49,13 +41,7 @@ def test_padding_does_not_change_the_encoding_of_real_tokens(posemb):
 def test_cached_greedy_search_equals_rerunning_the_decoder(posemb):
   model = tiny_transformer(posemb)
   src = sources()
-  search = jax.jit(
-    lambda s: (
-      greedy_search(model, s, max_extra_length=6),
-      uncached_greedy_search(model, s, max_extra_length=6),
-    )
-  )
-  cached, uncached = search(src)
+  cached, uncached = greedy_searches(model)(src)
   np.testing.assert_array_equal(cached, uncached)
   assert cached.shape == (3, 14)
   # Every output ends with EOS by its length limit (source length + 6) and is padded after it.
@@ -91,12 +77,7 @@ def test_decode_step_gives_the_teacher_forced_logits():
 
   @jax.jit
   def both(src, tgt_in):
-    cache = model.init_decode_cache(model.encode(src), 6)
-    steps = []
-    for position in range(tgt_in.shape[1]):
-      logits, cache = model.decode_step(tgt_in[:, position : position + 1], cache, src != 0)
-      steps.append(logits)
-    return jnp.concatenate(steps, axis=1), model(src, tgt_in)[0]
+    return decoded_step_by_step(model, src, tgt_in, 6), model(src, tgt_in)[0]
 
   stepwise, teacher_forced = both(src, tgt_in)
   np.testing.assert_allclose(stepwise, teacher_forced, atol=1e-4)
@@ -167,17 +148,8 @@ def test_variants_and_their_errors():
   assert decode_variant('big')['features'] == 1024 and decode_variant('big')['num_heads'] == 16
   with pytest.raises(ValueError, match='Unknown Transformer variant'):
     decode_variant('large')
-  section = dict(
-    variant='custom',
-    features=8,
-    encoder_layers=1,
-    decoder_layers=1,
-    num_heads=2,
-    mlp_features=8,
-    share_embeddings=True,
-  )
   with pytest.raises(ValueError, match='one vocabulary'):
-    make_transformer(section, source_vocab_size=10, target_vocab_size=12, rngs=nnx.Rngs(0))
+    tiny_transformer(share_embeddings=True, source_vocab_size=10, target_vocab_size=12)
   with pytest.raises(ValueError, match='at most 40'):
     jax.eval_shape(lambda: tiny_transformer().encode(jnp.ones((1, 41), jnp.int32)))
 
@@ -189,21 +161,10 @@ PAPER_RECIPE = dict(activation='relu', norm_placement='post', use_bias=False)
 def test_the_papers_recipe_decodes_with_the_cache_as_without():
   model = tiny_transformer('sincos1d', **PAPER_RECIPE)
   src = sources()
-  search = jax.jit(
-    lambda s: (
-      greedy_search(model, s, max_extra_length=6),
-      uncached_greedy_search(model, s, max_extra_length=6),
-    )
-  )
-  cached, uncached = search(src)
+  cached, uncached = greedy_searches(model)(src)
   np.testing.assert_array_equal(cached, uncached)
   tgt_in = jnp.concatenate([jnp.full((3, 1), BOS_ID), cached[:, :4]], axis=1)
-  cache = model.init_decode_cache(model.encode(src), 6)
-  steps = []
-  for position in range(tgt_in.shape[1]):
-    logits, cache = model.decode_step(tgt_in[:, position : position + 1], cache, src != 0)
-    steps.append(logits)
-  np.testing.assert_allclose(jnp.concatenate(steps, axis=1), model(src, tgt_in)[0], atol=1e-4)
+  np.testing.assert_allclose(decoded_step_by_step(model, src, tgt_in, 6), model(src, tgt_in)[0], atol=1e-4)
 
 
 def test_the_papers_recipe_has_no_attention_biases_and_no_final_norms():
@@ -232,7 +193,7 @@ def test_model_configs_without_the_newer_fields_get_our_defaults():
   for name in newer:
     del config[name]
   build = lambda config: nnx.eval_shape(
-    lambda: make_transformer(config, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(0))
+    lambda: make_translator(config, source_vocab_size=VOCAB, target_vocab_size=VOCAB, rngs=nnx.Rngs(0))
   )
   assert build(config).encoder.blocks[0].mlp.activation == 'gelu'
   config.update(PAPER_RECIPE)

@@ -12,6 +12,7 @@ import tensorflow_datasets as tfds
 from seq2seq.model import PAD_ID
 from seq2seq.text_metrics import corpus_scores
 from seq2seq.tokenizer import SentencePieceTokenizer
+from tests.config_overrides import assert_fails_before_any_work
 from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from tests.translation_test_configs import tiny_parallel_config, tiny_translation_config
 from trainer.evaluation import evaluate_workdir
@@ -206,11 +207,7 @@ def test_bad_parallel_text_fails_before_any_work(tmp_path, damage):
   ],
 )
 def test_bad_config_fails_before_any_work(tmp_path, overrides, message):
-  overrides = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in overrides.items()}
-  workdir = tmp_path / 'workdir'
-  with pytest.raises((ValueError, FileNotFoundError), match=message):
-    train_and_evaluate(tiny_translation_config(**overrides), workdir)
-  assert not workdir.exists()
+  assert_fails_before_any_work(tiny_translation_config, overrides, message, tmp_path)
 
 
 @pytest.mark.slow  # runs the trainer

@@ -6,7 +6,7 @@ import pytest
 from flax import nnx
 
 from configs import video_digits
-from tests.config_overrides import override
+from tests.config_overrides import override, short_run
 from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from trainer.errors import ConfigError, DataError, MissingFileError
 from trainer.evaluation import restore_checkpoint
@@ -22,14 +22,9 @@ def tiny_video_config(**overrides):
   config = video_digits.get_config()
   config.model.update(width=16, depth=1, temporal_depth=1, num_heads=2, mlp_dim=32)
   config.data.update(clips_per_digit=1, test_clips_per_digit=1)
-  config.batch_size = 16
-  config.eval_batch_size = 120
-  config.num_epochs = 0.0
-  config.total_steps = 4
-  config.log_every_steps = 2
-  config.eval_every_steps = 4
-  config.checkpoint_every_steps = 4
-  config.optimizer.warmup_steps = 1
+  short_run(
+    config, steps=4, eval_every=4, batch=16, eval_batch=120, log_every=2, checkpoint_every=4, warmup=1
+  )
   return override(config, overrides)
 
 

@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import signal
 
 import jax
 import numpy as np
@@ -14,6 +13,8 @@ from absl import flags
 from flax import nnx
 from ml_collections import config_flags
 
+from tests.config_overrides import assert_fails_before_any_work
+from tests.interruptions import stop_at_batch
 from tests.micro_batch_updates import assert_micro_batches_give_the_whole_batch
 from tests.vit_test_configs import tiny_vit_config
 from trainer.evaluation import evaluate_workdir, restore_checkpoint
@@ -22,7 +23,6 @@ from trainer.loop import train_and_evaluate
 from trainer.partitioning import global_batch, make_mesh
 from trainer.state import ModelParts, TrainState, make_train_step
 from trainer.task import load_task
-from vit.input_pipeline import ImageData
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,15 +89,7 @@ def test_interrupted_run_resumes_to_the_same_parameters(finished_run, tmp_path, 
     reference_dir = tmp_path / 'uninterrupted'
     train_and_evaluate(tiny_vit_config(**recipe), reference_dir)
     tmp_path = tmp_path / 'interrupted'
-  original = ImageData.train_batches
-
-  def interrupting_batches(self, **kwargs):
-    for index, batch in enumerate(original(self, **kwargs)):
-      if kwargs['start_step'] == 0 and index == 4:
-        signal.raise_signal(signal.SIGTERM)
-      yield batch
-
-  monkeypatch.setattr(ImageData, 'train_batches', interrupting_batches)
+  stop_at_batch(monkeypatch, 4)
   first = train_and_evaluate(tiny_vit_config(**recipe), tmp_path)
   assert first.interrupted and 0 < first.step < 8
   second = train_and_evaluate(tiny_vit_config(**recipe), tmp_path)
@@ -217,11 +209,7 @@ def test_config_overrides_are_checked_by_name_and_type():
   ],
 )
 def test_bad_input_fails_before_any_work(tmp_path, overrides, message):
-  overrides = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in overrides.items()}
-  workdir = tmp_path / 'workdir'
-  with pytest.raises((ValueError, FileNotFoundError), match=message):
-    train_and_evaluate(tiny_vit_config(**overrides), workdir)
-  assert not workdir.exists()
+  assert_fails_before_any_work(tiny_vit_config, overrides, message, tmp_path)
 
 
 def test_empty_and_unreadable_image_folders_fail_clearly(tmp_path):

@@ -27,7 +27,7 @@ import numpy as np
 
 from pipelines import image_sources
 from trainer.errors import ConfigError, DataError, MissingFileError
-from trainer.io.tfds_import import import_tfds_on_cpu
+from trainer.io.tfds_import import import_tfds_on_cpu, prepared_builder
 from video import video_files
 
 DIRECTIONS = ('right', 'left', 'down', 'up')
@@ -205,22 +205,7 @@ def load_tfds_videos(config: ml_collections.ConfigDict) -> ClipSet:
   The first ``num_frames`` frames of each video are kept (shorter videos are dropped),
   resized to ``frame_size`` squares when the stored size differs.
   """
-  tfds = import_tfds_on_cpu()
-  if not config.name:
-    raise ConfigError("data.name must be set for source 'tfds' (e.g. 'ucf101')")
-  try:
-    builder = tfds.builder(config.name, data_dir=config.data_dir)
-  except tfds.core.registered.DatasetNotFoundError:
-    raise DataError(f'unknown tfds data set {config.name!r}') from None
-  try:
-    builder.as_dataset(split='train')
-  except AssertionError:
-    data_dir = builder.data_dir_root
-    raise MissingFileError(
-      f'tfds data set {config.name!r} is not prepared in {data_dir} and this project never downloads: '
-      f'on a machine with internet run `tfds build {config.name} --data_dir {data_dir}`, '
-      f'then copy {data_dir}/{config.name} here'
-    ) from None
+  builder = prepared_builder(config, 'ucf101')
   features = builder.info.features
   if 'video' not in features or 'label' not in features:
     raise DataError(

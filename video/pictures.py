@@ -13,7 +13,6 @@ sublayer attends within its axis, ``factorised_dot_product`` mixes both halves e
 the frames.
 """
 
-import contextlib
 import pathlib
 
 import jax.numpy as jnp
@@ -24,7 +23,7 @@ from attention import drawing
 
 
 def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[pathlib.Path]:
-  clip, label = _first_eval_clip(task)
+  clip, label = drawing.first_eval_example(task, 'clip')
   predicted = int(np.argmax(model(jnp.asarray(clip))[0][0]))
   caption = f'label {label}\npredicted {predicted}'
   return [plot_clip_attention(model, clip, caption, title, out_dir / f'video_attention_{name}.png')]
@@ -143,13 +142,3 @@ def _dense_time(weights: np.ndarray, steps: int, width: int) -> np.ndarray:
 
 def _unit(frame: np.ndarray) -> np.ndarray:
   return (frame - frame.min()) / max(float(frame.max() - frame.min()), 1e-12)
-
-
-def _first_eval_clip(task) -> tuple[np.ndarray, int]:
-  config = task.config
-  batches = task.eval_batches(
-    config.eval_split, batch_size=config.eval_batch_size, process_index=0, process_count=1
-  )
-  with contextlib.closing(batches):
-    batch = next(iter(batches))
-  return np.asarray(batch['clip'][:1]), int(batch['label'][0])

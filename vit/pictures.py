@@ -8,7 +8,6 @@
                                  out on the patch grid (ViT paper Figure 7, centre)
 """
 
-import contextlib
 import pathlib
 
 import jax.numpy as jnp
@@ -34,7 +33,7 @@ def draw(model, task, out_dir: pathlib.Path, name: str, title: str) -> list[path
         out_dir / f'posemb_similarity_{name}.png',
       )
     )
-  image, label = _first_eval_image(task)
+  image, label = drawing.first_eval_example(task, 'image')
   predicted = int(np.argmax(model(jnp.asarray(image))[0][0]))
   caption = f'label {label}, predicted {predicted}'
   paths.append(plot_attention_maps(model, image, caption, title, out_dir / f'attention_{name}.png'))
@@ -58,16 +57,6 @@ def _show_image(ax, image: np.ndarray) -> None:
     ax.imshow(image[..., 0], cmap='gray')
   else:
     ax.imshow(image)
-
-
-def _first_eval_image(task) -> tuple[np.ndarray, int]:
-  config = task.config
-  batches = task.eval_batches(
-    config.eval_split, batch_size=config.eval_batch_size, process_index=0, process_count=1
-  )
-  with contextlib.closing(batches):
-    batch = next(iter(batches))
-  return np.asarray(batch['image'][:1]), int(batch['label'][0])
 
 
 def plot_attention_maps(

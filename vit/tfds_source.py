@@ -36,8 +36,8 @@ import numpy as np
 from PIL import Image
 
 from pipelines.image_sources import SPLIT_NAMES, InMemoryImages, LabelledImages
-from trainer.errors import ConfigError, DataError, MissingFileError
-from trainer.io.tfds_import import import_tensorflow_on_cpu, import_tfds_on_cpu
+from trainer.errors import ConfigError, DataError
+from trainer.io.tfds_import import import_tensorflow_on_cpu, import_tfds_on_cpu, prepared_builder
 from vit.record_images import CropBox, resized_pixels
 
 _STREAM_ABOVE_BYTES = 4 * 2**30
@@ -47,15 +47,7 @@ _STREAM_SHUFFLE_BUFFER = 4096
 
 def load_tfds_source(config: ml_collections.ConfigDict) -> TfdsRandomAccess | InMemoryImages | TfdsStream:
   """Opens TFDS data set `config.name` from `config.data_dir`: random access, loaded or streamed."""
-  tfds = import_tfds_on_cpu()
-  if not config.name:
-    raise ConfigError("data.name must be set for source 'tfds' (e.g. 'cifar10')")
-  try:
-    builder = tfds.builder(config.name, data_dir=config.data_dir)
-  except tfds.core.registered.DatasetNotFoundError:
-    raise DataError(f'unknown tfds data set {config.name!r}') from None
-  _check_prepared(builder, config)
-
+  builder = prepared_builder(config, 'cifar10', ' (sets like imagenet2012 also need --manual_dir)')
   features = builder.info.features
   if 'image' not in features or 'label' not in features:
     raise DataError(
@@ -86,20 +78,6 @@ def load_tfds_source(config: ml_collections.ConfigDict) -> TfdsRandomAccess | In
   if streaming:
     return TfdsStream(builder, class_names, (height, width, channels), split_sizes, resize_to)
   return InMemoryImages(class_names, {split: _load_split(builder, split, resize_to) for split in split_sizes})
-
-
-def _check_prepared(builder: Any, config: ml_collections.ConfigDict) -> None:
-  # as_dataset, not builder.is_prepared(): tfds.testing.mock_data fakes only as_dataset.
-  try:
-    builder.as_dataset(split='train')
-  except AssertionError:
-    data_dir = builder.data_dir_root
-    raise MissingFileError(
-      f'tfds data set {config.name!r} is not prepared in {data_dir} and this project '
-      f'never downloads: on a machine with internet run '
-      f'`tfds build {config.name} --data_dir {data_dir}` (sets like imagenet2012 also '
-      f'need --manual_dir), then copy {data_dir}/{config.name} here'
-    ) from None
 
 
 def _random_access(builder, config, class_names, image_shape, split_sizes) -> TfdsRandomAccess:

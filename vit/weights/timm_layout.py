@@ -166,7 +166,12 @@ def _pair(value) -> tuple[int, int]:
   return (int(value), int(value)) if isinstance(value, (int, float)) else (int(value[0]), int(value[1]))
 
 
-# timm name -> canonical name, for the arrays that are renamed and transposed as a whole
+# timm name -> (canonical name, how the array is laid out), for the arrays that are renamed and
+# transposed as a whole; a Linear's weight is [out, in], a Conv2d's [out, in, height, width]
+_TO_OURS = {'linear': lambda value: value.T, 'conv': lambda value: value.transpose(2, 3, 1, 0)}
+_TO_TIMM = {'linear': lambda value: value.T, 'conv': lambda value: value.transpose(3, 2, 0, 1)}
+
+
 def _linear(theirs: str, ours: str) -> dict:
   return {f'{theirs}.weight': (f'{ours}/kernel', 'linear'), f'{theirs}.bias': (f'{ours}/bias', None)}
 
@@ -189,6 +194,8 @@ def _block_names(layer: int) -> dict:
 
 
 _FIXED_NAMES = {
+  'patch_embed.proj.weight': ('embedding/kernel', 'conv'),
+  'patch_embed.proj.bias': ('embedding/bias', None),
   **_norm('norm_pre', 'Transformer/norm_pre'),
   **_norm('norm', 'Transformer/encoder_norm'),
   **_norm('fc_norm', 'fc_norm'),
@@ -241,11 +248,7 @@ def to_canonical(
     value = np.asarray(value)
     if key in names:
       ours, how = names[key]
-      canonical[ours] = value.T if how == 'linear' else value
-    elif key == 'patch_embed.proj.weight':
-      canonical['embedding/kernel'] = value.transpose(2, 3, 1, 0)
-    elif key == 'patch_embed.proj.bias':
-      canonical['embedding/bias'] = value
+      canonical[ours] = _TO_OURS[how](value) if how else value
     elif key in ('cls_token', 'dist_token', 'reg_token', 'pos_embed'):
       continue
     elif re.fullmatch(r'blocks\.\d+\.attn\.(qkv|proj)\.(weight|bias)', key):
@@ -272,14 +275,7 @@ def _attention(key: str, value: np.ndarray, width: int, heads: int, head_dim: in
     if kind == 'weight':
       return {f'{prefix}/out/kernel': value.T.reshape(heads, head_dim, width)}
     return {f'{prefix}/out/bias': value}
-  result = {}
-  for index, name in enumerate(('query', 'key', 'value')):
-    piece = value[index * width : (index + 1) * width]
-    if kind == 'weight':
-      result[f'{prefix}/{name}/kernel'] = piece.T.reshape(-1, heads, head_dim)
-    else:
-      result[f'{prefix}/{name}/bias'] = piece.reshape(heads, head_dim)
-  return result
+  return _split_heads(value, kind, prefix, ('query', 'key', 'value'), heads, head_dim)
 
 
 def _pool_attention(key: str, value: np.ndarray, heads: int, head_dim: int) -> dict:
@@ -288,15 +284,21 @@ def _pool_attention(key: str, value: np.ndarray, heads: int, head_dim: int) -> d
     name = 'out/kernel' if kind == 'weight' else 'out/bias'
     shaped = value.T.reshape(heads, head_dim, -1) if kind == 'weight' else value
     return {f'{_MAP_ATTENTION}/{name}': shaped}
-  width = heads * head_dim
   pieces = ('query',) if part == 'q' else ('key', 'value')
+  return _split_heads(value, kind, _MAP_ATTENTION, pieces, heads, head_dim)
+
+
+def _split_heads(value: np.ndarray, kind: str, prefix: str, names: tuple, heads: int, head_dim: int) -> dict:
+  """A fused input projection's ``weight`` or ``bias`` (``names`` stacked along its output) -> each
+  name's kernel ``[in, heads, head_dim]`` or bias ``[heads, head_dim]`` under ``prefix``."""
+  width = heads * head_dim
   result = {}
-  for index, name in enumerate(pieces):
+  for index, name in enumerate(names):
     piece = value[index * width : (index + 1) * width]
     if kind == 'weight':
-      result[f'{_MAP_ATTENTION}/{name}/kernel'] = piece.T.reshape(-1, heads, head_dim)
+      result[f'{prefix}/{name}/kernel'] = piece.T.reshape(-1, heads, head_dim)
     else:
-      result[f'{_MAP_ATTENTION}/{name}/bias'] = piece.reshape(heads, head_dim)
+      result[f'{prefix}/{name}/bias'] = piece.reshape(heads, head_dim)
   return result
 
 
@@ -339,11 +341,7 @@ def from_canonical(canonical: dict[str, np.ndarray], *, no_embed_class: bool) ->
     value = np.asarray(value, np.float32)
     if key in by_canonical:
       theirs, how = by_canonical[key]
-      arrays[theirs] = value.T if how == 'linear' else value
-    elif key == 'embedding/kernel':
-      arrays['patch_embed.proj.weight'] = value.transpose(3, 2, 0, 1)
-    elif key == 'embedding/bias':
-      arrays['patch_embed.proj.bias'] = value
+      arrays[theirs] = _TO_TIMM[how](value) if how else value
     elif key == 'cls':
       arrays['cls_token'] = value
     elif key == 'reg':
