@@ -1,12 +1,14 @@
-"""Chooses a translator's beam size and length penalty on one split, then scores the choice on another.
+"""Chooses a translator's checkpoint averaging, beam size and length penalty on one split, then scores
+the choice on another.
 
   python -m seq2seq.choose_decoding --workdir runs/rnn_multi30k_long --choose_on holdout \
-      --beam_sizes 1,4,8 --alphas 0.6,1.0,1.4 --average_last 5 --report_on val
+      --average_last 1,5 --beam_sizes 1,4,8 --alphas 0.6,1.0,1.4 --report_on val
 
-The parameters are restored once (with ``--average_last N``, the mean of the last N kept
-checkpoints, as ``evaluate.py`` averages them). ``--choose_on`` is translated with each setting
-(greedy once: a length penalty changes nothing without a beam) and each setting's sacreBLEU is
-printed; the highest wins (a tie goes to the smaller beam, then the smaller alpha). Only then is
+For each ``--average_last N`` the parameters are restored once (the mean of the last N kept
+checkpoints, as ``evaluate.py`` averages them; 1: the last alone). ``--choose_on`` is translated
+with each setting (greedy once: a length penalty changes nothing without a beam) and each setting's
+sacreBLEU is printed; the highest wins (a tie goes to fewer checkpoints averaged, then the smaller
+beam, then the smaller alpha). Only then is
 ``--report_on`` translated, once, with the winner: the split reported never takes part in the
 choice. ``holdout`` is the split a run trained with ``--config.data.holdout=N`` set aside from its
 training pairs. The last line of stdout is one JSON object: the table, the choice and the scores
@@ -24,8 +26,8 @@ from trainer.io import storage
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A translator workdir written by train.py.')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
-_AVERAGE_LAST = flags.DEFINE_integer(
-  'average_last', 1, 'Average the parameters of the last N kept checkpoints.', lower_bound=1
+_AVERAGE_LAST = flags.DEFINE_list(
+  'average_last', ['1'], 'Checkpoint counts to try: the parameters averaged over the last N kept.'
 )
 _CHOOSE_ON = flags.DEFINE_string('choose_on', 'holdout', 'The split the setting is chosen on.')
 _REPORT_ON = flags.DEFINE_string('report_on', None, 'The split the chosen setting is scored on (optional).')
@@ -40,22 +42,31 @@ def settings(beam_sizes: list[int], alphas: list[float]) -> list[tuple[int, floa
   return [(beam, alpha) for beam, alpha in pairs if beam > 1 or alpha == min(alphas)]
 
 
-def parse_settings(beam_sizes: list[str], alphas: list[str]) -> list[tuple[int, float]]:
+def parse_settings(
+  average_last: list[str], beam_sizes: list[str], alphas: list[str]
+) -> tuple[list[int], list[tuple[int, float]]]:
+  """The checkpoint counts and the ``(beam_size, alpha)`` settings the flags name; one line if bad."""
   try:
+    counts = [int(value) for value in average_last]
     beams, penalties = [int(value) for value in beam_sizes], [float(value) for value in alphas]
   except ValueError as error:
-    raise ConfigError(f'--beam_sizes takes whole numbers and --alphas numbers ({error}).') from None
+    raise ConfigError(
+      f'--average_last and --beam_sizes take whole numbers, --alphas numbers ({error}).'
+    ) from None
+  if not counts or min(counts) < 1:
+    raise ConfigError(f'--average_last {average_last}: give checkpoint counts >= 1.')
   if not beams or not penalties or min(beams) < 1 or min(penalties) < 0:
     raise ConfigError(
       f'--beam_sizes {beam_sizes} and --alphas {alphas}: give beam sizes >= 1 and alphas >= 0.'
     )
-  return settings(beams, penalties)
+  return sorted(set(counts)), settings(beams, penalties)
 
 
 def choose(
-  workdir, choose_on: str, report_on: str | None, tried, checkpoint='latest', average_last=1
+  workdir, choose_on: str, report_on: str | None, tried, checkpoint='latest', average_last=(1,)
 ) -> dict:
-  """The table of ``tried`` settings on ``choose_on``, the winner, and its scores on ``report_on``."""
+  """The table of ``tried`` settings with each checkpoint count of ``average_last`` on ``choose_on``,
+  the winner, and its scores on ``report_on``."""
   from seq2seq.task import Translation  # pylint: disable=g-import-not-at-top  (JAX: after the flags)
   from trainer.devices import Devices  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
@@ -63,47 +74,55 @@ def choose(
 
   if report_on == choose_on:
     raise ConfigError(f'--report_on is {report_on!r}, the split the setting is chosen on; name another.')
-  mesh = make_mesh()
-  task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh, average_last)
-  if not isinstance(task, Translation):
-    raise ConfigError(f'{workdir} holds a {type(task).__name__}, not a translator.')
-  splits = task.eval_split_names()
-  for flag, split in (('--choose_on', choose_on), ('--report_on', report_on)):
-    if split is not None and split not in splits:
-      raise ConfigError(f'{flag} is {split!r}; this data has the splits {", ".join(splits)}.')
-  model, devices = parts.merge(params), Devices(mesh)
-
-  def bleu_with(beam_size: int, alpha: float, split: str) -> dict:
-    with task.config.decode.unlocked():
-      task.config.decode.update(beam_size=beam_size, alpha=alpha)
-    scores = task.extra_evaluation(model, split, None, devices)
-    return {name: value for name, value in scores.items() if not isinstance(value, str)}
-
-  table = []
-  for beam_size, alpha in tried:
-    scores = bleu_with(beam_size, alpha, choose_on)
-    table.append(dict(beam_size=beam_size, alpha=alpha, **scores))
-    print(f'{choose_on}: beam {beam_size} alpha {alpha:g}: bleu {scores["bleu"]:.2f}', flush=True)
-  best = max(table, key=lambda row: row['bleu'])  # the first of equals: the smaller beam, then alpha
-  result = dict(
-    workdir=str(workdir), step=int(step), averaged_checkpoints=average_last, choose_on=choose_on,
-    table=table, chosen=dict(beam_size=best['beam_size'], alpha=best['alpha']),
-  )  # fmt: skip
+  mesh, devices = make_mesh(), None
+  models, table, step = {}, [], None
+  for count in average_last:
+    task, parts, params, step = restore_checkpoint(workdir, checkpoint, mesh, count)
+    if not isinstance(task, Translation):
+      raise ConfigError(f'{workdir} holds a {type(task).__name__}, not a translator.')
+    if devices is None:
+      splits = task.eval_split_names()
+      for flag, split in (('--choose_on', choose_on), ('--report_on', report_on)):
+        if split is not None and split not in splits:
+          raise ConfigError(f'{flag} is {split!r}; this data has the splits {", ".join(splits)}.')
+      devices = Devices(mesh)
+    models[count] = (task, parts.merge(params))
+    for beam_size, alpha in tried:
+      scores = _scores(*models[count], devices, beam_size, alpha, choose_on)
+      table.append(dict(averaged_checkpoints=count, beam_size=beam_size, alpha=alpha, **scores))
+      print(
+        f'{choose_on}: last {count} averaged, beam {beam_size}, alpha {alpha:g}: bleu {scores["bleu"]:.2f}',
+        flush=True,
+      )
+  best = max(table, key=lambda row: row['bleu'])  # the first of equals: the tie rule's order
+  chosen = {name: best[name] for name in ('averaged_checkpoints', 'beam_size', 'alpha')}
+  result = dict(workdir=str(workdir), step=int(step), choose_on=choose_on, table=table, chosen=chosen)
   if report_on is not None:
     result['report_on'] = report_on
-    result['reported'] = bleu_with(best['beam_size'], best['alpha'], report_on)
+    task, model = models[chosen['averaged_checkpoints']]
+    result['reported'] = _scores(task, model, devices, chosen['beam_size'], chosen['alpha'], report_on)
   return result
+
+
+def _scores(task, model, devices, beam_size: int, alpha: float, split: str) -> dict:
+  """``split`` translated with this beam and length penalty, scored (``Translation.extra_evaluation``)."""
+  with task.config.decode.unlocked():
+    task.config.decode.update(beam_size=beam_size, alpha=alpha)
+  scores = task.extra_evaluation(model, split, None, devices)
+  return {name: value for name, value in scores.items() if not isinstance(value, str)}
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   cli.quiet_library_logs()
-  tried = cli.run_reporting_user_errors(parse_settings, _BEAM_SIZES.value, _ALPHAS.value)
+  counts, tried = cli.run_reporting_user_errors(
+    parse_settings, _AVERAGE_LAST.value, _BEAM_SIZES.value, _ALPHAS.value
+  )
   workdir = storage.as_path(_WORKDIR.value)
   with cli.interrupt_exits('choosing the decoding', 'the checkpoints are untouched'):
     result = cli.run_reporting_user_errors(
-      choose, workdir, _CHOOSE_ON.value, _REPORT_ON.value, tried, _CHECKPOINT.value, _AVERAGE_LAST.value
+      choose, workdir, _CHOOSE_ON.value, _REPORT_ON.value, tried, _CHECKPOINT.value, counts
     )
   from trainer.io import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 

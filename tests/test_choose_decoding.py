@@ -13,10 +13,13 @@ from trainer.errors import ConfigError
 
 def test_greedy_is_tried_once_and_the_order_is_the_tie_rule():
   assert choose_decoding.settings([4, 1, 2], [1.0, 0.6]) == [(1, 0.6), (2, 0.6), (2, 1.0), (4, 0.6), (4, 1.0)]
+  assert choose_decoding.parse_settings(['5', '1'], ['1'], ['0.6']) == ([1, 5], [(1, 0.6)])
   with pytest.raises(ConfigError, match='beam sizes >= 1'):
-    choose_decoding.parse_settings(['0'], ['0.6'])
-  with pytest.raises(ConfigError, match='--beam_sizes takes whole numbers'):
-    choose_decoding.parse_settings(['two'], ['0.6'])
+    choose_decoding.parse_settings(['1'], ['0'], ['0.6'])
+  with pytest.raises(ConfigError, match='checkpoint counts >= 1'):
+    choose_decoding.parse_settings(['0'], ['1'], ['0.6'])
+  with pytest.raises(ConfigError, match='--beam_sizes take whole numbers'):
+    choose_decoding.parse_settings(['1'], ['two'], ['0.6'])
 
 
 @pytest.fixture(scope='module')
@@ -42,13 +45,14 @@ def test_chosen_on_holdout_then_scored_once_on_test(workdir, monkeypatch):
 
   monkeypatch.setattr(Translation, 'extra_evaluation', counted)
   tried = choose_decoding.settings([1, 2], [0.6, 1.0])
-  result = choose_decoding.choose(workdir, 'holdout', 'test', tried, average_last=2)
-  assert translated[:-1] == [('holdout', beam, alpha) for beam, alpha in tried]
+  result = choose_decoding.choose(workdir, 'holdout', 'test', tried, average_last=(1, 2))
+  assert translated[:-1] == [('holdout', beam, alpha) for beam, alpha in tried] * 2
+  assert [row['averaged_checkpoints'] for row in result['table']] == [1] * 3 + [2] * 3
   best = max(result['table'], key=lambda row: row['bleu'])
-  assert result['chosen'] == dict(beam_size=best['beam_size'], alpha=best['alpha'])
+  assert result['chosen'] == {name: best[name] for name in ('averaged_checkpoints', 'beam_size', 'alpha')}
   assert translated[-1] == ('test', best['beam_size'], best['alpha'])
   assert set(result['reported']) >= {'bleu', 'chrf', 'exact_match'}
-  assert result['averaged_checkpoints'] == 2 and result['step'] == 6
+  assert result['step'] == 6
 
 
 def test_bad_splits_are_one_line(workdir):
