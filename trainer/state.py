@@ -117,7 +117,6 @@ def make_train_step(
       lambda key, p: jax.lax.stop_gradient(p) if parameter_path(key) in frozen else p, params
     )
 
-  specs = param_specs(parts.params, mesh, state_sharding)
   gather = (
     gather_per_layer and mesh.shape['fsdp'] > 1 and grad_accum_steps == 1
   )  # micro-batches gather inside their loop
@@ -125,7 +124,7 @@ def make_train_step(
   def loss_sum_fn(params, batch, key, constants):
     params = without_frozen_gradients(params)
     if gather:  # each layer gathers its own weights (trainer.partitioning.mark_layer_gathers)
-      params = mark_layer_gathers(params, specs, mesh)
+      params = mark_layer_gathers(params, param_specs(params, mesh, state_sharding), mesh)
     rngs = nnx.Rngs(dropout=key)  # made inside the traced function: NNX forbids mutating outer Rngs
     given = {} if constants is None else {'constants': constants}
     loss_sum, weight, outputs = task.loss_and_outputs(
