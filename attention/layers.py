@@ -15,6 +15,14 @@ dropout draws differ, since each layer then draws from its own key.
 A stack's owner builds its blocks with ``keep_blocks``, completes each layer's inputs with
 ``layer_inputs`` and calls each block with ``layer_options``; ``run_layers`` runs one stack, or
 several stacks side by side (a tuple: layer ``i`` of each, as one step of the scan).
+
+A parameter may carry, under the metadata key ``GATHER_TO``, the sharding it is to be brought to before
+its layer runs (the trainer marks the fsdp-sharded ones: ``trainer.partitioning.mark_layer_gathers``).
+Each layer then gathers its own weights at its start, inside the scan's body and the remat boundary, so
+a step gathers each layer's weights once forward and once more for the recomputation, and a kernel
+(2 or more dimensions) is first cast to the blocks' compute dtype, which every kernel is used in, so a
+bfloat16 model gathers half the bytes and computes the same numbers. The gradient flows back
+unconstrained, so XLA reduce-scatters it into the parameter's shard. Without the key nothing changes.
 """
 
 from collections.abc import Callable, Sequence
@@ -22,6 +30,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 REMAT_POLICIES = {
   'none': None,
@@ -31,6 +40,8 @@ REMAT_POLICIES = {
 }
 #: the logical name of the leading axis of scanned parameters
 LAYERS_AXIS = 'layers'
+#: a parameter's metadata key naming the ``NamedSharding`` its layer gathers it to (spec of its full shape)
+GATHER_TO = 'gather_to'
 
 
 def check_remat(remat: str) -> str:
@@ -104,6 +115,47 @@ def layer_options(inputs: dict, *, deterministic: bool, rngs: nnx.Rngs | None) -
   )
 
 
+def _gather_one(x: jax.Array, sharding, dtype) -> jax.Array:
+  """``x`` cast to ``dtype`` and constrained to ``sharding``; the gradient comes back as it is, in
+  ``x``'s dtype, left for XLA to reduce into ``x``'s shard."""
+
+  @jax.custom_vjp
+  def gather(x):
+    return jax.lax.with_sharding_constraint(x.astype(dtype), sharding)
+
+  def forward(x):
+    return gather(x), None
+
+  def backward(_, gradient):
+    return (gradient.astype(x.dtype),)
+
+  gather.defvjp(forward, backward)
+  return gather(x)
+
+
+def gather_weights(state, dtype=None):
+  """A layer's ``state`` with each parameter that names a sharding under ``GATHER_TO`` brought to it,
+  a floating kernel (2 or more dimensions) cast to ``dtype`` first (``None``: kept as it is)."""
+
+  def gather(variable):
+    if not isinstance(variable, nnx.Variable) or variable.get_metadata().get(GATHER_TO) is None:
+      return variable
+    sharding = variable.get_metadata()[GATHER_TO]
+    value = variable.get_value()
+    # a scanned stack's body sees one layer's slice: the spec's trailing dimensions are its own
+    sharding = NamedSharding(
+      sharding.mesh, PartitionSpec(*tuple(sharding.spec)[len(sharding.spec) - value.ndim :])
+    )
+    cast = (
+      dtype
+      if dtype is not None and value.ndim >= 2 and jnp.issubdtype(value.dtype, jnp.floating)
+      else value.dtype
+    )
+    return variable.replace(_gather_one(value, sharding, cast))
+
+  return jax.tree.map(gather, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
 def layer_of(blocks, layer: int) -> nnx.Module:
   """Block ``layer`` of an ``nnx.List`` or of a stacked block (a module over that layer's slices)."""
   if isinstance(blocks, nnx.List):
@@ -119,19 +171,21 @@ def run_layers(
   call: Callable,
   *,
   remat: str = 'none',
+  dtype=None,
 ):
   """Runs ``x`` through the blocks: ``call(block, x, inputs) -> (x, outputs)`` for each layer.
 
   ``blocks`` is an ``nnx.List`` (unrolled) or a stacked block (scanned), or a tuple of such
   stacks of one depth (then ``block`` is the tuple of each stack's layer); ``per_layer`` holds
   each layer's inputs (pytrees of one structure, e.g. a position table or a dropout key).
+  ``dtype``: the blocks' compute dtype, which kernels marked ``GATHER_TO`` are gathered in.
   Returns the final ``x`` and the list of each layer's ``outputs``.
   """
   policy = REMAT_POLICIES[check_remat(remat)]
 
   def pure(graphdef, prevent_cse: bool):
     def apply(state, x, inputs):
-      return call(nnx.merge(graphdef, state), x, inputs)
+      return call(nnx.merge(graphdef, gather_weights(state, dtype)), x, inputs)
 
     return apply if remat == 'none' else jax.checkpoint(apply, policy=policy, prevent_cse=prevent_cse)
 
@@ -139,7 +193,7 @@ def run_layers(
   if unrolled is not None:
     outputs = []
     for block, inputs in zip(unrolled, per_layer):
-      if remat == 'none':
+      if remat == 'none' and not _marked(block):
         x, layer_outputs = call(block, x, inputs)
       else:
         # Unrolled, the recomputation must be kept from XLA's common-subexpression elimination, which
@@ -158,6 +212,14 @@ def run_layers(
 
   x, stacked_outputs = jax.lax.scan(body, x, (state, stacked_inputs))
   return x, [_slice(stacked_outputs, i) for i in range(len(per_layer))]
+
+
+def _marked(block) -> bool:
+  """Whether any parameter of ``block`` (or of a tuple of blocks) names a sharding to gather to."""
+  leaves = jax.tree.leaves(nnx.state(block), is_leaf=lambda x: isinstance(x, nnx.Variable))
+  return any(
+    isinstance(leaf, nnx.Variable) and leaf.get_metadata().get(GATHER_TO) is not None for leaf in leaves
+  )
 
 
 def _unrolled_layers(blocks) -> list | None:

@@ -77,6 +77,7 @@ class _Stack(nnx.Module):
     self.dropout = nnx.Dropout(options.block.dropout)
     self.depth = options.depth
     self.scan_layers, self.remat = options.scan_layers, check_remat(options.remat)
+    self.compute_dtype = options.block.dtype
     rate = options.drop_path_rate
     self.drop_path_rates = tuple(rate * i / max(self.depth - 1, 1) for i in range(self.depth))
 
@@ -182,7 +183,7 @@ class Encoder(_Stack):
       x = self.positional.add_table(x, inputs['table'], positions)
       return block(x, mask=mask, bias=inputs['bias'], **options)
 
-    x, all_weights = run_layers(self.blocks, x, per_layer, call, remat=self.remat)
+    x, all_weights = run_layers(self.blocks, x, per_layer, call, remat=self.remat, dtype=self.compute_dtype)
     intermediates = {'pre_norm': x}
     if return_weights:
       intermediates['attention_weights'] = all_weights
@@ -240,7 +241,7 @@ class Decoder(_Stack):
         x, encoded, self_mask=self_mask, cross_mask=cross_mask, self_bias=inputs['bias'], **options
       )
 
-    x, weights = run_layers(self.blocks, x, per_layer, call, remat=self.remat)
+    x, weights = run_layers(self.blocks, x, per_layer, call, remat=self.remat, dtype=self.compute_dtype)
     intermediates = {}
     if return_weights:
       intermediates = {

@@ -93,6 +93,7 @@ _CALLED = re.compile(
   r'\b(?P<how>body|condition|calls|to_apply|true_computation|false_computation)=%(?P<name>[\w.\-]+)'
 )
 _BRANCHES = re.compile(r'branch_computations=\{(?P<names>[^}]*)\}')
+_CHANNEL = re.compile(r'\bchannel_id=(?P<id>\d+)')
 _INTEGER_CONSTANT = re.compile(r'=\s*[su](?:32|64)\[\]\S*\s+constant\((?P<value>\d+)\)')
 
 
@@ -165,17 +166,33 @@ def loop_trip_counts(hlo_text: str) -> list[int | None]:
 def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
   """Count and result bytes of each kind of collective that one run of an HLO module's text
   performs: asynchronous ones counted at their ``-start`` (whose tuple counts its largest array,
-  the result), those in a loop's body as often as the loop runs it."""
+  the result), those in a loop's body as often as the loop runs it.
+
+  One collective is one channel: libtpu's asynchronous collective fusions repeat an all-gather
+  in its start, its done and each fusion computed while it is in flight (a loop's body among
+  them), all with the collective's ``channel_id``. Such copies count once, as often as the
+  computation that starts it runs (the least-run of them)."""
   computations = _computations(hlo_text)
   runs, _ = _runs(computations)
   found = {op: {'count': 0, 'bytes': 0} for op in COLLECTIVES}
+  channels = {}  # (op, channel) -> (runs, bytes) of its least-run copy
   for name, lines in computations.items():
-    for match in _COLLECTIVE_LINE.finditer('\n'.join(lines)):
+    for line in lines:
+      match = _COLLECTIVE_LINE.search(line)
+      if not match:
+        continue
       sizes = [_array_bytes(dtype, dims) for dtype, dims in _ARRAY.findall(match['shape'])]
-      found[match['op']]['count'] += runs[name]
-      found[match['op']]['bytes'] += runs[name] * (
-        (max(sizes) if match['start'] else sum(sizes)) if sizes else 0
-      )
+      size = (max(sizes) if match['start'] else sum(sizes)) if sizes else 0
+      channel = _CHANNEL.search(line)
+      if channel is None:
+        found[match['op']]['count'] += runs[name]
+        found[match['op']]['bytes'] += runs[name] * size
+        continue
+      key = (match['op'], channel['id'])
+      channels[key] = min(channels.get(key, (runs[name], size)), (runs[name], size))
+  for (op, _), (times, size) in channels.items():
+    found[op]['count'] += times
+    found[op]['bytes'] += times * size
   return found
 
 

@@ -88,6 +88,7 @@ TPU_COMPILE_ROWS = (
   + ('vit_l16_v5e_scanned_remat_full', 'vit_l16_v5e_scanned_remat_dots', 'vit_g14_v4_scanned')
   + ('transformer_big_v5p', 'vit_g14_v4_scanned_remat_full', 'tiny_vit_v5e_scanned', 'tiny_vit_v5e_unrolled')
   + ('vit_g14_v5e_fsdp_remat_full', 'vit_g14_v5e_fsdp_heads13', 'tiny_vit_v5e_fsdp_one_layer')
+  + ('vit_g14_v5e_fsdp_scanned_remat_full',)
 )
 HEADLINE_RUNS = ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'vit_mnist') + (
   'transformer_scan',

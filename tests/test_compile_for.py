@@ -126,6 +126,58 @@ def test_collectives_in_loops_count_as_often_as_the_loops_run_them():
   assert compile_for.loop_trip_counts(LOOPED_HLO) == [24, 4]
 
 
+# libtpu's asynchronous collective fusion, as a compiled G/14 step has it: one all-gather (channel 7)
+# repeated in its start, in a fusion computed while it is in flight inside an 8-trip loop, and in
+# its done; another (channel 9) started and finished in the loop's body.
+ASYNC_FUSED_HLO = """
+HloModule jit_step
+
+%start_computation (param_0.1: bf16[256,26]) -> bf16[256,416] {
+  ROOT %all-gather.1 = bf16[256,416]{1,0} all-gather(bf16[256,26]{1,0} %param_0.1), channel_id=7, dimensions={1}
+}
+
+%in_flight (param_0.2: bf16[256,26]) -> bf16[256,416] {
+  ROOT %all-gather.2 = bf16[256,416]{1,0} all-gather(bf16[256,26]{1,0} %param_0.2), channel_id=7, dimensions={1}
+}
+
+%done_computation (param_0.3: bf16[256,26]) -> bf16[256,416] {
+  ROOT %all-gather.3 = bf16[256,416]{1,0} all-gather(bf16[256,26]{1,0} %param_0.3), channel_id=7, dimensions={1}
+}
+
+%kernel_start (param_0.4: bf16[4,64]) -> bf16[64,64] {
+  ROOT %all-gather.4 = bf16[64,64]{1,0} all-gather(bf16[4,64]{1,0} %param_0.4), channel_id=9, dimensions={0}
+}
+
+%kernel_done (param_0.5: bf16[4,64]) -> bf16[64,64] {
+  ROOT %all-gather.5 = bf16[64,64]{1,0} all-gather(bf16[4,64]{1,0} %param_0.5), channel_id=9, dimensions={0}
+}
+
+%body (state: (s32[], bf16[256,26])) -> (s32[], bf16[256,26]) {
+  %fusion.2 = bf16[256,416]{1,0} fusion(bf16[256,26]{1,0} %x), kind=kOutput, calls=%in_flight
+  %fusion.4 = bf16[64,64]{1,0} fusion(bf16[4,64]{1,0} %k), kind=kOutput, calls=%kernel_start
+  %fusion.5 = bf16[64,64]{1,0} fusion(bf16[4,64]{1,0} %k), kind=kOutput, calls=%kernel_done
+  ROOT %tuple.1 = (s32[], bf16[256,26]) tuple(s32[] %i, bf16[256,26]{1,0} %x)
+}
+
+%condition (state: (s32[], bf16[256,26])) -> pred[] {
+  %constant.8 = s32[] constant(8)
+  %gte.1 = s32[] get-tuple-element((s32[], bf16[256,26]) %state), index=0
+  ROOT %lt.1 = pred[] compare(s32[] %gte.1, s32[] %constant.8), direction=LT
+}
+
+ENTRY %main (p: bf16[256,26]) -> bf16[256,416] {
+  %fusion.1 = bf16[256,416]{1,0} fusion(bf16[256,26]{1,0} %p), kind=kOutput, calls=%start_computation
+  %while.1 = (s32[], bf16[256,26]) while((s32[], bf16[256,26]) %init), condition=%condition, body=%body
+  ROOT %fusion.3 = bf16[256,416]{1,0} fusion(bf16[256,26]{1,0} %p), kind=kOutput, calls=%done_computation
+}
+"""
+
+
+def test_an_asynchronous_collective_fused_in_several_places_counts_once_per_run_of_its_start():
+  found = compile_for.collectives(ASYNC_FUSED_HLO)
+  assert found['all-gather'] == {'count': 1 + 8, 'bytes': 256 * 416 * 2 + 8 * 64 * 64 * 2}
+
+
 def test_a_loop_whose_trip_count_cannot_be_read_counts_once():
   unknown = LOOPED_HLO.replace('direction=LT', 'direction=NE')
   assert compile_for.loop_trip_counts(unknown) == [None, None]

@@ -56,6 +56,7 @@ class Mesh:
   data: int = -1  #: -1: all that fsdp and model leave
   fsdp: int = at_least(1, 1)  #: shard parameters and optimizer state
   model: int = at_least(1, 1)  #: split attention heads and MLP width (tensor parallelism)
+  gather_per_layer: bool = True  #: under fsdp, each layer gathers its own weights (trainer/partitioning.py)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,12 @@ module or parameter name:
   than the ``model`` one; smaller ones (biases, norms) and those with no such dimension stay
   whole.
 
+Under fsdp the train step marks each fsdp-sharded parameter with the sharding it has without
+``fsdp`` (``mark_layer_gathers``; the ``model`` cut kept) under the metadata key that the layer stacks
+read (``attention.layers.GATHER_TO``): each layer then all-gathers its own weights at its start, in its
+compute dtype, inside the scan and the remat boundary, once forward and once for the recomputation,
+as MaxText's fsdp does. Left to XLA's propagation, a G/14 step gathered its weights dozens of times.
+
 Adam's moments are built by mapping over the parameters, so they carry the same names and
 are sharded alike. Only the parameters are annotated: XLA (GSPMD) propagates the shardings
 through the step and inserts the all-gathers, reduce-scatters and all-reduces, so the numbers
@@ -129,6 +135,24 @@ def state_shardings(tree, mesh: Mesh, rules=LOGICAL_RULES):
     return array_sharding(mesh, tuple(np.shape(leaf)), None, rules)
 
   return jax.tree.map(sharding, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def mark_layer_gathers(params, specs, mesh: Mesh):
+  """``params`` (a tree of ``nnx.Variable``) with each one that ``specs`` (a tree like it of partition
+  specs) shards over ``fsdp`` marked with the sharding its layer gathers it to: its spec, padded to its
+  dimensions, with ``fsdp`` taken out. Others are returned as they are."""
+  from attention.layers import GATHER_TO  # pylint: disable=g-import-not-at-top
+
+  def mark(variable, spec):
+    spec = spec.get_value() if isinstance(spec, nnx.Variable) else spec
+    if not isinstance(variable, nnx.Variable) or 'fsdp' not in tuple(spec):
+      return variable
+    entries = tuple(spec) + (None,) * (np.ndim(variable.get_value()) - len(spec))
+    gathered = PartitionSpec(*(None if axes == 'fsdp' else axes for axes in entries))
+    return variable.replace(variable.get_value(), **{GATHER_TO: NamedSharding(mesh, gathered)})
+
+  is_leaf = lambda x: isinstance(x, nnx.Variable | PartitionSpec)  # noqa: E731
+  return jax.tree.map(mark, params, specs, is_leaf=is_leaf)
 
 
 def check_batch_size(global_batch_size: int, mesh: Mesh, what: str = 'batch_size') -> None:

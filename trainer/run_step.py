@@ -58,6 +58,7 @@ class RunStep:
       ema_decay=ema_decay(self.config),
       ema_warmup=ema_warmup(self.config),
       constants=self.task.training_constants(),
+      gather_per_layer=self.config.get('mesh', {}).get('gather_per_layer', True),
     )
 
 
@@ -65,7 +66,8 @@ def build_step(config: ml_collections.ConfigDict, task: Task, num_steps: int, de
   """The step of a run of ``config`` on ``devices`` (default: all of this process's view) over
   ``num_steps`` steps (the schedule's length); raises ``ConfigError`` for a mesh, batch size,
   micro-batch count or optimizer field that cannot work."""
-  mesh = make_mesh(**config.get('mesh', {}), devices=devices)
+  sizes = {axis: size for axis, size in config.get('mesh', {}).items() if axis != 'gather_per_layer'}
+  mesh = make_mesh(**sizes, devices=devices)
   check_batch_size(config.batch_size, mesh)
   check_micro_batches(config.batch_size, config.grad_accum_steps, mesh)
   return RunStep(config, task, mesh, num_steps)

@@ -22,7 +22,13 @@ from trainer import random_streams
 from trainer.accumulation import accumulated_gradient, param_specs
 from trainer.ema import update_ema
 from trainer.optim import parameter_path
-from trainer.partitioning import batch_sharding, check_micro_batches, replicated, state_shardings
+from trainer.partitioning import (
+  batch_sharding,
+  check_micro_batches,
+  mark_layer_gathers,
+  replicated,
+  state_shardings,
+)
 from trainer.task import Task
 
 
@@ -83,6 +89,7 @@ def make_train_step(
   ema_decay: float = 0.0,
   ema_warmup: bool = False,
   constants=None,
+  gather_per_layer: bool = True,
 ):
   """``step(state, metrics, batch) -> (state, metrics)``, compiled once.
 
@@ -99,6 +106,8 @@ def make_train_step(
   the updated parameters (``trainer.ema.update_ema``, warmed up with ``ema_warmup``). ``constants`` (``Task.training_constants``),
   when not ``None``, are placed like parameters and passed to every step as an argument of the
   compiled program, to the task's loss, which is never differentiated with respect to them.
+  Under fsdp without micro-batches, ``gather_per_layer`` has each layer of the model's stacks gather
+  its own weights (``trainer.partitioning.mark_layer_gathers``); off, XLA places the gathers.
   """
   dropout_key = random_streams.key(seed, random_streams.DROPOUT)
   state_sharding = replicated(mesh) if state_sharding is None else state_sharding
@@ -108,8 +117,14 @@ def make_train_step(
       lambda key, p: jax.lax.stop_gradient(p) if parameter_path(key) in frozen else p, params
     )
 
+  gather = (
+    gather_per_layer and mesh.shape['fsdp'] > 1 and grad_accum_steps == 1
+  )  # micro-batches gather inside their loop
+
   def loss_sum_fn(params, batch, key, constants):
     params = without_frozen_gradients(params)
+    if gather:  # each layer gathers its own weights (trainer.partitioning.mark_layer_gathers)
+      params = mark_layer_gathers(params, param_specs(params, mesh, state_sharding), mesh)
     rngs = nnx.Rngs(dropout=key)  # made inside the traced function: NNX forbids mutating outer Rngs
     given = {} if constants is None else {'constants': constants}
     loss_sum, weight, outputs = task.loss_and_outputs(
