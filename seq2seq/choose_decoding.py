@@ -89,7 +89,8 @@ def choose(
     models[count] = (task, parts.merge(params))
     for beam_size, alpha in tried:
       scores = _scores(*models[count], devices, beam_size, alpha, choose_on)
-      table.append(dict(averaged_checkpoints=count, beam_size=beam_size, alpha=alpha, **scores))
+      name = f'avg{count}_beam{beam_size}_alpha{alpha:g}'.replace('.', 'p')  # a record's key
+      table.append(dict(name=name, averaged_checkpoints=count, beam_size=beam_size, alpha=alpha, **scores))
       print(
         f'{choose_on}: last {count} averaged, beam {beam_size}, alpha {alpha:g}: bleu {scores["bleu"]:.2f}',
         flush=True,
