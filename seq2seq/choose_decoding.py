@@ -24,17 +24,6 @@ from trainer.command_line import cli
 from trainer.errors import ConfigError
 from trainer.io import storage
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'A translator workdir written by train.py.')
-_CHECKPOINT = flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number.")
-_AVERAGE_LAST = flags.DEFINE_list(
-  'average_last', ['1'], 'Checkpoint counts to try: the parameters averaged over the last N kept.'
-)
-_CHOOSE_ON = flags.DEFINE_string('choose_on', 'holdout', 'The split the setting is chosen on.')
-_REPORT_ON = flags.DEFINE_string('report_on', None, 'The split the chosen setting is scored on (optional).')
-_BEAM_SIZES = flags.DEFINE_list('beam_sizes', ['1', '4'], 'Beam sizes to try (1: greedy).')
-_ALPHAS = flags.DEFINE_list('alphas', ['0.6', '1.0'], 'Length penalties to try with each beam above 1.')
-flags.mark_flag_as_required('workdir')
-
 
 def settings(beam_sizes: list[int], alphas: list[float]) -> list[tuple[int, float]]:
   """``(beam_size, alpha)`` pairs in the order of the tie rule; greedy once, with the first alpha."""
@@ -113,17 +102,35 @@ def _scores(task, model, devices, beam_size: int, alpha: float, split: str) -> d
   return {name: value for name, value in scores.items() if not isinstance(value, str)}
 
 
-def main(argv):
+def _define_flags() -> dict:
+  """The command's flags, defined when it runs (importing the module for its functions defines none)."""
+  defined = dict(
+    workdir=flags.DEFINE_string('workdir', None, 'A translator workdir written by train.py.'),
+    checkpoint=flags.DEFINE_string('checkpoint', 'latest', "'latest', 'best', or a step number."),
+    average_last=flags.DEFINE_list(
+      'average_last', ['1'], 'Checkpoint counts to try: the parameters averaged over the last N kept.'
+    ),
+    choose_on=flags.DEFINE_string('choose_on', 'holdout', 'The split the setting is chosen on.'),
+    report_on=flags.DEFINE_string('report_on', None, 'The split the chosen setting is scored on (optional).'),
+    beam_sizes=flags.DEFINE_list('beam_sizes', ['1', '4'], 'Beam sizes to try (1: greedy).'),
+    alphas=flags.DEFINE_list('alphas', ['0.6', '1.0'], 'Length penalties to try with each beam above 1.'),
+  )
+  flags.mark_flag_as_required('workdir')
+  return defined
+
+
+def main(argv, given: dict):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   cli.quiet_library_logs()
+  value = {name: flag.value for name, flag in given.items()}
   counts, tried = cli.run_reporting_user_errors(
-    parse_settings, _AVERAGE_LAST.value, _BEAM_SIZES.value, _ALPHAS.value
+    parse_settings, value['average_last'], value['beam_sizes'], value['alphas']
   )
-  workdir = storage.as_path(_WORKDIR.value)
+  workdir = storage.as_path(value['workdir'])
   with cli.interrupt_exits('choosing the decoding', 'the checkpoints are untouched'):
     result = cli.run_reporting_user_errors(
-      choose, workdir, _CHOOSE_ON.value, _REPORT_ON.value, tried, _CHECKPOINT.value, counts
+      choose, workdir, value['choose_on'], value['report_on'], tried, value['checkpoint'], counts
     )
   from trainer.io import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
@@ -133,4 +140,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.parse_flags)
+  command_flags = _define_flags()
+  app.run(lambda argv: main(argv, command_flags), flags_parser=cli.parse_flags)

@@ -18,7 +18,7 @@ from scipy.special import erf
 from trainer.errors import CheckpointError, ConfigError, MissingFileError
 from vit import pretrained
 from vit.model import make_vit
-from vit.weights import checkpoint_npz, sources
+from vit.weights import checkpoint_npz, file_options, sources
 
 WIDTH, HEADS, DEPTH, MLP, PATCH, IMAGE, CLASSES = 24, 3, 2, 40, 4, 16, 5
 GRID = IMAGE // PATCH
@@ -697,7 +697,7 @@ def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):
   from configs.common import unset  # pylint: disable=g-import-not-at-top
 
   model = ml_collections.ConfigDict(dict(dropout=0.1, width=unset(int), num_heads=unset(int)))
-  pretrained.complete_model_config(model, init_from)
+  file_options.complete_model_config(model, init_from)
   assert (model.width, model.num_heads, model.reg_tokens, model.layer_scale, model.depth) == (
     WIDTH,
     HEADS,
@@ -710,7 +710,7 @@ def test_init_from_fills_the_model_config_and_refuses_a_contradiction(tmp_path):
   with pytest.raises(
     ConfigError, match=r"width 32 \(the file: 24\); activation 'gelu' \(the file: 'gelu_exact'\)"
   ):
-    pretrained.complete_model_config(contradicting, init_from)
+    file_options.complete_model_config(contradicting, init_from)
   # another class count and resolution: a zero head and a resampled table, as for .npz
   built = make_vit(model, num_classes=7, image_shape=(24, 24, 3), rngs=nnx.Rngs(0))
   report = pretrained.load_into(built, init_from, pretrained.read_canonical(init_from))
@@ -725,13 +725,13 @@ def test_init_from_a_distilled_deit_keeps_or_drops_its_distillation_token(tmp_pa
   init_from = pretrained.default_init_from_config()
   init_from.path = str(write_timm_folder(tmp_path / 'w', arrays, 'deit_tiny_distilled_patch16_224'))
   kept = ml_collections.ConfigDict(dict(dropout=0.0))
-  pretrained.complete_model_config(kept, init_from)
+  file_options.complete_model_config(kept, init_from)
   assert kept.distill_token
   model = make_vit(kept, num_classes=CLASSES, image_shape=(IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
   pretrained.load_into(model, init_from, pretrained.read_canonical(init_from))
   np.testing.assert_array_equal(np.asarray(model.distill_head.kernel[...]), arrays['head_dist.weight'].T)
   dropped = ml_collections.ConfigDict(dict(distill_token=False))
-  pretrained.complete_model_config(dropped, init_from)
+  file_options.complete_model_config(dropped, init_from)
   model = make_vit(dropped, num_classes=CLASSES, image_shape=(IMAGE, IMAGE, 3), rngs=nnx.Rngs(0))
   report = pretrained.load_into(model, init_from, pretrained.read_canonical(init_from))
   assert model.distill_token is None
@@ -759,7 +759,7 @@ def test_a_table_of_another_grid_is_resampled_as_the_sources_library_does(tmp_pa
       init_from = pretrained.default_init_from_config()
       init_from.update(path=str(folder), resample=chosen)
       model_config = ml_collections.ConfigDict()
-      pretrained.complete_model_config(model_config, init_from)
+      file_options.complete_model_config(model_config, init_from)
       model = make_vit(model_config, num_classes=CLASSES, image_shape=(24, 24, 3), rngs=nnx.Rngs(0))
       canonical = pretrained.read_canonical(init_from)
       report = pretrained.load_into(model, init_from, canonical)

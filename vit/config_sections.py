@@ -76,10 +76,10 @@ class Distill:
 def model_section(section, config=None):
   """The complete ``model`` section: ``vit.model``'s defaults with ``section``'s values over them. Where
   ``config`` (the whole config) starts from timm or Hugging Face weights (``init_from``), the fields the
-  file decides first fill those ``section`` leaves unset, in place (``vit.pretrained.complete_model_config``)."""
+  file decides first fill those ``section`` leaves unset, in place (``vit.weights.file_options``)."""
   # pylint: disable=g-import-not-at-top  (JAX: not for configs)
   from vit.model import model_section as complete
-  from vit.pretrained import complete_model_config
+  from vit.weights.file_options import complete_model_config
 
   if config is not None and section is not None:
     complete_model_config(section, config.get('init_from'))

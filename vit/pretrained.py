@@ -14,8 +14,8 @@ A workdir's model is read through the same official layout that ``vit.weights.ex
 
 ``path`` may also be a timm or Hugging Face transformers folder, or a bare timm ``.safetensors`` with
 ``arch`` (its timm architecture name), read by ``vit.weights.sources``. The model options such a file decides
-(``FILE_DECIDES``) fill the fields the config's ``model`` section leaves out or leaves unset
-(``configs.common.unset``) (``complete_model_config``); a field set to something else is an error
+(``vit.weights.file_options``) fill the fields the config's ``model`` section leaves out or leaves unset
+(``configs.common.unset``), when the config is completed; a field set to something else is an error
 listing every difference. ``distill_token`` is taken from the file when unset, but a config may set
 it either way: ``False`` fine-tunes a distilled DeiT without its distillation token and head (they are
 dropped), ``True`` adds a fresh pair to any file (DeiT's distillation from a teacher).
@@ -31,59 +31,12 @@ from attention.resample import RESAMPLE_METHODS, SOURCE_RESAMPLE
 from trainer.config_sections import to_section
 from trainer.errors import ConfigError
 from vit import config_sections
-from vit.model import decode_variant
 from vit.weights import checkpoint_npz, sources
-
-# the model options a timm or transformers file decides (a patch size of its own may differ: resized)
-FILE_DECIDES = (
-  'width', 'depth', 'num_heads', 'mlp_dim', 'pool', 'posemb', 'activation', 'layernorm_epsilon',
-  'reg_tokens', 'layer_scale', 'norm_pre', 'fc_norm', 'patch_bias',
-)  # fmt: skip
 
 
 def default_init_from_config() -> ml_collections.ConfigDict:
   """Every ``init_from`` field with its default (``vit.config_sections.InitFrom``)."""
   return to_section(config_sections.InitFrom())
-
-
-def complete_model_config(
-  model: ml_collections.ConfigDict, init_from: ml_collections.ConfigDict | None
-) -> None:
-  """``model`` (a config's section, in place) completed from a timm or transformers ``init_from``:
-  the fields it leaves unset take the file's values; ``ConfigError`` listing the ones it contradicts.
-  Only the file's JSON and header are read (``sources.read_weights(header_only=True)``)."""
-  if init_from is None or not init_from.path or not sources.is_weights_path(init_from.path):
-    return
-  source = sources.read_weights(init_from.path, init_from.get('arch', ''), header_only=True)
-  stated = {
-    name: value for name, value in model.items() if value is not None
-  }  # None: unset (configs.common.unset)
-  if stated.get('variant', 'custom') != 'custom':
-    stated.update(decode_variant(stated['variant']))
-  differ = []
-  for name in FILE_DECIDES:
-    theirs = source.model.get(name)
-    if theirs is None or name not in stated:
-      continue
-    ours = stated[name]
-    same = bool(ours) == bool(theirs) if name == 'layer_scale' else ours == theirs
-    if not same:
-      differ.append(f'{name} {ours!r} (the file: {theirs!r})')
-  if differ:
-    raise ConfigError(
-      f'config.model contradicts init_from {init_from.path}: {"; ".join(differ)}; leave these fields '
-      "unset to take the file's."
-    )
-  with model.unlocked():
-    if stated.get('variant', 'custom') != 'custom':
-      model.variant = 'custom'
-      for name in ('width', 'depth', 'num_heads', 'mlp_dim', 'patch_size'):
-        model[name] = stated[name]
-    for name in (*FILE_DECIDES, 'patch_size', 'pre_logits', 'distill_token'):
-      if name not in stated and name in source.model:
-        if name in model:
-          del model[name]  # an unset field keeps its type; the file's value may be of another
-        model[name] = source.model[name]
 
 
 def check_init_from(config: ml_collections.ConfigDict | None) -> None:
