@@ -96,6 +96,7 @@ HEADLINE_RUNS = ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scra
   'transformer_multi30k_long/end',
   'rnn_scan',
   'rnn_multi30k',
+  'rnn_multi30k_long/chosen',
   'video_digits',
 )
 
@@ -119,7 +120,7 @@ TABLES = {
     'README.md',
     ('model and data', 'result', 'time', 'machine kind', 'more'),
     ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'transformer_scan')
-    + ('transformer_multi30k_long/end', 'rnn_scan', 'rnn_multi30k', 'video_digits'),
+    + ('transformer_multi30k_long/end', 'rnn_scan', 'rnn_multi30k', 'rnn_multi30k_long/chosen', 'video_digits'),
   ),
   'headline': Table('docs/results.md', SHORT, HEADLINE_RUNS),
   'headline-gpu': Table(
@@ -143,7 +144,7 @@ TABLES = {
     'docs/results/translation.md',
     STANDARD,
     ('transformer_scan', 'transformer_scan_550de58', 'transformer_multi30k', 'transformer_multi30k_long/end')
-    + ('rnn_scan', 'rnn_multi30k'),
+    + ('rnn_scan', 'rnn_multi30k', 'rnn_multi30k_long/end', 'rnn_multi30k_long/chosen'),
   ),
   'decode-speed': Table(
     'docs/results/translation.md', STANDARD, ('decode_speed_beam', 'decode_speed_greedy')
