@@ -168,7 +168,7 @@ TABLES = {
   ),
   'explore-speed': Table(
     'docs/results/speed.md',
-    ('what', 'page ready', 'its CPU seconds', 'new image', 'patch click', 'checkpoint (ViT)')
+    ('what', 'page ready', 'its CPU seconds', 'first start', 'new image', 'patch click', 'checkpoint (ViT)')
     + ('new sentence', 'checkpoint (translator)', 'time', 'machine', 'recorded at'),
     ('explore_speed',),
   ),
