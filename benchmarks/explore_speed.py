@@ -22,6 +22,7 @@ the explorer has answered once before.
 Needs ``requirements-explore.txt`` and ``/usr/bin/chromium``.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -147,12 +148,24 @@ def _upload(page, image: str) -> float:
   )
 
 
-def measure_images(browser, workdir: str, images: list[str], repeats: int, caches: str) -> dict:
-  first = _first_start(browser, workdir, caches, '#image-upload', lambda page: _upload(page, images[-1]))
+@contextlib.contextmanager
+def _second_start(browser, workdir: str, caches: str, ready_selector: str, first_act):
+  """``(page, numbers)`` of the explorer's second start on ``workdir`` (the first, timed with
+  ``first_act`` answering one input, fills ``caches``); the server stops on leaving."""
+  first = _first_start(browser, workdir, caches, ready_selector, first_act)
   process, url, start = _start(workdir, caches)
   try:
-    page, numbers = _open(browser, process, url, start, '#image-upload')
+    page, numbers = _open(browser, process, url, start, ready_selector)
     numbers['ready_first_start_s'] = first
+    yield page, numbers
+  finally:
+    process.terminate()
+    process.wait()
+
+
+def measure_images(browser, workdir: str, images: list[str], repeats: int, caches: str) -> dict:
+  upload_last = lambda page: _upload(page, images[-1])  # noqa: E731  (the first start's one input)
+  with _second_start(browser, workdir, caches, '#image-upload', upload_last) as (page, numbers):
     times = [_upload(page, images[index % len(images)]) for index in range(repeats)]
     numbers.update(_summary('image', times))
     picture = page.locator('#input-0 img')
@@ -173,9 +186,6 @@ def measure_images(browser, workdir: str, images: list[str], repeats: int, cache
     numbers.update(_summary('patch', times))
     numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
     return numbers
-  finally:
-    process.terminate()
-    process.wait()
 
 
 def _checkpoint_times(page, repeats: int) -> list[float]:
@@ -210,18 +220,12 @@ def _translate(page, sentence: str) -> float:
 
 
 def measure_translator(browser, workdir: str, sentences: list[str], repeats: int, caches: str) -> dict:
-  first = _first_start(browser, workdir, caches, '#sentence', lambda page: _translate(page, sentences[-1]))
-  process, url, start = _start(workdir, caches)
-  try:
-    page, numbers = _open(browser, process, url, start, '#sentence')
-    numbers['ready_first_start_s'] = first
+  translate_last = lambda page: _translate(page, sentences[-1])  # noqa: E731  (the first start's one input)
+  with _second_start(browser, workdir, caches, '#sentence', translate_last) as (page, numbers):
     times = [_translate(page, sentences[index % len(sentences)]) for index in range(repeats)]
     numbers.update(_summary('sentence', times))
     numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
     return numbers
-  finally:
-    process.terminate()
-    process.wait()
 
 
 def main(argv):
