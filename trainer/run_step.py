@@ -19,7 +19,7 @@ from jax.sharding import Mesh
 
 from trainer.ema import ema_decay, ema_warmup
 from trainer.optim import frozen_paths, make_optimizer
-from trainer.partitioning import check_batch_size, check_micro_batches, make_mesh
+from trainer.partitioning import AXES, check_batch_size, check_micro_batches, make_mesh
 from trainer.state import ModelParts, make_train_step
 from trainer.state_init import StateInit
 from trainer.task import Task
@@ -66,7 +66,7 @@ def build_step(config: ml_collections.ConfigDict, task: Task, num_steps: int, de
   """The step of a run of ``config`` on ``devices`` (default: all of this process's view) over
   ``num_steps`` steps (the schedule's length); raises ``ConfigError`` for a mesh, batch size,
   micro-batch count or optimizer field that cannot work."""
-  sizes = {axis: size for axis, size in config.get('mesh', {}).items() if axis != 'gather_per_layer'}
+  sizes = {axis: size for axis, size in config.get('mesh', {}).items() if axis in AXES}
   mesh = make_mesh(**sizes, devices=devices)
   check_batch_size(config.batch_size, mesh)
   check_micro_batches(config.batch_size, config.grad_accum_steps, mesh)
