@@ -12,12 +12,14 @@ the translator: its ``ready_s``, a new sentence (``sentence_s``) and a checkpoin
 repeated ``--repeats`` times (alternating inputs, patches and checkpoints): the first time (which may
 compile) and the median of the others are printed. The last line is the JSON of all of them.
 
-Caches: the explorer is started twice for each workdir, with caches of its own, empty at first: a
-bytecode cache (``PYTHONPYCACHEPREFIX``, whatever ``PYTHONDONTWRITEBYTECODE`` says) and a JAX
-compilation cache (``--compile_cache``). The first start (``ready_first_start_s``) compiles every
-module it imports from source, answers one input and stops; the second, timed in full, reads what the
-first wrote, as every start does where the packages were installed by pip (which compiles them) and
-the explorer has answered once before.
+Caches: the explorer is started three times for each workdir, with caches of its own: a bytecode
+cache (``PYTHONPYCACHEPREFIX``, whatever ``PYTHONDONTWRITEBYTECODE`` says) and a JAX compilation cache
+(``--compile_cache``). The cold start (``ready_cold_start_s``) has both empty: it compiles every module
+it imports from source, as where nothing compiled the installed packages (``pip install --no-compile``,
+or ``PYTHONDONTWRITEBYTECODE`` set). The first start (``ready_first_start_s``) is a user's first after
+``pip install``: the installed packages compiled to bytecode beforehand (``compileall`` over the
+site-packages folders, as pip does at install), the project's own modules not, the JAX cache empty; it
+answers one input and stops. The later start, timed in full, reads what the first wrote.
 
 Needs ``requirements-explore.txt`` and ``/usr/bin/chromium``.
 """
@@ -27,6 +29,8 @@ import json
 import os
 import pathlib
 import re
+import shutil
+import site
 import socket
 import statistics
 import subprocess
@@ -148,24 +152,43 @@ def _upload(page, image: str) -> float:
   )
 
 
+def _compile_installed_packages(caches: str):
+  """Bytecode for every installed package in ``caches``'s bytecode cache, as ``pip install`` writes it."""
+  environment = {**os.environ, 'PYTHONPYCACHEPREFIX': os.path.join(caches, 'python')}
+  for folder in site.getsitepackages():
+    subprocess.run(
+      [sys.executable, '-m', 'compileall', '-q', '-j', '0', folder],
+      env=environment,
+      stdout=subprocess.DEVNULL,
+      check=False,
+    )
+
+
 @contextlib.contextmanager
-def _second_start(browser, workdir: str, caches: str, ready_selector: str, first_act):
-  """``(page, numbers)`` of the explorer's second start on ``workdir`` (the first, timed with
-  ``first_act`` answering one input, fills ``caches``); the server stops on leaving."""
+def _later_start(browser, workdir: str, caches: str, installed: str, ready_selector: str, first_act):
+  """``(page, numbers)`` of the explorer's later start on ``workdir``: before it, a cold start with empty
+  caches and a first start with ``installed`` (the packages' bytecode) copied into ``caches``, each
+  timed with ``first_act`` answering one input; the server stops on leaving."""
+  cold = _first_start(browser, workdir, os.path.join(caches, 'cold'), ready_selector, first_act)
+  caches = os.path.join(caches, 'installed')
+  shutil.copytree(installed, os.path.join(caches, 'python'))
   first = _first_start(browser, workdir, caches, ready_selector, first_act)
   process, url, start = _start(workdir, caches)
   try:
     page, numbers = _open(browser, process, url, start, ready_selector)
     numbers['ready_first_start_s'] = first
+    numbers['ready_cold_start_s'] = cold
     yield page, numbers
   finally:
     process.terminate()
     process.wait()
 
 
-def measure_images(browser, workdir: str, images: list[str], repeats: int, caches: str) -> dict:
+def measure_images(
+  browser, workdir: str, images: list[str], repeats: int, caches: str, installed: str
+) -> dict:
   upload_last = lambda page: _upload(page, images[-1])  # noqa: E731  (the first start's one input)
-  with _second_start(browser, workdir, caches, '#image-upload', upload_last) as (page, numbers):
+  with _later_start(browser, workdir, caches, installed, '#image-upload', upload_last) as (page, numbers):
     times = [_upload(page, images[index % len(images)]) for index in range(repeats)]
     numbers.update(_summary('image', times))
     picture = page.locator('#input-0 img')
@@ -219,9 +242,11 @@ def _translate(page, sentence: str) -> float:
   )
 
 
-def measure_translator(browser, workdir: str, sentences: list[str], repeats: int, caches: str) -> dict:
+def measure_translator(
+  browser, workdir: str, sentences: list[str], repeats: int, caches: str, installed: str
+) -> dict:
   translate_last = lambda page: _translate(page, sentences[-1])  # noqa: E731  (the first start's one input)
-  with _second_start(browser, workdir, caches, '#sentence', translate_last) as (page, numbers):
+  with _later_start(browser, workdir, caches, installed, '#sentence', translate_last) as (page, numbers):
     times = [_translate(page, sentences[index % len(sentences)]) for index in range(repeats)]
     numbers.update(_summary('sentence', times))
     numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
@@ -235,6 +260,9 @@ def main(argv):
 
   results = {}
   with tempfile.TemporaryDirectory() as caches, sync_playwright() as playwright:
+    installed = os.path.join(caches, 'installed')
+    _compile_installed_packages(installed)
+    installed = os.path.join(installed, 'python')
     browser = playwright.chromium.launch(executable_path='/usr/bin/chromium', args=['--no-sandbox'])
     if _WORKDIR.value:
       if len(set(_IMAGES.value)) < 2:
@@ -242,7 +270,7 @@ def main(argv):
           'give two images or more (--image, repeated): each upload must differ from the last.'
         )
       for key, value in measure_images(
-        browser, _WORKDIR.value, _IMAGES.value, _REPEATS.value, os.path.join(caches, 'images')
+        browser, _WORKDIR.value, _IMAGES.value, _REPEATS.value, os.path.join(caches, 'images'), installed
       ).items():
         results[f'image_run_{key}'] = value
         print(f'image run: {key} {value}', flush=True)
@@ -252,7 +280,12 @@ def main(argv):
           'give two sentences or more (--sentence, repeated): each must differ from the last.'
         )
       for key, value in measure_translator(
-        browser, _TRANSLATOR.value, _SENTENCES.value, _REPEATS.value, os.path.join(caches, 'translator')
+        browser,
+        _TRANSLATOR.value,
+        _SENTENCES.value,
+        _REPEATS.value,
+        os.path.join(caches, 'translator'),
+        installed,
       ).items():
         results[f'translator_{key}'] = value
         print(f'translator: {key} {value}', flush=True)
