@@ -169,8 +169,8 @@ TABLES = {
   ),
   'explore-speed': Table(
     'docs/results/speed.md',
-    ('what', 'page ready', 'its CPU seconds', 'first start', 'new image', 'patch click', 'checkpoint (ViT)')
-    + ('new sentence', 'checkpoint (translator)', 'time', 'machine', 'recorded at'),
+    ('what', 'first start', 'later start', 'its CPU seconds', 'cold start', 'new image', 'patch click')
+    + ('checkpoint (ViT)', 'new sentence', 'checkpoint (translator)', 'time', 'machine', 'recorded at'),
     ('explore_speed',),
   ),
   'predict-phases': Table(
