@@ -1,5 +1,6 @@
 """The explorer (``python -m explore``) in a real browser: Playwright driving Debian's Chromium against a
-server started on a free port, for a tiny ViT run, a tiny translator, a tiny sweep, a tiny video run and
+server started on a free port, for a tiny ViT run, a tiny Transformer and a tiny RNN
+translator, a tiny sweep, a tiny video run and
 a timm folder. What the page shows is checked against the predictor's own answers and arrays, and each
 bad input gets its message while the server keeps serving.
 
@@ -30,12 +31,13 @@ if not os.path.exists(CHROMIUM):
 
 from tests.test_ablation import tiny_config  # noqa: E402
 from tests.test_video_training import tiny_video_config  # noqa: E402
-from tests.translation_test_configs import tiny_translation_config  # noqa: E402
+from tests.translation_test_configs import tiny_rnn_config, tiny_translation_config  # noqa: E402
 from tests.vit_test_configs import tiny_vit_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WAIT_MS = 60_000
+ALPHA_STEP = 1 / 255  # the browser keeps a colour's opacity in 8 bits
 
 
 def _free_port() -> int:
@@ -315,7 +317,7 @@ def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentenc
       page.locator(f'#alignment-0 .tgt[data-i="{i}"]').hover()
       lit = _alphas(page, '#alignment-0 .src')
       assert int(np.argmax(lit)) == int(np.argmax(last[i])), (i, lit, last[i])
-      np.testing.assert_allclose(lit, last[i] / last[i].max(), atol=2e-3)
+      np.testing.assert_allclose(lit, last[i] / last[i].max(), atol=ALPHA_STEP)
     _screenshot(page, 'explore_translator.png')
 
     # One panel per layer, heads averaged; on asking, one per layer and head (two heads: two panels).
@@ -344,6 +346,47 @@ def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentenc
     page.locator('#translate').click()
     _message(page, 0, 'outside the vocabulary.*blorf')
     _numbers(page, 0, lambda n: n['step'] == 2 and n['hypotheses'][0]['translation'] is not None)
+  finally:
+    server.close()
+
+
+@pytest.fixture(scope='module')
+def rnn_workdir(tmp_path_factory):
+  from trainer.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+
+  workdir = tmp_path_factory.mktemp('explore') / 'rnn'
+  train_and_evaluate(tiny_rnn_config(eval_every_steps=4), workdir)
+  return workdir
+
+
+def test_an_rnn_translator_shows_its_hypotheses_and_its_single_alignment(browser, rnn_workdir):
+  from trainer.predictor import load_predictor  # pylint: disable=g-import-not-at-top
+
+  server = Server(f'--workdir={rnn_workdir}')
+  try:
+    page = _open(browser, server)
+    sync_api.expect(page.locator('#step-0')).to_contain_text('step 4')
+    predictor = load_predictor(rnn_workdir)
+    page.locator('#sentence textarea').fill('walk left twice')
+    page.locator('#translate').click()
+    shown = _numbers(page, 0, lambda n: n.get('hypotheses'))
+    greedy, beam = shown['hypotheses']
+    beam_size = int(beam['search'].split()[-1])
+    assert greedy['translation'] == predictor(['walk left twice'], beam_size=1)[0]['translation']
+    assert beam['translation'] == predictor(['walk left twice'], beam_size=beam_size)[0]['translation']
+    [prediction] = predictor.predict([predictor.read('walk left twice')], beam_size=beam_size)
+    [expected] = _cross_attention(predictor, 'walk left twice', prediction['_output_ids'])
+    [layer] = beam['cross_attention']  # the RNN's one attention: one layer of one head
+    assert np.asarray(layer).shape == expected.shape and expected.shape[0] == 1
+    np.testing.assert_allclose(layer, expected, atol=1e-5)
+    for i in range(len(beam['target'])):
+      page.locator(f'#alignment-0 .tgt[data-i="{i}"]').hover()
+      lit = _alphas(page, '#alignment-0 .src')
+      np.testing.assert_allclose(lit, expected[0, i] / expected[0, i].max(), atol=ALPHA_STEP)
+    sync_api.expect(page.locator('#cross-0 img')).to_be_visible()
+    page.locator('#sentence textarea').fill('walk blorf')
+    page.locator('#translate').click()
+    _message(page, 0, 'outside the vocabulary.*blorf')
   finally:
     server.close()
 
