@@ -1,8 +1,7 @@
 """The explorer (``python -m explore``) in a real browser: Playwright driving Debian's Chromium against a
-server started on a free port, for a tiny ViT run, a tiny Transformer and a tiny RNN
-translator, a tiny sweep, a tiny video run and
-a timm folder. What the page shows is checked against the predictor's own answers and arrays, and each
-bad input gets its message while the server keeps serving.
+server started on a free port, for a tiny ViT run, a tiny Transformer and a tiny RNN translator, a tiny
+sweep, a tiny video run and a timm folder. What the page shows is checked against the predictor's own
+answers and arrays, and each bad input gets its message while the server keeps serving.
 
 Needs ``requirements-explore.txt`` and ``/usr/bin/chromium`` (``apt-get install chromium``); skipped
 without them. ``EXPLORE_SCREENSHOTS=DIR`` keeps the screenshots taken (docs/images holds them).
