@@ -25,6 +25,7 @@ Needs ``requirements-explore.txt`` and ``/usr/bin/chromium``.
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 import pathlib
@@ -164,18 +165,26 @@ def _compile_installed_packages(caches: str):
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Bench:
+  browser: object
+  caches: str  #: a folder of its own for each workdir's caches
+  installed: str  #: the installed packages' bytecode, as pip compiles it
+  repeats: int
+
+
 @contextlib.contextmanager
-def _later_start(browser, workdir: str, caches: str, installed: str, ready_selector: str, first_act):
+def _later_start(bench: _Bench, workdir: str, caches: str, ready_selector: str, first_act):
   """``(page, numbers)`` of the explorer's later start on ``workdir``: before it, a cold start with empty
-  caches and a first start with ``installed`` (the packages' bytecode) copied into ``caches``, each
-  timed with ``first_act`` answering one input; the server stops on leaving."""
-  cold = _first_start(browser, workdir, os.path.join(caches, 'cold'), ready_selector, first_act)
+  caches and a first start with the installed packages' bytecode copied into ``caches``, each timed
+  with ``first_act`` answering one input; the server stops on leaving."""
+  cold = _first_start(bench.browser, workdir, os.path.join(caches, 'cold'), ready_selector, first_act)
   caches = os.path.join(caches, 'installed')
-  shutil.copytree(installed, os.path.join(caches, 'python'))
-  first = _first_start(browser, workdir, caches, ready_selector, first_act)
+  shutil.copytree(bench.installed, os.path.join(caches, 'python'))
+  first = _first_start(bench.browser, workdir, caches, ready_selector, first_act)
   process, url, start = _start(workdir, caches)
   try:
-    page, numbers = _open(browser, process, url, start, ready_selector)
+    page, numbers = _open(bench.browser, process, url, start, ready_selector)
     numbers['ready_first_start_s'] = first
     numbers['ready_cold_start_s'] = cold
     yield page, numbers
@@ -184,16 +193,23 @@ def _later_start(browser, workdir: str, caches: str, installed: str, ready_selec
     process.wait()
 
 
-def measure_images(
-  browser, workdir: str, images: list[str], repeats: int, caches: str, installed: str
-) -> dict:
-  upload_last = lambda page: _upload(page, images[-1])  # noqa: E731  (the first start's one input)
-  with _later_start(browser, workdir, caches, installed, '#image-upload', upload_last) as (page, numbers):
-    times = [_upload(page, images[index % len(images)]) for index in range(repeats)]
-    numbers.update(_summary('image', times))
+@contextlib.contextmanager
+def _answering(bench: _Bench, workdir: str, ready_selector: str, act, inputs: list[str], name: str):
+  """``(page, numbers)`` of the later start on ``workdir`` once ``act(page, input)`` has been timed over
+  ``inputs`` in turn (``name``: the numbers' prefix)."""
+  first_act = lambda page: act(page, inputs[-1])  # noqa: E731  (the first starts' one input)
+  caches = os.path.join(bench.caches, name)
+  with _later_start(bench, workdir, caches, ready_selector, first_act) as (page, numbers):
+    times = [act(page, inputs[index % len(inputs)]) for index in range(bench.repeats)]
+    numbers.update(_summary(name, times))
+    yield page, numbers
+
+
+def measure_images(bench: _Bench, workdir: str, images: list[str]) -> dict:
+  with _answering(bench, workdir, '#image-upload', _upload, images, 'image') as (page, numbers):
     picture = page.locator('#input-0 img')
     times = []
-    for index in range(repeats):
+    for index in range(bench.repeats):
       box = picture.bounding_box()
       x, y = (0.2, 0.2) if index % 2 == 0 else (0.8, 0.8)
       where = {'x': x * box['width'], 'y': y * box['height']}
@@ -207,7 +223,7 @@ def measure_images(
         )
       )
     numbers.update(_summary('patch', times))
-    numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
+    numbers.update(_summary('checkpoint', _checkpoint_times(page, bench.repeats)))
     return numbers
 
 
@@ -242,51 +258,34 @@ def _translate(page, sentence: str) -> float:
   )
 
 
-def measure_translator(
-  browser, workdir: str, sentences: list[str], repeats: int, caches: str, installed: str
-) -> dict:
-  translate_last = lambda page: _translate(page, sentences[-1])  # noqa: E731  (the first start's one input)
-  with _later_start(browser, workdir, caches, installed, '#sentence', translate_last) as (page, numbers):
-    times = [_translate(page, sentences[index % len(sentences)]) for index in range(repeats)]
-    numbers.update(_summary('sentence', times))
-    numbers.update(_summary('checkpoint', _checkpoint_times(page, repeats)))
+def measure_translator(bench: _Bench, workdir: str, sentences: list[str]) -> dict:
+  with _answering(bench, workdir, '#sentence', _translate, sentences, 'sentence') as (page, numbers):
+    numbers.update(_summary('checkpoint', _checkpoint_times(page, bench.repeats)))
     return numbers
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if _WORKDIR.value and len(set(_IMAGES.value)) < 2:
+    raise app.UsageError(
+      'give two images or more (--image, repeated): each upload must differ from the last.'
+    )
+  if _TRANSLATOR.value and len(set(_SENTENCES.value)) < 2:
+    raise app.UsageError('give two sentences or more (--sentence, repeated): each must differ from the last.')
   from playwright.sync_api import sync_playwright  # pylint: disable=g-import-not-at-top
 
   results = {}
   with tempfile.TemporaryDirectory() as caches, sync_playwright() as playwright:
-    installed = os.path.join(caches, 'installed')
-    _compile_installed_packages(installed)
-    installed = os.path.join(installed, 'python')
+    _compile_installed_packages(os.path.join(caches, 'installed'))
     browser = playwright.chromium.launch(executable_path='/usr/bin/chromium', args=['--no-sandbox'])
+    bench = _Bench(browser, caches, os.path.join(caches, 'installed', 'python'), _REPEATS.value)
     if _WORKDIR.value:
-      if len(set(_IMAGES.value)) < 2:
-        raise app.UsageError(
-          'give two images or more (--image, repeated): each upload must differ from the last.'
-        )
-      for key, value in measure_images(
-        browser, _WORKDIR.value, _IMAGES.value, _REPEATS.value, os.path.join(caches, 'images'), installed
-      ).items():
+      for key, value in measure_images(bench, _WORKDIR.value, _IMAGES.value).items():
         results[f'image_run_{key}'] = value
         print(f'image run: {key} {value}', flush=True)
     if _TRANSLATOR.value:
-      if len(set(_SENTENCES.value)) < 2:
-        raise app.UsageError(
-          'give two sentences or more (--sentence, repeated): each must differ from the last.'
-        )
-      for key, value in measure_translator(
-        browser,
-        _TRANSLATOR.value,
-        _SENTENCES.value,
-        _REPEATS.value,
-        os.path.join(caches, 'translator'),
-        installed,
-      ).items():
+      for key, value in measure_translator(bench, _TRANSLATOR.value, _SENTENCES.value).items():
         results[f'translator_{key}'] = value
         print(f'translator: {key} {value}', flush=True)
     browser.close()

@@ -68,7 +68,7 @@ from trainer.errors import ConfigError, DataError, WorkdirError
 from trainer.io import storage
 from trainer.losses import token_losses
 from trainer.observe.reporting import Reporting
-from trainer.task import Task
+from trainer.task import Task, loss_and_accuracy
 from trainer.validation import check_split_name, resolve_split
 
 
@@ -80,17 +80,8 @@ class Perplexity(clu_metrics.Average):
     return jnp.exp(super().compute())
 
 
-@flax.struct.dataclass
-class TranslationMetrics(clu_metrics.Collection):
-  loss: clu_metrics.Average.from_output('loss')
-  accuracy: clu_metrics.Accuracy
-
-
-@flax.struct.dataclass
-class TranslationEvalMetrics(clu_metrics.Collection):
-  loss: clu_metrics.Average.from_output('loss')
-  accuracy: clu_metrics.Accuracy
-  perplexity: Perplexity.from_output('nll')
+TranslationMetrics = loss_and_accuracy()
+TranslationEvalMetrics = loss_and_accuracy(perplexity=Perplexity.from_output('nll'))
 
 
 def default_data_config() -> ml_collections.ConfigDict:

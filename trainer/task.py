@@ -53,6 +53,14 @@ class DataSizes(Protocol):
     count and channels, or a vocabulary size) completed from ``config``."""
 
 
+def loss_and_accuracy(**more) -> type[clu_metrics.Collection]:
+  """The metrics every family reports: the mean of the ``loss`` output and the accuracy of ``logits``
+  against ``labels`` (``mask`` rows only), with a family's ``more`` (name -> clu metric) beside them."""
+  return clu_metrics.Collection.create(
+    loss=clu_metrics.Average.from_output('loss'), accuracy=clu_metrics.Accuracy, **more
+  )
+
+
 class Task(abc.ABC):
   """The training contract: what every family implements to train and evaluate.
 

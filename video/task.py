@@ -10,7 +10,6 @@ every family.
 
 import functools
 
-import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -20,7 +19,7 @@ from flax import nnx
 from trainer.losses import cross_entropy
 from trainer.observe.reporting import Reporting
 from trainer.parameter_regexes import check_layer_numbering
-from trainer.task import BatchesFromData, Task
+from trainer.task import BatchesFromData, Task, loss_and_accuracy
 from video import ablation_table
 from video import config_sections as sections
 from video.input_pipeline import ClipShapes, VideoData, load_video_data
@@ -28,19 +27,11 @@ from video.layouts import parameter_layer
 from video.model import make_video_model, model_section, token_grid
 from video.prediction import ClipPrediction
 
-
-@flax.struct.dataclass
-class ClipMetrics(clu_metrics.Collection):
-  loss: clu_metrics.Average.from_output('loss')
-  accuracy: clu_metrics.Accuracy
-
-
-@flax.struct.dataclass
-class MovingDigitMetrics(clu_metrics.Collection):
-  loss: clu_metrics.Average.from_output('loss')
-  accuracy: clu_metrics.Accuracy
-  digit_accuracy: clu_metrics.Average.from_output('digit_correct')
-  direction_accuracy: clu_metrics.Average.from_output('direction_correct')
+ClipMetrics = loss_and_accuracy()
+MovingDigitMetrics = loss_and_accuracy(
+  digit_accuracy=clu_metrics.Average.from_output('digit_correct'),
+  direction_accuracy=clu_metrics.Average.from_output('direction_correct'),
+)
 
 
 class VideoReporting(Reporting):

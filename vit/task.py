@@ -2,7 +2,6 @@
 
 import functools
 
-import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -14,7 +13,7 @@ from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.observe.reporting import Reporting
 from trainer.partitioning import check_batch_size
-from trainer.task import BatchesFromData, NotApplicable, Task
+from trainer.task import BatchesFromData, NotApplicable, Task, loss_and_accuracy
 from vit import ablation_table, fewshot, pretrained
 from vit import config_sections as sections
 from vit.distillation import Distillation, check_distill
@@ -23,20 +22,9 @@ from vit.input_pipeline import ImageData, ImageShapes, load_image_data
 from vit.model import make_vit, model_section
 from vit.prediction import ImagePrediction
 
-
-@flax.struct.dataclass
-class ClassificationMetrics(clu_metrics.Collection):
-  loss: clu_metrics.Average.from_output('loss')
-  accuracy: clu_metrics.Accuracy
-
-
-@flax.struct.dataclass
-class DistillationMetrics(clu_metrics.Collection):
-  """Training with a teacher: ``loss`` is the loss trained, ``distill_loss`` its distillation term."""
-
-  loss: clu_metrics.Average.from_output('loss')
-  accuracy: clu_metrics.Accuracy
-  distill_loss: clu_metrics.Average.from_output('distill_loss')
+ClassificationMetrics = loss_and_accuracy()
+# Training with a teacher: ``loss`` is the loss trained, ``distill_loss`` its distillation term.
+DistillationMetrics = loss_and_accuracy(distill_loss=clu_metrics.Average.from_output('distill_loss'))
 
 
 def default_fewshot_config() -> ml_collections.ConfigDict:
