@@ -1,8 +1,9 @@
 """The CPU settings of ``benchmarks.vit_throughput`` side by side: each in fresh processes, alternating
 in rounds, so that the CPU's drift from minute to minute falls on every setting alike.
 
-  python -m benchmarks.cpu_settings                                   # 3 rounds of the five settings
+  python -m benchmarks.cpu_settings                                   # 3 rounds of the six settings
   python -m benchmarks.cpu_settings --rounds 5 --timm_python /tmp/torch-env/bin/python   # and timm
+  python -m benchmarks.cpu_settings --settings defaults,bfloat16      # float32 against bfloat16 only
 
 The settings, each one process of ``python -m benchmarks.vit_throughput`` (its default model, batch
 128, float32; ``--model_flags`` passes it others):
@@ -13,6 +14,7 @@ The settings, each one process of ``python -m benchmarks.vit_throughput`` (its d
   (``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_dot``);
 - ``eigen_micro_batches``: both;
 - ``no_huge_pages``: the defaults with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=0``;
+- ``bfloat16``: the defaults computing in bfloat16 (``--dtype bfloat16``);
 
 and, with ``--timm_python`` (a Python with PyTorch and timm, not a dependency),
 ``benchmarks/timm_vit_throughput.py``, the same model in timm. A round runs each setting once, in
@@ -39,6 +41,9 @@ _MODEL_FLAGS = flags.DEFINE_string(
   '',
   "Flags added to every run of benchmarks.vit_throughput, e.g. '--depth=12 --batch_size=64'.",
 )
+_SETTINGS = flags.DEFINE_list(
+  'settings', [], 'The settings to run, "defaults" among them (none given: all of them).'
+)
 _TIMM_PYTHON = flags.DEFINE_string(
   'timm_python', '', 'A Python with PyTorch and timm: adds timm to each round (none: ours only).'
 )
@@ -51,6 +56,7 @@ SETTINGS = {
   'eigen': (EIGEN, []),
   'eigen_micro_batches': (EIGEN, ['--grad_accum_steps=4']),
   'no_huge_pages': ({'GLIBC_TUNABLES': 'glibc.malloc.hugetlb=0'}, []),
+  'bfloat16': ({}, ['--dtype=bfloat16']),
 }
 
 
@@ -84,12 +90,26 @@ def main(argv):
     raise app.UsageError(
       '--model_flags changes our model only: timm would time another one; give one of them.'
     )
+  chosen = _SETTINGS.value or list(SETTINGS)
+  unknown = [name for name in chosen if name not in SETTINGS]
+  if unknown or 'defaults' not in chosen:
+    raise app.UsageError(
+      f'--settings {",".join(chosen)}: give "defaults" and any of {", ".join(SETTINGS)}'
+      + (f' (unknown: {", ".join(unknown)})' if unknown else '')
+    )
   runs = {
     name: (
-      env,
-      [sys.executable, '-m', 'benchmarks.vit_throughput', f'--steps={_STEPS.value}', *options, *model],
+      SETTINGS[name][0],
+      [
+        sys.executable,
+        '-m',
+        'benchmarks.vit_throughput',
+        f'--steps={_STEPS.value}',
+        *SETTINGS[name][1],
+        *model,
+      ],
     )
-    for name, (env, options) in SETTINGS.items()
+    for name in dict.fromkeys(chosen)
   }
   if _TIMM_PYTHON.value:
     if not os.path.exists(_TIMM_PYTHON.value):

@@ -250,7 +250,7 @@ def test_cpu_settings_runs_every_setting_each_round_and_compares_with_the_defaul
   tiny = '--width=16 --depth=1 --heads=1 --mlp_dim=32 --patch=8 --batch_size=4'
   out = _run('benchmarks.cpu_settings', '--rounds=1', '--steps=1', f'--model_flags={tiny}')
   numbers = json.loads(out.strip().splitlines()[-1])  # the last line is for records.record
-  settings = ('defaults', 'micro_batches', 'eigen', 'eigen_micro_batches', 'no_huge_pages')
+  settings = ('defaults', 'micro_batches', 'eigen', 'eigen_micro_batches', 'no_huge_pages', 'bfloat16')
   assert all(numbers[f'{name}.round_1.images_per_second'] > 0 for name in settings)
   assert numbers['eigen.over_defaults'] == pytest.approx(numbers['eigen.median'] / numbers['defaults.median'])
   refused = subprocess.run(
@@ -266,6 +266,16 @@ def test_cpu_settings_runs_every_setting_each_round_and_compares_with_the_defaul
     check=False,
   )
   assert refused.returncode == 1 and 'timm would time another one' in refused.stderr
+
+
+@pytest.mark.parametrize(
+  'settings, message',
+  [('eigen,bfloat16', 'give "defaults" and any of'), ('defaults,bf16', '(unknown: bf16)')],
+)
+def test_cpu_settings_refuses_a_choice_without_the_defaults_or_with_an_unknown_setting(settings, message):
+  command = [sys.executable, '-m', 'benchmarks.cpu_settings', f'--settings={settings}']
+  result = subprocess.run(command, capture_output=True, text=True, check=False)
+  assert result.returncode == 1 and message in result.stderr and 'Traceback' not in result.stderr
 
 
 def test_train_rate_reads_the_logged_training_steps_per_second_between_two_steps(tmp_path):
