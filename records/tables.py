@@ -56,6 +56,12 @@ class Table:
 
 
 STANDARD = ('what', 'command', 'result', 'time', 'machine', 'recorded at')
+MULTI30K_DECODINGS = (
+  'beam1_alpha0p6',
+  'beam4_alpha0p6',
+  'beam4_alpha1',
+  'beam4_alpha1p4',
+)  # choose_decoding's grid
 RNN_SCORES = ('none', 'dot', 'scaled_dot', 'cosine', 'additive')  # the parts of the RNN score sweeps' records
 VIDEO_LAYOUTS = (
   'spacetime',
@@ -93,7 +99,7 @@ TPU_COMPILE_ROWS = (
 HEADLINE_RUNS = ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'vit_mnist') + (
   'transformer_scan',
   'transformer_multi30k',
-  'transformer_multi30k_long/end',
+  'transformer_multi30k_long/chosen',
   'rnn_scan',
   'rnn_multi30k',
   'rnn_multi30k_long/chosen',
@@ -120,7 +126,7 @@ TABLES = {
     'README.md',
     ('model and data', 'result', 'time', 'machine kind', 'more'),
     ('vit_digits', 'mnist_to_digits/finetune', 'mnist_to_digits/scratch', 'transformer_scan')
-    + ('transformer_multi30k_long/end', 'rnn_scan', 'rnn_multi30k', 'rnn_multi30k_long/chosen')
+    + ('transformer_multi30k_long/chosen', 'rnn_scan', 'rnn_multi30k', 'rnn_multi30k_long/chosen')
     + ('video_digits',),
   ),
   'headline': Table('docs/results.md', SHORT, HEADLINE_RUNS),
@@ -145,7 +151,13 @@ TABLES = {
     'docs/results/translation.md',
     STANDARD,
     ('transformer_scan', 'transformer_scan_550de58', 'transformer_multi30k', 'transformer_multi30k_long/end')
-    + ('rnn_scan', 'rnn_multi30k', 'rnn_multi30k_long/end', 'rnn_multi30k_long/chosen'),
+    + (
+      'transformer_multi30k_long/chosen',
+      'rnn_scan',
+      'rnn_multi30k',
+      'rnn_multi30k_long/end',
+      'rnn_multi30k_long/chosen',
+    ),
   ),
   'decode-speed': Table(
     'docs/results/translation.md', STANDARD, ('decode_speed_beam', 'decode_speed_greedy')
@@ -272,8 +284,18 @@ TABLES = {
   'multi30k-long': Table(
     'docs/results/translation.md',
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio', 'perplexity', 'machine', 'recorded at'),
-    ('transformer_multi30k_long/end', 'transformer_multi30k_long/average_last_5')
+    ('transformer_multi30k_long/end', 'transformer_multi30k_long/chosen')
+    + ('transformer_multi30k_long_6942fd8/end', 'transformer_multi30k_long_6942fd8/average_last_5')
     + ('transformer_multi30k_long_0.2', 'transformer_multi30k_long_avg5_0.2'),
+  ),
+  'multi30k-long-holdout': Table(
+    'docs/results/translation.md',
+    ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio'),
+    tuple(
+      f'transformer_multi30k_long/holdout_avg{n}_{decoding}'
+      for n in (1, 3, 6)
+      for decoding in MULTI30K_DECODINGS
+    ),
   ),
   'recipes': Table(
     'docs/results/vit.md',
