@@ -196,7 +196,16 @@ TABLES = {
     ('setting', 'the run', 'images/s in rounds 1, 2, 3', 'median', 'of the defaults'),
     tuple(f'cpu_settings_avx512/{name}' for name in CPU_SETTINGS),
   ),
-  'cpu-step': Table('docs/results/speed.md', STANDARD, ('vit_throughput_profile', 'vit_throughput_scratch')),
+  'cpu-step': Table(
+    'docs/results/speed.md',
+    STANDARD,
+    (
+      'vit_throughput_profile',
+      'vit_throughput_scratch',
+      'cpu_settings_bf16_avx512',
+      'vit_throughput_bf16_profile',
+    ),
+  ),
   'throughput': Table(
     'docs/results/speed.md',
     ('what', 'command', 'images/s', 'machine', 'recorded at'),
