@@ -161,7 +161,7 @@ def _compile_installed_packages(caches: str):
       [sys.executable, '-m', 'compileall', '-q', '-j', '0', folder],
       env=environment,
       stdout=subprocess.DEVNULL,
-      check=False,
+      check=False,  # as pip, it goes on past a file that does not compile (some packages ship such files)
     )
 
 

@@ -123,6 +123,13 @@ def _run(module, *args):
   return result.stdout
 
 
+def _refused(module, *args) -> str:
+  """The standard error of ``python -m module args``, which must exit with status 1."""
+  result = subprocess.run([sys.executable, '-m', module, *args], capture_output=True, text=True, check=False)
+  assert result.returncode == 1, (result.returncode, result.stderr[-3000:])
+  return result.stderr
+
+
 @pytest.mark.slow
 def test_vit_benchmark_reports_cost_analysis_flops_near_six_per_parameter_and_token(tmp_path):
   out = _run(
@@ -240,9 +247,8 @@ def test_a_frozen_backbone_step_costs_fewer_flops_than_training_every_parameter(
   [('', '--frozen is empty'), ('(', "config.optimizer.frozen '(' is not a regular expression")],
 )
 def test_the_frozen_step_benchmark_refuses_a_pattern_that_cannot_freeze_in_one_line(pattern, message):
-  command = [sys.executable, '-m', 'benchmarks.frozen_step', f'--frozen={pattern}']
-  result = subprocess.run(command, capture_output=True, text=True, check=False)
-  assert result.returncode == 1 and message in result.stderr and 'Traceback' not in result.stderr
+  stderr = _refused('benchmarks.frozen_step', f'--frozen={pattern}')
+  assert message in stderr and 'Traceback' not in stderr
 
 
 @pytest.mark.slow
@@ -253,19 +259,8 @@ def test_cpu_settings_runs_every_setting_each_round_and_compares_with_the_defaul
   settings = ('defaults', 'micro_batches', 'eigen', 'eigen_micro_batches', 'no_huge_pages', 'bfloat16')
   assert all(numbers[f'{name}.round_1.images_per_second'] > 0 for name in settings)
   assert numbers['eigen.over_defaults'] == pytest.approx(numbers['eigen.median'] / numbers['defaults.median'])
-  refused = subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'benchmarks.cpu_settings',
-      f'--model_flags={tiny}',
-      f'--timm_python={sys.executable}',
-    ],
-    capture_output=True,
-    text=True,
-    check=False,
-  )
-  assert refused.returncode == 1 and 'timm would time another one' in refused.stderr
+  refused = _refused('benchmarks.cpu_settings', f'--model_flags={tiny}', f'--timm_python={sys.executable}')
+  assert 'timm would time another one' in refused
 
 
 @pytest.mark.parametrize(
@@ -273,9 +268,8 @@ def test_cpu_settings_runs_every_setting_each_round_and_compares_with_the_defaul
   [('eigen,bfloat16', 'give "defaults" and any of'), ('defaults,bf16', '(unknown: bf16)')],
 )
 def test_cpu_settings_refuses_a_choice_without_the_defaults_or_with_an_unknown_setting(settings, message):
-  command = [sys.executable, '-m', 'benchmarks.cpu_settings', f'--settings={settings}']
-  result = subprocess.run(command, capture_output=True, text=True, check=False)
-  assert result.returncode == 1 and message in result.stderr and 'Traceback' not in result.stderr
+  stderr = _refused('benchmarks.cpu_settings', f'--settings={settings}')
+  assert message in stderr and 'Traceback' not in stderr
 
 
 def test_train_rate_reads_the_logged_training_steps_per_second_between_two_steps(tmp_path):
@@ -290,13 +284,8 @@ def test_train_rate_reads_the_logged_training_steps_per_second_between_two_steps
   out = _run('benchmarks.train_rate', f'--workdir={tmp_path}', '--after_step=250', '--up_to_step=750')
   assert '2 logged intervals ending at steps 500-750' in out
   assert json.loads(out.strip().splitlines()[-1]) == {'steps_per_second': 3.0, 'min': 2.0, 'max': 4.0}
-  none = subprocess.run(
-    [sys.executable, '-m', 'benchmarks.train_rate', f'--workdir={tmp_path}', '--after_step=1000'],
-    capture_output=True,
-    text=True,
-    check=False,
-  )
-  assert none.returncode == 1 and 'logs no training steps/s in the steps asked for' in none.stderr
+  none = _refused('benchmarks.train_rate', f'--workdir={tmp_path}', '--after_step=1000')
+  assert 'logs no training steps/s in the steps asked for' in none
 
 
 def test_a_cpu_setting_adds_its_variables_to_what_the_caller_set():

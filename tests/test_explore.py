@@ -287,6 +287,34 @@ def _alphas(page, selector: str) -> list[float]:
   return alphas
 
 
+def _translate(page, sentence: str):
+  page.locator('#sentence textarea').fill(sentence)
+  page.locator('#translate').click()
+
+
+def _searches_as_the_predictors(page, predictor, sentence: str):
+  """Types ``sentence`` and checks the greedy and beam hypotheses shown against ``predictor``'s; returns
+  the numbers shown, the beam's size and the model's cross-attention (per layer ``[heads, target,
+  source]``) while it writes the beam's output."""
+  _translate(page, sentence)
+  shown = _numbers(page, 0, lambda n: n.get('hypotheses'))
+  greedy, beam = shown['hypotheses']
+  beam_size = int(beam['search'].split()[-1])
+  assert greedy['translation'] == predictor([sentence], beam_size=1)[0]['translation']
+  assert beam['translation'] == predictor([sentence], beam_size=beam_size)[0]['translation']
+  [prediction] = predictor.predict([predictor.read(sentence)], beam_size=beam_size)
+  return shown, beam_size, _cross_attention(predictor, sentence, prediction['_output_ids'])
+
+
+def _lit_by_each_target_word(page, count: int) -> list[list[float]]:
+  """The opacity of each source word while the pointer is on target word 0, 1, ... ``count - 1``."""
+  lit = []
+  for i in range(count):
+    page.locator(f'#alignment-0 .tgt[data-i="{i}"]').hover()
+    lit.append(_alphas(page, '#alignment-0 .src'))
+  return lit
+
+
 def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentences(
   browser, scan_workdir, tmp_path
 ):
@@ -298,23 +326,14 @@ def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentenc
     page = _open(browser, server)
     sync_api.expect(page.locator('#step-0')).to_contain_text('step 4')
     predictor = load_predictor(scan_workdir)
-    page.locator('#sentence textarea').fill('jump twice')
-    page.locator('#translate').click()
-    shown = _numbers(page, 0, lambda n: n.get('hypotheses'))
+    shown, beam_size, expected = _searches_as_the_predictors(page, predictor, 'jump twice')
     assert any(compile_cache.iterdir())  # the searches compiled, kept for the next start
-    greedy, beam = shown['hypotheses']
-    beam_size = int(beam['search'].split()[-1])
-    assert greedy['translation'] == predictor(['jump twice'], beam_size=1)[0]['translation']
-    assert beam['translation'] == predictor(['jump twice'], beam_size=beam_size)[0]['translation']
+    beam = shown['hypotheses'][1]
     sync_api.expect(page.locator('#hypotheses-0')).to_contain_text(f'beam of {beam_size}')
-    [prediction] = predictor.predict([predictor.read('jump twice')], beam_size=beam_size)
-    expected = _cross_attention(predictor, 'jump twice', prediction['_output_ids'])
     for layer, direct in zip(beam['cross_attention'], expected):
       np.testing.assert_allclose(layer, direct, atol=1e-5)
     last = expected[-1].mean(axis=0)  # what the hover lights: the last layer, heads averaged
-    for i in range(len(beam['target'])):
-      page.locator(f'#alignment-0 .tgt[data-i="{i}"]').hover()
-      lit = _alphas(page, '#alignment-0 .src')
+    for i, lit in enumerate(_lit_by_each_target_word(page, len(beam['target']))):
       assert int(np.argmax(lit)) == int(np.argmax(last[i])), (i, lit, last[i])
       np.testing.assert_allclose(lit, last[i] / last[i].max(), atol=ALPHA_STEP)
     _screenshot(page, 'explore_translator.png')
@@ -338,11 +357,9 @@ def test_a_translator_shows_its_hypotheses_and_alignment_and_refuses_bad_sentenc
       ('jump ' * 40, 'at most 8'),
       ('blorf zonk', 'none of its words'),
     ]:
-      page.locator('#sentence textarea').fill(sentence)
-      page.locator('#translate').click()
+      _translate(page, sentence)
       _message(page, 0, message)
-    page.locator('#sentence textarea').fill('jump blorf')
-    page.locator('#translate').click()
+    _translate(page, 'jump blorf')
     _message(page, 0, 'outside the vocabulary.*blorf')
     _numbers(page, 0, lambda n: n['step'] == 2 and n['hypotheses'][0]['translation'] is not None)
   finally:
@@ -366,25 +383,15 @@ def test_an_rnn_translator_shows_its_hypotheses_and_its_single_alignment(browser
     page = _open(browser, server)
     sync_api.expect(page.locator('#step-0')).to_contain_text('step 4')
     predictor = load_predictor(rnn_workdir)
-    page.locator('#sentence textarea').fill('walk left twice')
-    page.locator('#translate').click()
-    shown = _numbers(page, 0, lambda n: n.get('hypotheses'))
-    greedy, beam = shown['hypotheses']
-    beam_size = int(beam['search'].split()[-1])
-    assert greedy['translation'] == predictor(['walk left twice'], beam_size=1)[0]['translation']
-    assert beam['translation'] == predictor(['walk left twice'], beam_size=beam_size)[0]['translation']
-    [prediction] = predictor.predict([predictor.read('walk left twice')], beam_size=beam_size)
-    [expected] = _cross_attention(predictor, 'walk left twice', prediction['_output_ids'])
+    shown, _, [expected] = _searches_as_the_predictors(page, predictor, 'walk left twice')
+    beam = shown['hypotheses'][1]
     [layer] = beam['cross_attention']  # the RNN's one attention: one layer of one head
     assert np.asarray(layer).shape == expected.shape and expected.shape[0] == 1
     np.testing.assert_allclose(layer, expected, atol=1e-5)
-    for i in range(len(beam['target'])):
-      page.locator(f'#alignment-0 .tgt[data-i="{i}"]').hover()
-      lit = _alphas(page, '#alignment-0 .src')
+    for i, lit in enumerate(_lit_by_each_target_word(page, len(beam['target']))):
       np.testing.assert_allclose(lit, expected[0, i] / expected[0, i].max(), atol=ALPHA_STEP)
     sync_api.expect(page.locator('#cross-0 img')).to_be_visible()
-    page.locator('#sentence textarea').fill('walk blorf')
-    page.locator('#translate').click()
+    _translate(page, 'walk blorf')
     _message(page, 0, 'outside the vocabulary.*blorf')
   finally:
     server.close()
