@@ -7,7 +7,8 @@
       python ablate.py --config configs/vit_digits_ablation.py --workdir runs/posemb --axis model.posemb=none,sincos2d
 
 The command runs in a scratch copy of the checkout's layout (links to its files, an empty ``runs/``),
-so a workdir left from an earlier run cannot make it resume. Its numbers are the JSON object on the
+so a workdir left from an earlier run cannot make it resume; a command that fails records nothing
+and leaves its scratch copy where the error says. Its numbers are the JSON object on the
 last line of its stdout, or the JSON file ``--numbers_file`` names (relative to the checkout). Named
 files, ``--numbers_file NAME=PATH`` repeated, give several measurements of one command, each one's
 numbers prefixed with its name (a lowercase name of letters, digits and ``_``; a single path that

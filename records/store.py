@@ -285,16 +285,17 @@ def measure(
   ``exit_status``: the status its result exits with (``benchmarks.compile_for`` exits 1, its numbers
   printed, when a step does not fit); any other is a failure."""
   scratch = scratch_checkout()
+  ran = run_command(command, scratch, echo)
   try:
-    ran = run_command(command, scratch, echo)
     if ran['status'] != exit_status:
       expected = f', not the {exit_status} its result exits with' if exit_status else ''
       raise RecordError(f'the command exited with status {ran["status"]}{expected}: nothing recorded')
     numbers = (
       numbers_from_files(scratch, numbers_file) if numbers_file else numbers_from_stdout(ran['stdout'])
     )
-  finally:
-    shutil.rmtree(scratch, ignore_errors=True)
+  except RecordError as error:  # what a long run wrote is not thrown away with the record
+    raise RecordError(f'{error}; what the command wrote is kept in {scratch}') from None
+  shutil.rmtree(scratch, ignore_errors=True)
   return {key: ran[key] for key in ('wall_seconds', 'cpu_seconds', 'load_average')} | {'numbers': numbers}
 
 

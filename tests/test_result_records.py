@@ -2,8 +2,10 @@
 
 import importlib.metadata
 import json
+import pathlib
 import re
 import subprocess
+import tempfile
 
 import pytest
 
@@ -115,16 +117,28 @@ def test_record_then_reproduce_runs_the_command_and_compares(tmp_path, monkeypat
   assert 'OUTSIDE' in capsys.readouterr().out
 
 
+@pytest.fixture
+def scratch_folders(tmp_path_factory, monkeypatch):
+  """Where the scratch checkouts of this test go (a failed command's stays)."""
+  folder = tmp_path_factory.mktemp('scratch')
+  monkeypatch.setattr(tempfile, 'tempdir', str(folder))
+  return folder
+
+
 @pytest.mark.slow
-def test_a_failing_command_records_nothing(tmp_path, monkeypatch):
+def test_a_failing_command_records_nothing_and_keeps_what_it_wrote(tmp_path, monkeypatch, scratch_folders):
   monkeypatch.setattr(store, 'RESULTS', tmp_path)
-  with pytest.raises(SystemExit, match='status 3'):
-    record.main(['broken', '--', 'exit 3'])
+  with pytest.raises(SystemExit, match='status 3') as refused:
+    record.main(['broken', '--', 'mkdir runs/half_done; exit 3'])
   assert not list(tmp_path.iterdir())
+  kept = pathlib.Path(str(refused.value).rsplit('kept in ', 1)[1])
+  assert kept.parent == scratch_folders and (kept / 'runs' / 'half_done').is_dir()
 
 
 @pytest.mark.slow
-def test_a_result_that_exits_with_its_stated_status_is_recorded_and_reproduced(tmp_path, monkeypatch, capsys):
+def test_a_result_that_exits_with_its_stated_status_is_recorded_and_reproduced(
+  tmp_path, monkeypatch, capsys, scratch_folders
+):
   monkeypatch.setattr(store, 'RESULTS', tmp_path)
   does_not_fit = 'echo \'{"fits": false, "needed_gib": 28.9}\'; exit 1'
   with pytest.raises(SystemExit, match='status 1: nothing recorded'):
