@@ -1,7 +1,10 @@
 """The flags the throughput benchmarks share (``benchmarks.vit_throughput``, ``benchmarks.transformer_throughput``).
 
-Importing this module defines them; each benchmark reads their ``.value`` in ``main``.
+Importing this module defines them; each benchmark reads their ``.value`` in ``main``, and
+``compile_and_time`` is where ``--flops_only`` stops a benchmark before it compiles.
 """
+
+import json
 
 from absl import flags
 
@@ -24,3 +27,14 @@ PEAK_TFLOPS = flags.DEFINE_float(
 PROFILE_DIR = flags.DEFINE_string(
   'profile_dir', None, 'Write a jax.profiler trace of 5 more steps here and print where their time went.'
 )
+
+
+def compile_and_time(steps, count: int):
+  """``(compiled step, seconds per step over count steps)`` of ``steps`` (a
+  ``benchmarks.step_cost.SyntheticStep``); under ``--flops_only``, prints its FLOPs and parameters
+  as JSON instead and returns ``None``, compiling nothing."""
+  if FLOPS_ONLY.value:
+    print(json.dumps({'flops_per_step': steps.flops, 'parameters': steps.parameters}))
+    return None
+  compiled = steps.compile()
+  return compiled, steps.seconds_per_step(count)

@@ -63,12 +63,9 @@ def main(argv):
   target = tokens()
   batch = {'src': tokens(), 'tgt_in': np.roll(target, 1, axis=1), 'tgt_out': target}
   steps = SyntheticStep(config, lambda c: SyntheticTranslation(c, _VOCAB_SIZE.value), batch)
-  flops, num_params = steps.flops, steps.parameters
-  if step_flags.FLOPS_ONLY.value:
-    print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
+  if (timed := step_flags.compile_and_time(steps, _STEPS.value)) is None:
     return
-  compiled = steps.compile()
-  seconds = steps.seconds_per_step(_STEPS.value)
+  (compiled, seconds), flops, num_params = timed, steps.flops, steps.parameters
   tokens_per_step = 2 * _BATCH.value * _LENGTH.value
   print(
     f'model: Transformer {_VARIANT.value}, vocabulary {_VOCAB_SIZE.value}, {num_params / 1e6:.1f}M parameters, '

@@ -107,12 +107,9 @@ def main(argv):
     'label': rng.integers(0, _NUM_CLASSES.value, _BATCH.value).astype(np.int32),
   }
   steps = SyntheticStep(config, lambda c: SyntheticImageTask(c, _IMAGE_SIZE.value, _NUM_CLASSES.value), batch)
-  flops, num_params = steps.flops, steps.parameters
-  if step_flags.FLOPS_ONLY.value:
-    print(json.dumps({'flops_per_step': flops, 'parameters': num_params}))
+  if (timed := step_flags.compile_and_time(steps, _STEPS.value)) is None:
     return
-  compiled = steps.compile()
-  seconds = steps.seconds_per_step(_STEPS.value)
+  (compiled, seconds), flops, num_params = timed, steps.flops, steps.parameters
   images_per_sec = _BATCH.value / seconds
   model = config.model
   shape = (

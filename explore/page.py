@@ -134,33 +134,25 @@ def _image_page(columns: list[Column]):
     gr.Markdown(
       'Click a patch of an input below to see where it attends; click it again for the class token.'
     )
-  per_run = []
-  with gr.Row():
-    for column in columns:
-      with gr.Column():
-        slider, step_text, message = _column_head(column)
-        classes = gr.Label(num_top_classes=5, label='prediction', elem_id=f'classes-{column.index}')
-        shown = gr.Image(
-          label='input as the model saw it (click a patch)',
-          interactive=False,
-          elem_id=f'input-{column.index}',
-        )
-        attention = gr.Image(label='attention', interactive=False, elem_id=f'attention-{column.index}')
-        similarity = gr.Image(
-          label='position embedding similarity', interactive=False, elem_id=f'similarity-{column.index}'
-        )
-        with gr.Accordion('numbers behind the pictures', open=False):
-          numbers = gr.Textbox(lines=6, max_lines=12, show_label=False, elem_id=f'numbers-{column.index}')
-        per_run.append((column, slider, [classes, shown, attention, similarity, numbers, message, step_text]))
+
+  def body(column: Column) -> list:
+    classes = gr.Label(num_top_classes=5, label='prediction', elem_id=f'classes-{column.index}')
+    shown = gr.Image(
+      label='input as the model saw it (click a patch)', interactive=False, elem_id=f'input-{column.index}'
+    )
+    attention = gr.Image(label='attention', interactive=False, elem_id=f'attention-{column.index}')
+    similarity = gr.Image(
+      label='position embedding similarity', interactive=False, elem_id=f'similarity-{column.index}'
+    )
+    return [classes, shown, attention, similarity, _numbers_box(column)]
+
+  per_run, sliders, all_outputs = _run_columns(columns, body)
 
   def everything(source_value, query_value, *positions):
     outputs = []
     for (column, _, _), position in zip(per_run, positions):
       outputs += image_outputs(column, source_value, query_value, position)
     return outputs
-
-  sliders = [slider for _, slider, _ in per_run]
-  all_outputs = [output for _, _, outputs in per_run for output in outputs]
 
   def uploaded(path):
     if path is None:
@@ -327,22 +319,15 @@ def _sentence_page(columns: list[Column], beam_size: int):
     beam = gr.Slider(2, 8, value=beam_size, step=1, label='beam size', elem_id='beam-size')
     heads = gr.Radio(list(HEADS), value=HEADS[0], label='attention heads', elem_id='attention-heads')
     go = gr.Button('Translate', elem_id='translate')
-  per_run = []
-  with gr.Row():
-    for column in columns:
-      with gr.Column():
-        slider, step_text, message = _column_head(column)
-        hypotheses = gr.HTML(elem_id=f'hypotheses-{column.index}')
-        alignment = gr.HTML(elem_id=f'alignment-html-{column.index}')
-        cross = gr.Image(
-          label='cross-attention per layer', interactive=False, elem_id=f'cross-{column.index}'
-        )
-        encoder = gr.Image(label='encoder self-attention per layer', interactive=False)
-        with gr.Accordion('numbers behind the pictures', open=False):
-          numbers = gr.Textbox(lines=6, max_lines=12, show_label=False, elem_id=f'numbers-{column.index}')
-        per_run.append((column, slider, [hypotheses, alignment, cross, encoder, numbers, message, step_text]))
-  sliders = [slider for _, slider, _ in per_run]
-  all_outputs = [output for _, _, outputs in per_run for output in outputs]
+
+  def body(column: Column) -> list:
+    hypotheses = gr.HTML(elem_id=f'hypotheses-{column.index}')
+    alignment = gr.HTML(elem_id=f'alignment-html-{column.index}')
+    cross = gr.Image(label='cross-attention per layer', interactive=False, elem_id=f'cross-{column.index}')
+    encoder = gr.Image(label='encoder self-attention per layer', interactive=False)
+    return [hypotheses, alignment, cross, encoder, _numbers_box(column)]
+
+  per_run, sliders, all_outputs = _run_columns(columns, body)
 
   def everything(text_value, beam_value, heads_value, *positions):
     outputs = []
@@ -393,18 +378,15 @@ def _clip_page(columns: list[Column]):
   upload = gr.File(
     label='Clip (.npy [frames, height, width, channels])', type='filepath', elem_id='clip-upload'
   )
-  per_run = []
-  with gr.Row():
-    for column in columns:
-      with gr.Column():
-        slider, step_text, message = _column_head(column)
-        classes = gr.Label(num_top_classes=5, label='prediction', elem_id=f'classes-{column.index}')
-        picture = gr.Image(
-          label='frames; spatial attention per frame; temporal attention; rollout', interactive=False
-        )
-        per_run.append((column, slider, [classes, picture, message, step_text]))
-  sliders = [slider for _, slider, _ in per_run]
-  all_outputs = [output for _, _, outputs in per_run for output in outputs]
+
+  def body(column: Column) -> list:
+    classes = gr.Label(num_top_classes=5, label='prediction', elem_id=f'classes-{column.index}')
+    picture = gr.Image(
+      label='frames; spatial attention per frame; temporal attention; rollout', interactive=False
+    )
+    return [classes, picture]
+
+  per_run, sliders, all_outputs = _run_columns(columns, body)
 
   def everything(source_value, *positions):
     outputs = []
@@ -423,6 +405,29 @@ def _clip_page(columns: list[Column]):
 
 
 # Shared parts ----------------------------------------------------------------------------------------
+
+
+def _run_columns(columns: list[Column], body) -> tuple[list, list, list]:
+  """One column a run, side by side: its head (``_column_head``), then the outputs ``body(column)``
+  builds. Returns ``(per_run, sliders, all_outputs)``: ``per_run`` holds ``(column, slider, outputs)``,
+  a column's outputs being ``body``'s, then its message and step lines."""
+  per_run = []
+  with gr.Row():
+    for column in columns:
+      with gr.Column():
+        slider, step_text, message = _column_head(column)
+        per_run.append((column, slider, [*body(column), message, step_text]))
+  return (
+    per_run,
+    [slider for _, slider, _ in per_run],
+    [output for _, _, outputs in per_run for output in outputs],
+  )
+
+
+def _numbers_box(column: Column):
+  """The numbers behind a column's pictures, folded away."""
+  with gr.Accordion('numbers behind the pictures', open=False):
+    return gr.Textbox(lines=6, max_lines=12, show_label=False, elem_id=f'numbers-{column.index}')
 
 
 def _column_head(column: Column):

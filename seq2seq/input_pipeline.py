@@ -91,6 +91,12 @@ class TokenizedPairs:
   def target_lengths(self) -> np.ndarray:
     return np.diff(self.target_offsets)
 
+  def fitting(self, max_source_length: int, max_target_length: int) -> np.ndarray:
+    """Indices of the pairs whose source, and target with its EOS, fit the maximum lengths."""
+    return np.flatnonzero(
+      (self.source_lengths <= max_source_length) & (self.target_lengths + 1 <= max_target_length)
+    )
+
 
 def tokenize_pairs(
   pairs: Sequence[tuple[str, str]],
@@ -159,7 +165,7 @@ class TrainingBatches:
     self.pairs = pairs
     self.batch_size = batch_size
     source_lengths, target_lengths = pairs.source_lengths, pairs.target_lengths + 1
-    kept = np.flatnonzero((source_lengths <= max_source_length) & (target_lengths <= max_target_length))
+    kept = pairs.fitting(max_source_length, max_target_length)
     if len(kept) < batch_size:
       raise DataError(
         f'only {len(kept)} of {len(pairs)} training pairs fit max_source_length '

@@ -160,9 +160,7 @@ class PackedTrainingBatches:
     self.source_width, self.target_width = max_source_length, max_target_length
     self.open_rows = open_rows
     self.source_lengths, self.target_lengths = pairs.source_lengths, pairs.target_lengths + 1
-    self.kept = np.flatnonzero(
-      (self.source_lengths <= max_source_length) & (self.target_lengths <= max_target_length)
-    )
+    self.kept = pairs.fitting(max_source_length, max_target_length)
     self.num_examples = len(self.kept)
     if self._epoch_plan(0, 0)[2] < 1:
       raise DataError(
