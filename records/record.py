@@ -8,7 +8,8 @@
 
 The command runs in a scratch copy of the checkout's layout (links to its files, an empty ``runs/``),
 so a workdir left from an earlier run cannot make it resume; a command that fails records nothing
-and leaves its scratch copy where the error says. Its numbers are the JSON object on the
+and leaves its scratch copy where the error says, with what the run measured: when only the
+numbers file was named wrongly, ``--from_kept FOLDER`` records that run without running it again. Its numbers are the JSON object on the
 last line of its stdout, or the JSON file ``--numbers_file`` names (relative to the checkout). Named
 files, ``--numbers_file NAME=PATH`` repeated, give several measurements of one command, each one's
 numbers prefixed with its name (a lowercase name of letters, digits and ``_``; a single path that
@@ -80,21 +81,34 @@ def main(argv: list[str]) -> None:
   parser.add_argument('--machine_label', help='a short name for this machine in the tables (e.g. CPU-A)')
   parser.add_argument('--note', help='what else a reader needs to know (e.g. "shared with another run")')
   parser.add_argument(
+    '--from_kept',
+    help='the folder a failed recording kept: record that run (its times, its numbers read now) without running again',
+  )
+  parser.add_argument(
     '--exit_status',
     type=int,
     help='the status the result exits with, when not 0 (benchmarks.compile_for: 1, a step that does not fit)',
   )
   args = parser.parse_args(argv)
   path = store.path_of(args.name)  # checks the name before anything runs
+  command = store.command_text(args.command)
   carried = {}
   if path.exists():
-    carried = {key: value for key, value in store.load(args.name).items() if key in store.CARRIED_ON_RERUN}
+    replaced = store.load(args.name)
+    carried = {key: value for key, value in replaced.items() if key in store.CARRIED_ON_RERUN}
+    if carried.get('numbers_file') and not args.numbers_file and replaced['command'] != command:
+      raise SystemExit(  # before the run: the old command's file is seldom the new one's
+        f"{args.name}: the command is not the record's, whose numbers were read from "
+        f'{carried["numbers_file"]}; give --numbers_file for this command'
+      )
   numbers_file = parse_numbers_files(args.numbers_file) or carried.get('numbers_file')
   exit_status = carried.get('exit_status', 0) if args.exit_status is None else args.exit_status
-  command = store.command_text(args.command)
-  started_from = store.commit()
   try:
-    measured = store.measure(command, numbers_file, exit_status=exit_status)
+    if args.from_kept:
+      measured, started_from = store.measured_from_kept(args.from_kept, command, numbers_file, exit_status)
+    else:
+      started_from = store.commit()
+      measured = store.measure(command, numbers_file, exit_status=exit_status)
   except store.RecordError as error:
     raise SystemExit(f'{args.name}: {error}') from None
   fields = dict(carried, note=args.note)

@@ -42,6 +42,8 @@ SOURCES = ('run', 'transcribed')
 # The CPU flags that decide XLA:CPU's kernels (and with them the last digits of a result).
 SIMD_FLAG = re.compile(r'^(avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*|sse4_\d|neon|asimd\w*|sve\w*)$')
 LOAD_SAMPLE_SECONDS = 5.0
+# In the scratch folder of a run whose recording failed: what the run measured (``measured_from_kept``).
+KEPT_RUN = 'measured.json'
 # What a new run of a record's command keeps of the record it replaces: how it is shown, and its spread.
 CARRIED_ON_RERUN = ('what', 'cells', 'parts', 'spread', 'compared', 'numbers_file', 'exit_status')
 NAME = re.compile(r'^[a-z0-9][a-z0-9_.-]*$')
@@ -285,18 +287,46 @@ def measure(
   ``exit_status``: the status its result exits with (``benchmarks.compile_for`` exits 1, its numbers
   printed, when a step does not fit); any other is a failure."""
   scratch = scratch_checkout()
+  head, dirty = commit()
   ran = run_command(command, scratch, echo)
   try:
-    if ran['status'] != exit_status:
-      expected = f', not the {exit_status} its result exits with' if exit_status else ''
-      raise RecordError(f'the command exited with status {ran["status"]}{expected}: nothing recorded')
-    numbers = (
-      numbers_from_files(scratch, numbers_file) if numbers_file else numbers_from_stdout(ran['stdout'])
-    )
-  except RecordError as error:  # what a long run wrote is not thrown away with the record
-    raise RecordError(f'{error}; what the command wrote is kept in {scratch}') from None
+    measured = _measured(ran, exit_status, scratch, numbers_file)
+  except RecordError as error:  # what a long run wrote and measured is not thrown away with the record
+    kept = {'command': command, 'commit': head, 'uncommitted_changes': dirty, **ran}
+    (scratch / KEPT_RUN).write_text(json.dumps(kept, indent=2) + '\n')
+    raise RecordError(
+      f'{error}; what the command wrote and measured (records.record --from_kept) is kept in {scratch}'
+    ) from None
   shutil.rmtree(scratch, ignore_errors=True)
+  return measured
+
+
+def _measured(ran: dict[str, Any], exit_status: int, scratch: pathlib.Path, numbers_file) -> dict[str, Any]:
+  if ran['status'] != exit_status:
+    expected = f', not the {exit_status} its result exits with' if exit_status else ''
+    raise RecordError(f'the command exited with status {ran["status"]}{expected}: nothing recorded')
+  numbers = numbers_from_files(scratch, numbers_file) if numbers_file else numbers_from_stdout(ran['stdout'])
   return {key: ran[key] for key in ('wall_seconds', 'cpu_seconds', 'load_average')} | {'numbers': numbers}
+
+
+def measured_from_kept(
+  scratch: pathlib.Path, command: str, numbers_file: str | dict[str, str] | None = None, exit_status: int = 0
+) -> tuple[dict[str, Any], tuple[str | None, bool | None]]:
+  """``(what measure returns, the commit it started from)`` for the run of ``command`` whose recording
+  failed and whose scratch folder ``measure`` kept (a numbers file named wrongly, say): its times and
+  output as measured then, its numbers read now."""
+  path = pathlib.Path(scratch) / KEPT_RUN
+  if not path.exists():
+    raise RecordError(
+      f'{scratch} holds no {KEPT_RUN}: it is not the folder of a run that records.record kept'
+    )
+  kept = json.loads(path.read_text())
+  if kept['command'] != command:
+    raise RecordError(f'{scratch} kept the run of {kept["command"]!r}, not of this command')
+  return _measured(kept, exit_status, path.parent, numbers_file), (
+    kept['commit'],
+    kept['uncommitted_changes'],
+  )
 
 
 def command_text(words: list[str]) -> str:

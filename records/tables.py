@@ -294,24 +294,30 @@ TABLES = {
     'docs/results/translation.md',
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio', 'perplexity', 'machine', 'recorded at'),
     ('transformer_multi30k_long/end', 'transformer_multi30k_long/chosen')
+    + ('multi30k_long_vocab8000/end', 'multi30k_long_vocab8000/chosen')
+    + ('transformer_multi30k_long_005573a/end', 'transformer_multi30k_long_005573a/chosen')
     + ('transformer_multi30k_long_6942fd8/end', 'transformer_multi30k_long_6942fd8/average_last_5')
-    + ('transformer_multi30k_long_0.2', 'transformer_multi30k_long_avg5_0.2')
-    + ('multi30k_long_vocab8000/end', 'multi30k_long_vocab8000/chosen'),
+    + ('transformer_multi30k_long_0.2', 'transformer_multi30k_long_avg5_0.2'),
   ),
   'multi30k-vocabulary': Table(
     'docs/results/translation.md',
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio'),
     (
-      'transformer_multi30k_long/holdout_avg1_beam4_alpha1',
-      'transformer_multi30k_long/holdout_avg1_beam4_alpha1p4',
+      'transformer_multi30k_long_005573a/holdout_avg1_beam4_alpha1',
+      'transformer_multi30k_long_005573a/holdout_avg1_beam4_alpha1p4',
     )
     + tuple(f'multi30k_long_vocab8000/holdout_alpha{alpha}' for alpha in ('1', '1p4', '1p8', '2p2')),
+  ),
+  'multi30k-length-penalty': Table(
+    'docs/results/translation.md',
+    ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio'),
+    tuple(f'transformer_multi30k_long/holdout_alpha{alpha}' for alpha in ('1p4', '1p8', '2p2', '2p6', '3')),
   ),
   'multi30k-long-holdout': Table(
     'docs/results/translation.md',
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio'),
     tuple(
-      f'transformer_multi30k_long/holdout_avg{n}_{decoding}'
+      f'transformer_multi30k_long_005573a/holdout_avg{n}_{decoding}'
       for n in (1, 3, 6)
       for decoding in MULTI30K_DECODINGS
     ),

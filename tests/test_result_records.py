@@ -136,6 +136,37 @@ def test_a_failing_command_records_nothing_and_keeps_what_it_wrote(tmp_path, mon
 
 
 @pytest.mark.slow
+def test_a_run_whose_numbers_file_was_named_wrongly_is_recorded_from_its_kept_folder(
+  tmp_path, monkeypatch, scratch_folders
+):
+  monkeypatch.setattr(store, 'RESULTS', tmp_path)
+  command = 'echo run >> ran.txt && echo \'{"accuracy": 0.5}\' > runs/right.json'
+  with pytest.raises(SystemExit, match='wrote no .*wrong.json') as refused:
+    record.main(['named', '--numbers_file', 'runs/wrong.json', '--', command])
+  kept = pathlib.Path(str(refused.value).rsplit('kept in ', 1)[1])
+  measured = json.loads((kept / store.KEPT_RUN).read_text())
+  with pytest.raises(SystemExit, match='not of this command'):
+    record.main(['named', '--numbers_file', 'runs/right.json', '--from_kept', str(kept), '--', 'echo other'])
+  record.main(['named', '--numbers_file', 'runs/right.json', '--from_kept', str(kept), '--', command])
+  written = store.load('named', tmp_path)
+  assert written['numbers'] == {'accuracy': 0.5} and written['command'] == command
+  assert written['wall_seconds'] == measured['wall_seconds'] and written['commit'] == measured['commit']
+  assert (kept / 'ran.txt').read_text() == 'run\n'  # recorded without running again
+
+
+def test_a_new_command_is_refused_before_it_runs_when_the_numbers_file_would_be_the_old_ones(
+  tmp_path, monkeypatch
+):
+  monkeypatch.setattr(store, 'RESULTS', tmp_path)
+  store.write(
+    _written('long', 'python train.py --steps 11000', 60.0) | {'numbers_file': 'runs/step11000.json'}
+  )
+  with pytest.raises(SystemExit, match='runs/step11000.json; give --numbers_file'):
+    record.main(['long', '--', f'touch {tmp_path}/ran && python train.py --steps 9500'])
+  assert not (tmp_path / 'ran').exists()
+
+
+@pytest.mark.slow
 def test_a_result_that_exits_with_its_stated_status_is_recorded_and_reproduced(
   tmp_path, monkeypatch, capsys, scratch_folders
 ):
