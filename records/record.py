@@ -9,11 +9,12 @@
 The command runs in a scratch copy of the checkout's layout (links to its files, an empty ``runs/``),
 so a workdir left from an earlier run cannot make it resume; a command that fails records nothing
 and leaves its scratch copy where the error says, with what the run measured: when only the
-numbers file was named wrongly, ``--from_kept FOLDER`` records that run without running it again. Its numbers are the JSON object on the
-last line of its stdout, or the JSON file ``--numbers_file`` names (relative to the checkout). Named
-files, ``--numbers_file NAME=PATH`` repeated, give several measurements of one command, each one's
-numbers prefixed with its name (a lowercase name of letters, digits and ``_``; a single path that
-starts so, ``seed=0/results.json``, is written ``./seed=0/results.json``):
+numbers file was named wrongly, ``--from_kept FOLDER`` records that run without running it again.
+Its numbers are the JSON object on the last line of its stdout, or the JSON file ``--numbers_file``
+names (relative to the checkout). Named files, ``--numbers_file NAME=PATH`` repeated, give several
+measurements of one command, each one's numbers prefixed with its name (a lowercase name of letters,
+digits and ``_``; a single path that starts so, ``seed=0/results.json``, is written
+``./seed=0/results.json``):
 
   python -m records.record long --numbers_file end=runs/end.json --numbers_file average=runs/avg.json \\
       -- 'python train.py --config C --workdir runs/long && python evaluate.py --workdir runs/long > runs/end.json &&
