@@ -535,8 +535,8 @@ def cell(record: dict[str, Any], column: str) -> str:
     text = render(cells[column], record['numbers'], record['name'])
   elif column == 'what':
     text = record.get('what') or record['name']
-  elif column == 'command':
-    text = f'`{record["command"]}`'
+  elif column == 'command':  # as ``records.reproduce`` runs it: moved modules by today's names
+    text = f'`{store.command_today(record["command"])}`'
   elif column == 'time':
     text = time_cell(record)
   elif column == 'machine':

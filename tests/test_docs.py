@@ -1,8 +1,8 @@
 """The README, CONTRIBUTING.md and the pages of docs/: every relative link and picture resolves,
 anchors included; every page is reachable from the README, which stays a front page; the headline
-results page has short lines; a name of this project's code quoted in the prose still exists; a
-prediction or a duration quoted in the README or docs is its record's; and the user pages do not
-speak of how the project was built."""
+results page has short lines; a name of this project's code quoted in the prose, and a module a
+command runs, still exist; a prediction or a duration quoted in the README or docs is its record's;
+and the user pages do not speak of how the project was built."""
 
 import ast
 import functools
@@ -274,6 +274,21 @@ def test_the_code_name_finder_reads_modules_classes_and_their_members():
 def test_a_code_name_quoted_in_the_docs_exists(page):
   missing = sorted({name for name in quoted_code_names(page) if code_name_exists(name) is False})
   assert not missing, f'{page.name} names code that does not exist: {", ".join(missing)}'
+
+
+# A module run as a command, wherever a page shows it: prose, tables and code blocks alike.
+RUN_MODULE = re.compile(r'python3? -m ((?:%s)(?:\.\w+)*)' % '|'.join(PACKAGES))
+
+
+def test_the_module_finder_reads_commands():
+  text = '`python -m vit.weights.export_npz --workdir W` and `python -m records.tables --write`'
+  assert RUN_MODULE.findall(text) == ['vit.weights.export_npz', 'records.tables']
+
+
+@pytest.mark.parametrize('page', USER_PAGES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_a_module_a_command_runs_exists(page):
+  missing = sorted({name for name in RUN_MODULE.findall(_markdown(page)) if not code_name_exists(name)})
+  assert not missing, f'{page.name} runs modules that do not exist: {", ".join(missing)}'
 
 
 # A prediction as predict.py prints it: `digit.png: 7 (91.5%), 9 (1.2%), 6 (1.1%)`.
