@@ -313,6 +313,12 @@ TABLES = {
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio'),
     tuple(f'transformer_multi30k_long/holdout_alpha{alpha}' for alpha in ('1p4', '1p8', '2p2', '2p6', '3')),
   ),
+  'multi30k-depth': Table(
+    'docs/results/translation.md',
+    ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio'),
+    ('multi30k_long_vocab8000/holdout_alpha1_depth', 'multi30k_long_decoder3/holdout')
+    + ('multi30k_long_vocab8000/val_alpha1', 'multi30k_long_decoder3/val'),
+  ),
   'multi30k-long-holdout': Table(
     'docs/results/translation.md',
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio'),
