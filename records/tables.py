@@ -306,7 +306,8 @@ TABLES = {
       'transformer_multi30k_long_005573a/holdout_avg1_beam4_alpha1',
       'transformer_multi30k_long_005573a/holdout_avg1_beam4_alpha1p4',
     )
-    + tuple(f'multi30k_long_vocab8000/holdout_alpha{alpha}' for alpha in ('1', '1p4', '1p8', '2p2')),
+    + tuple(f'multi30k_long_vocab8000/holdout_alpha{alpha}' for alpha in ('1', '1p4', '1p8', '2p2'))
+    + ('multi30k_screen_vocab12000/holdout',),
   ),
   'multi30k-length-penalty': Table(
     'docs/results/translation.md',
