@@ -254,16 +254,13 @@ def compile_for(config, topology: str, sizes: dict[str, int]) -> dict:
   import jax  # pylint: disable=g-import-not-at-top  (after libtpu is on sys.path)
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
 
-  from trainer import validation  # pylint: disable=g-import-not-at-top
   from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
   from trainer.optim import parameter_path  # pylint: disable=g-import-not-at-top
   from trainer.partitioning import batch_sharding, replicated  # pylint: disable=g-import-not-at-top
   from trainer.run_step import build_step  # pylint: disable=g-import-not-at-top
-  from trainer.task import task_class  # pylint: disable=g-import-not-at-top
+  from trainer.task import resolved_task_class  # pylint: disable=g-import-not-at-top
 
-  validation.check_trainer_fields(config)
-  family = task_class(config.task)
-  validation.resolve_config(config, family)
+  family = resolved_task_class(config)
   try:
     devices = topologies.get_topology_desc(platform='tpu', topology_name=topology).devices
   except Exception as error:  # pylint: disable=broad-except  (libtpu's own message names the problem)

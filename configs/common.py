@@ -20,11 +20,11 @@ def experiment(base, **fields) -> ml_collections.ConfigDict:
   (``model=dict(width=64)``); fields not given keep ``base``'s values.
   """
   from trainer.task import task_class  # pylint: disable=g-import-not-at-top  (imports the family)
-  from trainer.validation import complete_config  # pylint: disable=g-import-not-at-top
+  from trainer.validation import complete_config, trainer_fields  # pylint: disable=g-import-not-at-top
 
   config = ml_collections.ConfigDict(dict(task=base)) if isinstance(base, str) else base
   _update(config, fields)
-  return complete_config(config, task_class(config.task))
+  return complete_config(config, task_class(config.task), trainer_fields(config))
 
 
 def trainer_config() -> ml_collections.ConfigDict:

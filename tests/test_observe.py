@@ -138,12 +138,12 @@ def test_the_fields_are_off_by_default_and_filled_in_where_missing():
   config = vit_digits.get_config()
   validation.check_trainer_fields(config)
   assert observe_config.eval_splits(config) == () and observe_config.profile_steps(config) == ()
-  assert observe_config.wandb_project(config) == '' and config.peak_tflops == 0.0
+  assert wandb_log.wandb_project(config) == '' and config.peak_tflops == 0.0
   assert observe_config.checkpoint_metric(config) == 'accuracy'
   for field in ('eval_splits', 'profile_steps', 'peak_tflops', 'wandb'):
     del config[field]  # a config that does not write them: the schema's defaults
   validation.check_trainer_fields(config)
-  assert observe_config.checkpoint_metric(config) == 'accuracy' and observe_config.wandb_project(config) == ''
+  assert observe_config.checkpoint_metric(config) == 'accuracy' and wandb_log.wandb_project(config) == ''
 
 
 def test_eval_splits_must_be_splits_of_the_data_and_profile_steps_steps_of_the_run():

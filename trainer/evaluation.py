@@ -12,7 +12,6 @@ import tempfile
 
 import jax
 
-from trainer import validation
 from trainer.ema import PARAMS_CHOICES
 from trainer.errors import CheckpointError, WorkdirError
 from trainer.io import storage
@@ -21,7 +20,7 @@ from trainer.io.checkpoints import EMA_ITEM, Checkpoints
 from trainer.observe import observe_config
 from trainer.partitioning import make_mesh
 from trainer.state_init import StateInit
-from trainer.task import Task, load_task, task_class
+from trainer.task import Task, load_task, resolved_task_class
 
 
 def workdir_task(workdir: storage.Path, config, read_data: bool = True) -> Task:
@@ -33,8 +32,7 @@ def workdir_task(workdir: storage.Path, config, read_data: bool = True) -> Task:
   sizes = workdir_lib.load_model_facts(workdir).get(workdir_lib.DATA_SIZES)
   if sizes is None:
     return load_task(config)
-  family = task_class(config.task)
-  validation.resolve_config(config, family)
+  family = resolved_task_class(config)
   try:
     return family.without_data(config, sizes)
   except (KeyError, TypeError) as error:

@@ -277,13 +277,18 @@ def task_class(spec: str) -> type[Task]:
   return found
 
 
+def resolved_task_class(config: ml_collections.ConfigDict) -> type[Task]:
+  """Checks the trainer's fields, imports ``config.task`` (``'package.module:ClassName'``) and completes
+  ``config`` in place from the defaults (``validation.complete_config``); returns the class."""
+  fields = validation.check_trainer_fields(config)
+  family = task_class(fields.task)
+  validation.complete_config(config, family, fields)
+  return family
+
+
 def load_task(config: ml_collections.ConfigDict) -> Task:
-  """Checks the trainer's fields, imports ``config.task`` (``'package.module:ClassName'``), completes
-  ``config`` in place (``validation.resolve_config``), builds the task from it (which checks the rest),
-  then checks ``eval_split`` and ``best_metric`` against it."""
-  validation.check_trainer_fields(config)
-  family = task_class(config.task)
-  validation.resolve_config(config, family)
-  task = family(config)
+  """The task of ``config`` (``resolved_task_class``), built (which checks the rest of the config), with
+  ``eval_split`` and ``best_metric`` then checked against it."""
+  task = resolved_task_class(config)(config)
   validation.check_task_names(config, task)
   return task

@@ -6,13 +6,15 @@ its value and what is allowed. The checks run cheapest first:
 1. ``check_trainer_fields``: the trainer's own fields against their schema
    (``trainer/config_schema.py``: types, ranges) and the rules between fields. It needs nothing
    but the config, so the command line runs it before anything long.
-2. ``resolve_config``: the config completed from the defaults of the trainer's fields and of
-   the task's sections (``Task.config_sections``), each section checked by its reader.
+2. ``complete_config``: the config completed from the defaults of the trainer's fields and of
+   the task's sections (``Task.config_sections``), each section checked by its reader
+   (``resolve_config`` runs 1 and 2).
 3. ``check_task_names``: ``eval_split`` and ``best_metric`` against the names the task
    can produce (the task has found its data by then).
 4. ``check_workdir``: the workdir can be created and written, without creating it.
 
-``trainer.task.load_task`` runs 1 to 3; ``trainer.io.workdir.check_same_identity`` runs 4.
+``trainer.task.resolved_task_class`` runs 1 and 2, ``trainer.task.load_task`` 1 to 3,
+``trainer.io.workdir.check_same_identity`` 4.
 """
 
 import dataclasses
@@ -83,11 +85,16 @@ def resolve_split(choice: str, available) -> str:
   return next((name for name in names if name in available), names[0])
 
 
-def check_trainer_fields(config: ml_collections.ConfigDict) -> config_schema.Trainer:
-  """The trainer's fields of ``config`` (those it lacks take their defaults) checked against the schema
-  and the rules between them; raises ``ConfigError``."""
+def trainer_fields(config: ml_collections.ConfigDict) -> config_schema.Trainer:
+  """The trainer's fields of ``config``, those it lacks at their defaults, each of its declared type."""
   given = {name: config[name] for name in config_schema.TRAINER_FIELDS if name in config}
-  fields = from_section(config_schema.Trainer, given, '')
+  return from_section(config_schema.Trainer, given, '')
+
+
+def check_trainer_fields(config: ml_collections.ConfigDict) -> config_schema.Trainer:
+  """The trainer's fields of ``config`` (``trainer_fields``) checked against the schema's ranges and
+  the rules between them; raises ``ConfigError``."""
+  fields = trainer_fields(config)
   if fields.task.count(':') != 1:
     _fail('task', fields.task, "it must look like 'package.module:ClassName'")
   _check_ranges(fields)
@@ -123,13 +130,15 @@ def check_trainer_fields(config: ml_collections.ConfigDict) -> config_schema.Tra
   return fields
 
 
-def complete_config(config: ml_collections.ConfigDict, task_class) -> ml_collections.ConfigDict:
-  """``config`` with every field it lacks added, in place: the trainer's defaults, and the defaults of
-  each section ``task_class.config_sections`` names (each section's reader checks its fields). The
-  values ``config`` has are kept as they are. Returns ``config``."""
+def complete_config(
+  config: ml_collections.ConfigDict, task_class, fields: config_schema.Trainer
+) -> ml_collections.ConfigDict:
+  """``config`` with every field it lacks added, in place: the trainer's defaults (``fields``, its
+  trainer fields as ``trainer_fields`` read them), and the defaults of each section
+  ``task_class.config_sections`` names (each section's reader checks its fields). The values
+  ``config`` has are kept as they are. Returns ``config``."""
   with config.unlocked():
-    given = {name: config[name] for name in config_schema.TRAINER_FIELDS if name in config}
-    _fill(config, to_section(from_section(config_schema.Trainer, given, '')))
+    _fill(config, to_section(fields))
     for name, read in task_class.config_sections.items():
       section = read(config.get(name), config)
       if section is None:
@@ -143,8 +152,7 @@ def complete_config(config: ml_collections.ConfigDict, task_class) -> ml_collect
 
 def resolve_config(config: ml_collections.ConfigDict, task_class) -> ml_collections.ConfigDict:
   """The complete config a run records (``complete_config``, in place), its trainer fields checked."""
-  check_trainer_fields(config)
-  return complete_config(config, task_class)
+  return complete_config(config, task_class, check_trainer_fields(config))
 
 
 def _fill(section: ml_collections.ConfigDict, complete: ml_collections.ConfigDict) -> None:

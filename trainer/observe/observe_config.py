@@ -30,11 +30,6 @@ def profile_steps(config) -> tuple[int, ...]:
   return tuple(config.get('profile_steps') or ())
 
 
-def wandb_project(config) -> str:
-  section = config.get('wandb') or {}
-  return section.get('project') or ''
-
-
 def _fail(field: str, value, allowed: str) -> None:
   raise ConfigError(f'config.{field} is {value!r}; {allowed}.')
 

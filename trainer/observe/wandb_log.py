@@ -19,10 +19,15 @@ import secrets
 from trainer.errors import ConfigError
 from trainer.io import storage
 from trainer.io.metrics_io import MetricWriter
-from trainer.observe.observe_config import wandb_project
 
 PIP_COMMAND = 'pip install wandb==0.31.0'
 RUN_ID_FILE = 'wandb.json'
+
+
+def wandb_project(config) -> str:
+  """``config.wandb.project``; ``''`` (off) where the config has no ``wandb`` section."""
+  section = config.get('wandb') or {}
+  return section.get('project') or ''
 
 
 def import_wandb(config):
