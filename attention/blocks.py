@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention import matmul
 from attention.dtypes import resolve_dtype
 from attention.multi_head import ATTENTION_KERNELS, MultiHeadAttention
 from attention.positional import Rotary
@@ -124,6 +125,7 @@ class Mlp(nnx.Module):
         features_out,
         dtype=dtype,
         param_dtype=param_dtype,
+        dot_general=matmul.dot_general,
         rngs=rngs,
         kernel_init=nnx.with_partitioning(nnx.initializers.xavier_uniform(), names, eager_sharding=False),
         bias_init=nnx.with_partitioning(nnx.initializers.normal(1e-6), names[1:], eager_sharding=False),

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from absl import logging
 from flax import nnx
 
+from attention import matmul
 from attention.masks import Mask, causal_mask, combine_masks, has_any_key, masked_softmax, pad_mask
 from attention.positional import Rotary
 from attention.scores import AttentionScore
@@ -171,6 +172,7 @@ class MultiHeadAttention(nnx.Module):
         use_bias=use_bias,
         dtype=dtype,
         param_dtype=param_dtype,
+        dot_general=matmul.dot_general,
         kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), names, eager_sharding=False),
         bias_init=nnx.with_partitioning(nnx.initializers.zeros, names[len(in_axes) :], eager_sharding=False),
         rngs=rngs,

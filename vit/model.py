@@ -50,7 +50,7 @@ import ml_collections
 from flax import nnx
 from flax.nnx.nn.dtypes import promote_dtype
 
-from attention import ACTIVATIONS, DTYPES, BlockOptions, Encoder, Mlp
+from attention import ACTIVATIONS, DTYPES, BlockOptions, Encoder, Mlp, matmul
 from attention.blocks import attention_layer, layer_norm
 from attention.layers import REMAT_POLICIES
 from attention.multi_head import ATTENTION_KERNELS
@@ -195,11 +195,12 @@ class PatchEmbedding(nnx.Module):
       batch, grid_h * grid_w, patch_h * patch_w * channels
     )
     kernel = self.kernel[...].reshape(patch_h * patch_w * channels, -1)  # [ph, pw, C, width]: the same order
+    rows_by_kernel = (((2,), (0,)), ((), ()))
     if self.bias is None:
       patches, kernel = promote_dtype((patches, kernel), dtype=self.dtype)
-      return jnp.matmul(patches, kernel)
+      return matmul.dot_general(patches, kernel, rows_by_kernel)
     patches, kernel, bias = promote_dtype((patches, kernel, self.bias[...]), dtype=self.dtype)
-    return jnp.matmul(patches, kernel) + bias
+    return matmul.dot_general(patches, kernel, rows_by_kernel) + bias
 
 
 class AttentionPoolingHead(nnx.Module):
