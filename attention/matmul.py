@@ -14,10 +14,12 @@ rounded to bfloat16 as JAX's own would be, and the weight's gradient multiplies 
 transpose, written out row by row (an ``optimization_barrier`` on its flattened copy keeps XLA
 from folding the transpose back into the matmul). Every product sums in float32 as before.
 
-Only on a CPU: there the decision is made when the step is traced (``jax.default_backend()``).
-A GPU's or TPU's compiler multiplies bfloat16 natively, and the barrier would only cost it a copy.
-Anything else (float32, batch axes, other contractions, a requested output dtype or sharding)
-goes to ``jax.lax.dot_general`` unchanged, so float32 models compute exactly what they did.
+Only on a CPU: ``jax.lax.platform_dependent`` lowers this path for a CPU and ``jax.lax.dot_general``
+for every other platform, so a step compiled for a GPU or TPU (also one compiled on a CPU host for a
+TPU slice, ``benchmarks/compile_for.py``) is the one it always was: their compilers multiply
+bfloat16 natively, and the barrier would only cost them a copy. Anything else (float32, batch
+axes, other contractions, a requested output dtype or sharding) goes to ``jax.lax.dot_general``
+unchanged, so float32 models compute exactly what they did.
 """
 
 import math
@@ -65,8 +67,7 @@ def _takes_rows_matmul(lhs, rhs, dimension_numbers, preferred_element_type, out_
   (lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch) = dimension_numbers
   count = len(lhs_contracting)
   return (
-    jax.default_backend() == 'cpu'
-    and lhs.dtype == jnp.bfloat16
+    lhs.dtype == jnp.bfloat16
     and rhs.dtype == jnp.bfloat16
     and preferred_element_type in (None, jnp.bfloat16)
     and out_sharding is None
@@ -78,9 +79,18 @@ def _takes_rows_matmul(lhs, rhs, dimension_numbers, preferred_element_type, out_
   )
 
 
+def _as_rows_matmul(lhs, rhs, count: int):
+  """``lhs`` contracted on its last ``count`` axes with ``rhs``'s first ``count``, as 2-D rows."""
+  kept_lhs, kept_rhs = lhs.shape[: lhs.ndim - count], rhs.shape[count:]
+  inner = math.prod(rhs.shape[:count])
+  product = _rows_matmul(lhs.reshape(math.prod(kept_lhs), inner), rhs.reshape(inner, math.prod(kept_rhs)))
+  return product.reshape(*kept_lhs, *kept_rhs)
+
+
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None):
-  """``jax.lax.dot_general``, with a bfloat16 dense layer on a CPU as a matmul of 2-D rows (above)."""
-  if not _takes_rows_matmul(lhs, rhs, dimension_numbers, preferred_element_type, out_sharding):
+  """``jax.lax.dot_general``; a bfloat16 dense layer lowered for a CPU is a matmul of 2-D rows (above)."""
+
+  def as_lax(lhs, rhs):
     return lax.dot_general(
       lhs,
       rhs,
@@ -89,8 +99,8 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
       preferred_element_type=preferred_element_type,
       out_sharding=out_sharding,
     )
+
+  if not _takes_rows_matmul(lhs, rhs, dimension_numbers, preferred_element_type, out_sharding):
+    return as_lax(lhs, rhs)
   count = len(dimension_numbers[0][0])
-  kept_lhs, kept_rhs = lhs.shape[: lhs.ndim - count], rhs.shape[count:]
-  inner = math.prod(rhs.shape[:count])
-  product = _rows_matmul(lhs.reshape(math.prod(kept_lhs), inner), rhs.reshape(inner, math.prod(kept_rhs)))
-  return product.reshape(*kept_lhs, *kept_rhs)
+  return lax.platform_dependent(lhs, rhs, cpu=lambda a, b: _as_rows_matmul(a, b, count), default=as_lax)

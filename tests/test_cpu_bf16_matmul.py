@@ -102,3 +102,19 @@ def test_on_a_cpu_every_matmul_of_a_bfloat16_layers_step_takes_bfloat16_operands
   assert ('f32', 'f32') in dots(monkeypatch), (
     'XLA now multiplies bfloat16 layers natively: attention/matmul.py can go'
   )
+
+
+def test_a_step_lowered_for_a_gpu_or_tpu_is_lax_dot_generals():
+  """The rows and their written-out transpose are lowered for a CPU only (``lax.platform_dependent``),
+  also when a CPU host compiles for a TPU slice."""
+  numbers = CONTRACTIONS['linear'][2]
+  lhs, rhs = _operands((2, 5, 16), (16, 24), jnp.bfloat16)
+  step = jax.jit(
+    jax.grad(lambda a, b: jnp.sum(matmul.dot_general(a, b, numbers).astype(jnp.float32)), (0, 1))
+  )
+  lowered = {
+    platform: step.trace(lhs, rhs).lower(lowering_platforms=(platform,)).as_text()
+    for platform in ('cpu', 'cuda', 'tpu')
+  }
+  assert 'optimization_barrier' in lowered['cpu']
+  assert 'optimization_barrier' not in lowered['cuda'] and 'optimization_barrier' not in lowered['tpu']
