@@ -120,12 +120,11 @@ class Mlp(nnx.Module):
     dtype, param_dtype = options.dtype, options.param_dtype
 
     def dense(features_in, features_out, names):
-      return nnx.Linear(
+      return matmul.Linear(
         features_in,
         features_out,
         dtype=dtype,
         param_dtype=param_dtype,
-        dot_general=matmul.dot_general,
         rngs=rngs,
         kernel_init=nnx.with_partitioning(nnx.initializers.xavier_uniform(), names, eager_sharding=False),
         bias_init=nnx.with_partitioning(nnx.initializers.normal(1e-6), names[1:], eager_sharding=False),

@@ -1,31 +1,33 @@
-"""The matmul of the blocks' dense layers: ``dot_general``, which gives a bfloat16 layer on a CPU
-to XLA's bfloat16 matmul kernels, and is ``jax.lax.dot_general`` everywhere else.
+"""The blocks' dense layers: ``Linear`` and ``LinearGeneral``, Flax's with the same parameters, whose
+matmul and bias (``dense``) a bfloat16 layer on a CPU gives to XLA's bfloat16 matmul kernels, and
+which compute what Flax's compute everywhere else.
 
-Why a matmul of our own (jaxlib 0.10.2; ``docs/performance.md``, "bfloat16 on a CPU"): XLA:CPU
+Why layers of our own (jaxlib 0.10.2; ``docs/performance.md``, "bfloat16 on a CPU"): XLA:CPU
 multiplies bfloat16 matrices in YNNPACK's bfloat16 kernels only when the product is asked for in
-float32, both operands are stored row by row, and the left one is contracted on its last axis.
-A bfloat16 layer as JAX writes it meets none of that: it asks for a bfloat16 product, and the
-gradient of its weight contracts the rows of both operands. XLA then converts every operand to
-float32, which makes a bfloat16 step slower than a float32 one. Here, for bfloat16 operands
-contracted on the left's last axes and the right's first axes (what ``nnx.Linear`` and
-``nnx.LinearGeneral`` do), the layer is a matmul of 2-D rows with a gradient of its own
-(``jax.custom_vjp``): each of its three matmuls asks for a float32 product of bfloat16 operands,
-rounded to bfloat16 as JAX's own would be, and the weight's gradient multiplies the input's
-transpose, written out row by row (an ``optimization_barrier`` on its flattened copy keeps XLA
-from folding the transpose back into the matmul). Every product sums in float32 as before.
+float32, both operands are stored row by row, and the left one is contracted on its last axis;
+and it sums a bfloat16 array that it first converts to float32 in a tree of small windows, not in
+YNNPACK. A bfloat16 layer as JAX writes it meets none of that: it asks for a bfloat16 product, the
+gradient of its weight contracts the rows of both operands, and the gradient of its bias is such a
+sum. XLA then converts every matmul's operands to float32, which makes a bfloat16 step slower than
+a float32 one. Here a bfloat16 layer is a matmul of 2-D rows plus its bias with a gradient of its
+own (``jax.custom_vjp``): each of its matmuls asks for a float32 product of bfloat16 operands,
+rounded to bfloat16 as JAX's own would be; the weight's gradient multiplies the input's transpose,
+written out row by row (an ``optimization_barrier`` on its flattened copy keeps XLA from folding the
+transpose back into the matmul); and the bias's gradient is a matmul too, a row of ones times the
+output's gradient. Every product sums in float32 as before.
 
-Only on a CPU: ``jax.lax.platform_dependent`` lowers this path for a CPU and ``jax.lax.dot_general``
-for every other platform, so a step compiled for a GPU or TPU (also one compiled on a CPU host for a
-TPU slice, ``benchmarks/compile_for.py``) is the one it always was: their compilers multiply
-bfloat16 natively, and the barrier would only cost them a copy. Anything else (float32, batch
-axes, other contractions, a requested output dtype or sharding) goes to ``jax.lax.dot_general``
-unchanged, so float32 models compute exactly what they did.
+Only on a CPU: ``jax.lax.platform_dependent`` lowers this path for a CPU and Flax's computation for
+every other platform, so a step compiled for a GPU or TPU (also one compiled on a CPU host for a TPU
+slice, ``benchmarks/compile_for.py``) is the one it always was: their compilers multiply bfloat16
+natively, and the barrier would only cost them a copy. float32 layers compute exactly what Flax's
+layers compute.
 """
 
 import math
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax import lax
 
 _ROWS_BY_COLUMNS = (((1,), (0,)), ((), ()))
@@ -42,6 +44,12 @@ def _written_transpose(x):
   return lax.optimization_barrier(x.T.reshape(-1)).reshape(columns, rows)
 
 
+def _input_and_weight_gradients(x, w, grad):
+  grad_x = _product(grad, w, (((1,), (1,)), ((), ())))  # grad @ w.T, w read as stored
+  grad_w = _product(_written_transpose(x), grad)
+  return grad_x, grad_w
+
+
 @jax.custom_vjp
 def _rows_matmul(x, w):
   """``x @ w`` for 2-D bfloat16 ``x`` ``[rows, k]`` and ``w`` ``[k, columns]``."""
@@ -53,54 +61,81 @@ def _rows_matmul_forward(x, w):
 
 
 def _rows_matmul_backward(saved, grad):
-  x, w = saved
-  grad = grad.astype(jnp.bfloat16)
-  grad_x = _product(grad, w, (((1,), (1,)), ((), ())))  # grad @ w.T, w read as stored
-  grad_w = _product(_written_transpose(x), grad)
-  return grad_x, grad_w
+  return _input_and_weight_gradients(*saved, grad.astype(jnp.bfloat16))
 
 
 _rows_matmul.defvjp(_rows_matmul_forward, _rows_matmul_backward)
 
 
-def _takes_rows_matmul(lhs, rhs, dimension_numbers, preferred_element_type, out_sharding) -> bool:
-  (lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch) = dimension_numbers
-  count = len(lhs_contracting)
-  return (
-    lhs.dtype == jnp.bfloat16
-    and rhs.dtype == jnp.bfloat16
-    and preferred_element_type in (None, jnp.bfloat16)
-    and out_sharding is None
-    and not lhs_batch
-    and not rhs_batch
-    and 0 < count <= min(lhs.ndim, rhs.ndim)
-    and tuple(lhs_contracting) == tuple(range(lhs.ndim - count, lhs.ndim))
-    and tuple(rhs_contracting) == tuple(range(count))
+@jax.custom_vjp
+def _rows_affine(x, w, b):
+  """``x @ w + b`` for 2-D bfloat16 ``x`` ``[rows, k]``, ``w`` ``[k, columns]`` and ``b`` ``[columns]``."""
+  return _product(x, w) + b
+
+
+def _rows_affine_forward(x, w, b):
+  return _product(x, w) + b, (x, w)
+
+
+def _rows_affine_backward(saved, grad):
+  x, w = saved
+  grad = grad.astype(jnp.bfloat16)
+  ones = lax.optimization_barrier(jnp.ones((2, grad.shape[0]), jnp.bfloat16))
+  grad_b = _product(ones, grad)[0]
+  return (*_input_and_weight_gradients(x, w, grad), grad_b)
+
+
+_rows_affine.defvjp(_rows_affine_forward, _rows_affine_backward)
+
+
+def _as_rows(inputs, kernel, bias, count: int):
+  """``dense`` as a matmul of 2-D rows (above)."""
+  kept, out = inputs.shape[: inputs.ndim - count], kernel.shape[count:]
+  inner = math.prod(kernel.shape[:count])
+  rows, weights = inputs.reshape(math.prod(kept), inner), kernel.reshape(inner, math.prod(out))
+  if bias is None:
+    return _rows_matmul(rows, weights).reshape(*kept, *out)
+  return _rows_affine(rows, weights, bias.reshape(-1)).reshape(*kept, *out)
+
+
+def dense(inputs, kernel, bias, count: int = 1):
+  """``inputs`` contracted on their last ``count`` axes with ``kernel``'s first ``count``, plus ``bias``
+  (``None``: none) of ``kernel``'s other axes: ``jax.lax.dot_general``, and a matmul of 2-D rows
+  where it is lowered for a CPU with bfloat16 operands."""
+  numbers = ((tuple(range(inputs.ndim - count, inputs.ndim)), tuple(range(count))), ((), ()))
+
+  def as_lax(inputs, kernel, bias):
+    product = lax.dot_general(inputs, kernel, numbers)
+    return product if bias is None else product + bias
+
+  operands = (inputs, kernel) if bias is None else (inputs, kernel, bias)
+  if any(operand.dtype != jnp.bfloat16 for operand in operands):
+    return as_lax(inputs, kernel, bias)
+  return lax.platform_dependent(
+    inputs, kernel, bias, cpu=lambda *args: _as_rows(*args, count), default=as_lax
   )
 
 
-def _as_rows_matmul(lhs, rhs, count: int):
-  """``lhs`` contracted on its last ``count`` axes with ``rhs``'s first ``count``, as 2-D rows."""
-  kept_lhs, kept_rhs = lhs.shape[: lhs.ndim - count], rhs.shape[count:]
-  inner = math.prod(rhs.shape[:count])
-  product = _rows_matmul(lhs.reshape(math.prod(kept_lhs), inner), rhs.reshape(inner, math.prod(kept_rhs)))
-  return product.reshape(*kept_lhs, *kept_rhs)
+class Linear(nnx.Linear):
+  """``nnx.Linear`` (the same parameters and values) computed by ``dense``."""
+
+  def __call__(self, inputs):
+    kernel, bias = self.kernel[...], (None if self.bias is None else self.bias[...])
+    inputs, kernel, bias = self.promote_dtype((inputs, kernel, bias), dtype=self.dtype)
+    return dense(inputs, kernel, bias)
 
 
-def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None):
-  """``jax.lax.dot_general``; a bfloat16 dense layer lowered for a CPU is a matmul of 2-D rows (above)."""
+class LinearGeneral(nnx.LinearGeneral):
+  """``nnx.LinearGeneral`` contracting the inputs' last axes (``axis``), without batch axes, computed
+  by ``dense``."""
 
-  def as_lax(lhs, rhs):
-    return lax.dot_general(
-      lhs,
-      rhs,
-      dimension_numbers,
-      precision=precision,
-      preferred_element_type=preferred_element_type,
-      out_sharding=out_sharding,
-    )
-
-  if not _takes_rows_matmul(lhs, rhs, dimension_numbers, preferred_element_type, out_sharding):
-    return as_lax(lhs, rhs)
-  count = len(dimension_numbers[0][0])
-  return lax.platform_dependent(lhs, rhs, cpu=lambda a, b: _as_rows_matmul(a, b, count), default=as_lax)
+  def __call__(self, inputs):
+    count = len(self.axis)
+    trailing = tuple(range(inputs.ndim - count, inputs.ndim))
+    if self.batch_axis or tuple(axis % inputs.ndim for axis in self.axis) != trailing:
+      raise ValueError(
+        f'LinearGeneral contracts the last axes only, without batch axes; got axis {self.axis}.'
+      )
+    kernel, bias = self.kernel[...], (None if self.bias is None else self.bias[...])
+    inputs, kernel, bias = self.promote_dtype((inputs, kernel, bias), dtype=self.dtype)
+    return dense(inputs, kernel, bias, count)

@@ -165,14 +165,13 @@ class MultiHeadAttention(nnx.Module):
     def projection(features_in, features_out, names):
       """Kernel ``[features_in, *features_out]``, bias ``features_out``, with logical axis names."""
       in_axes = (-1,) if isinstance(features_in, int) else tuple(range(-len(features_in), 0))
-      return nnx.LinearGeneral(
+      return matmul.LinearGeneral(
         features_in,
         features_out,
         axis=in_axes,
         use_bias=use_bias,
         dtype=dtype,
         param_dtype=param_dtype,
-        dot_general=matmul.dot_general,
         kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(), names, eager_sharding=False),
         bias_init=nnx.with_partitioning(nnx.initializers.zeros, names[len(in_axes) :], eager_sharding=False),
         rngs=rngs,

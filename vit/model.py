@@ -195,12 +195,9 @@ class PatchEmbedding(nnx.Module):
       batch, grid_h * grid_w, patch_h * patch_w * channels
     )
     kernel = self.kernel[...].reshape(patch_h * patch_w * channels, -1)  # [ph, pw, C, width]: the same order
-    rows_by_kernel = (((2,), (0,)), ((), ()))
-    if self.bias is None:
-      patches, kernel = promote_dtype((patches, kernel), dtype=self.dtype)
-      return matmul.dot_general(patches, kernel, rows_by_kernel)
-    patches, kernel, bias = promote_dtype((patches, kernel, self.bias[...]), dtype=self.dtype)
-    return matmul.dot_general(patches, kernel, rows_by_kernel) + bias
+    bias = None if self.bias is None else self.bias[...]
+    patches, kernel, bias = promote_dtype((patches, kernel, bias), dtype=self.dtype)
+    return matmul.dense(patches, kernel, bias)
 
 
 class AttentionPoolingHead(nnx.Module):
