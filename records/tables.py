@@ -323,7 +323,11 @@ TABLES = {
   'multi30k-width': Table(
     'docs/results/translation.md',
     ('what', 'sacreBLEU', 'lowercased BLEU', 'chrF', 'length ratio'),
-    ('multi30k_screen_encoder4/holdout', 'multi30k_screen_mlp1024/holdout'),
+    (
+      'multi30k_screen_baseline/holdout',
+      'multi30k_screen_encoder4/holdout',
+      'multi30k_screen_mlp1024/holdout',
+    ),
   ),
   'multi30k-long-holdout': Table(
     'docs/results/translation.md',
