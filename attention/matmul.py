@@ -17,9 +17,8 @@ transpose back into the matmul); and the bias's gradient is a matmul too, a row 
 output's gradient. Every product sums in float32 as before.
 
 Only on one CPU device, and only when lowered for a CPU. With several devices (host devices under
-fsdp) XLA's partitioner moves more for these rows: a tiny bfloat16 ViT under fsdp=8 on 8 host
-devices all-gathered 3.7 MB a step with them, over twice its parameters' bytes
-(``tests/test_fsdp_layer_gather.py``). ``jax.lax.platform_dependent`` lowers Flax's computation for
+fsdp) XLA's partitioner gathers more for these rows than for Flax's layers
+(``tests/test_fsdp_layer_gather.py`` bounds what a step may gather). ``jax.lax.platform_dependent`` lowers Flax's computation for
 every other platform, so a step compiled for a GPU or TPU (also one compiled on a CPU host for a
 TPU slice, ``benchmarks/compile_for.py``) is the one it always was: their compilers multiply
 bfloat16 natively, and the barrier would only cost them a copy. float32 layers compute exactly
@@ -47,45 +46,26 @@ def _written_transpose(x):
   return lax.optimization_barrier(x.T.reshape(-1)).reshape(columns, rows)
 
 
-def _input_and_weight_gradients(x, w, grad):
-  grad_x = _product(grad, w, (((1,), (1,)), ((), ())))  # grad @ w.T, w read as stored
-  grad_w = _product(_written_transpose(x), grad)
-  return grad_x, grad_w
-
-
-@jax.custom_vjp
-def _rows_matmul(x, w):
-  """``x @ w`` for 2-D bfloat16 ``x`` ``[rows, k]`` and ``w`` ``[k, columns]``."""
-  return _product(x, w)
-
-
-def _rows_matmul_forward(x, w):
-  return _product(x, w), (x, w)
-
-
-def _rows_matmul_backward(saved, grad):
-  return _input_and_weight_gradients(*saved, grad.astype(jnp.bfloat16))
-
-
-_rows_matmul.defvjp(_rows_matmul_forward, _rows_matmul_backward)
-
-
 @jax.custom_vjp
 def _rows_affine(x, w, b):
-  """``x @ w + b`` for 2-D bfloat16 ``x`` ``[rows, k]``, ``w`` ``[k, columns]`` and ``b`` ``[columns]``."""
-  return _product(x, w) + b
+  """``x @ w + b`` for 2-D bfloat16 ``x`` ``[rows, k]``, ``w`` ``[k, columns]`` and ``b`` ``[columns]``
+  (``None``: no bias)."""
+  product = _product(x, w)
+  return product if b is None else product + b
 
 
 def _rows_affine_forward(x, w, b):
-  return _product(x, w) + b, (x, w)
+  return _rows_affine(x, w, b), (x, w, b)
 
 
 def _rows_affine_backward(saved, grad):
-  x, w = saved
+  x, w, b = saved
   grad = grad.astype(jnp.bfloat16)
-  ones = lax.optimization_barrier(jnp.ones((2, grad.shape[0]), jnp.bfloat16))
-  grad_b = _product(ones, grad)[0]
-  return (*_input_and_weight_gradients(x, w, grad), grad_b)
+  grad_b = None
+  if b is not None:  # rows of ones @ grad: two, since XLA would store one row as a column
+    grad_b = _product(lax.optimization_barrier(jnp.ones((2, grad.shape[0]), jnp.bfloat16)), grad)[0]
+  grad_x = _product(grad, w, (((1,), (1,)), ((), ())))  # grad @ w.T, w read as stored
+  return grad_x, _product(_written_transpose(x), grad), grad_b
 
 
 _rows_affine.defvjp(_rows_affine_forward, _rows_affine_backward)
@@ -96,9 +76,8 @@ def _as_rows(inputs, kernel, bias, count: int):
   kept, out = inputs.shape[: inputs.ndim - count], kernel.shape[count:]
   inner = math.prod(kernel.shape[:count])
   rows, weights = inputs.reshape(math.prod(kept), inner), kernel.reshape(inner, math.prod(out))
-  if bias is None:
-    return _rows_matmul(rows, weights).reshape(*kept, *out)
-  return _rows_affine(rows, weights, bias.reshape(-1)).reshape(*kept, *out)
+  flat_bias = None if bias is None else bias.reshape(-1)
+  return _rows_affine(rows, weights, flat_bias).reshape(*kept, *out)
 
 
 def dense(inputs, kernel, bias, count: int = 1):
