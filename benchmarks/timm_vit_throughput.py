@@ -1,10 +1,10 @@
 """The PyTorch baseline of ``benchmarks.vit_throughput``: timm's VisionTransformer of the same shape.
 
-  python -m venv /tmp/torch-env && /tmp/torch-env/bin/pip install torch torchvision timm
+  python -m venv /tmp/torch-env && /tmp/torch-env/bin/pip install -r requirements-peer.txt
   /tmp/torch-env/bin/python benchmarks/timm_vit_throughput.py
 
-(timm imports torchvision; measured with torch 2.15.0, torchvision 0.29.2, timm 1.0.31, and for
-the rows of docs/results.md with torch 2.14.1, torchvision 0.29.1, timm 1.0.31.)
+(timm imports torchvision, whose PyPI build beside a CPU torch needs ``torch_libraries.py``, beside
+this file. The results pages name the versions of each row.)
 
 Not part of the project's requirements (it needs PyTorch and timm, nothing of ours): it
 exists so that our throughput can be compared with the library most ViT users train with,
@@ -17,9 +17,8 @@ import argparse
 import json
 import time
 
-import timm
 import torch
-from timm.models.vision_transformer import VisionTransformer
+import torch_libraries  # beside this file, which runs as a script
 
 
 def main():
@@ -28,8 +27,9 @@ def main():
   parser.add_argument('--steps', type=int, default=20)
   args = parser.parse_args()
 
+  timm = torch_libraries.import_timm()
   torch.manual_seed(0)
-  model = VisionTransformer(
+  model = timm.models.vision_transformer.VisionTransformer(
     img_size=32, patch_size=4, embed_dim=192, depth=6, num_heads=3, mlp_ratio=4, num_classes=10
   )
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

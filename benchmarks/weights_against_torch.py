@@ -1,6 +1,6 @@
 """Our timm and Hugging Face weights against the real libraries, at the tiny sizes of ``tests/test_vit_weights.py``.
 
-  python -m venv /tmp/torch-env && /tmp/torch-env/bin/pip install torch timm transformers safetensors
+  python -m venv /tmp/torch-env && /tmp/torch-env/bin/pip install -r requirements-peer.txt safetensors
   python benchmarks/weights_against_torch.py export DIR            # our venv: export ours, save our logits
   /tmp/torch-env/bin/python benchmarks/weights_against_torch.py torch DIR   # theirs: load ours, write theirs
   python benchmarks/weights_against_torch.py read DIR              # our venv: read theirs, compare
@@ -65,9 +65,11 @@ def export(root: pathlib.Path) -> None:
 
 
 def against_torch(root: pathlib.Path) -> None:
-  import timm  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
+  import torch_libraries  # pylint: disable=g-import-not-at-top  (beside this file, which runs as a script)
   import transformers  # pylint: disable=g-import-not-at-top
+
+  timm = torch_libraries.import_timm()
   from timm.models._hub import save_for_hf  # pylint: disable=g-import-not-at-top
 
   print('torch', torch.__version__, 'timm', timm.__version__, 'transformers', transformers.__version__)

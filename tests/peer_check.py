@@ -24,9 +24,7 @@ by more than ``TOLERANCE`` or raised (the error is the row's note).
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
-import importlib.util
 import io
 import json
 import logging
@@ -40,6 +38,7 @@ import traceback
 
 import numpy as np
 
+from benchmarks import torch_libraries
 from tests import xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -142,27 +141,13 @@ class Checks:
 LOG = io.StringIO()
 STARTED = time.perf_counter()
 LOG_PATH = pathlib.Path()
-_KEEP = []  # the torchvision schemas' library object: its definitions last while it does
 
 
 def _import_libraries():
-  """torch, timm and transformers. PyPI's torchvision is a CUDA build: beside the CPU torch its
-  operator library cannot load, which torchvision allows (its operators then raise when called, and
-  timm's ViTs call none), except that it registers two of them (``nms``, ``qnms``) regardless. Their
-  schemas are declared first in that case only, without kernels."""
+  """torch, timm (``benchmarks/torch_libraries.py`` says how beside a CPU torch) and transformers."""
   import torch  # pylint: disable=g-import-not-at-top
 
-  spec = importlib.util.find_spec('torchvision')
-  library = next(pathlib.Path(spec.submodule_search_locations[0]).glob('_C*.so'), None)
-  try:
-    if library is not None:
-      ctypes.CDLL(str(library))
-  except OSError:
-    schemas = torch.library.Library('torchvision', 'DEF')
-    for name in ('nms', 'qnms'):
-      schemas.define(f'{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor')
-    _KEEP.append(schemas)
-  import timm  # pylint: disable=g-import-not-at-top
+  timm = torch_libraries.import_timm()
   import transformers  # pylint: disable=g-import-not-at-top
 
   transformers.logging.set_verbosity_error()
