@@ -2,8 +2,9 @@
 
 ``Trainer`` is the top level of every config (a family's sections, ``model``, ``data`` and the like,
 come from its task's ``config_sections``); ``Optimizer``, ``Mesh``, ``Ema`` and ``Wandb`` are its
-sections. A field's range is metadata on it (``at_least``, ``within``, ``above``), which
-``trainer.validation.check_trainer_fields`` applies with the rules between fields.
+sections. A field's range is metadata on it (``at_least``, ``within``, ``above``), which the section
+reader (``trainer.config_sections.from_section``) checks with the field's type; the rules between
+fields are ``trainer.validation.check_trainer_fields``'s.
 """
 
 import dataclasses

@@ -3,8 +3,9 @@
 ``from_section(Options, config.model, 'model')`` returns an ``Options`` whose fields are the
 dataclass defaults with the section's values over them. Each value is checked against its field's
 annotation (``bool``, ``int``, ``float``, ``str``, ``tuple``, ``X | None``, ``typing.Literal``
-choices, a nested dataclass), and an unknown field, a value of the wrong type or a choice not
-allowed is a ``ConfigError`` of one line that names the field by its dotted path. ``to_section``
+choices, a nested dataclass) and against the range its metadata gives, if any
+(``trainer/config_schema.py``), and an unknown field, a value of the wrong type or out of range, or a
+choice not allowed is a ``ConfigError`` of one line that names the field by its dotted path. ``to_section``
 gives the complete section back, for the resolved config a workdir records; a field that is ``None``
 there is a typed ``FieldReference``, so the command line can still set it (``--config.data.path=DIR``).
 ``optional(read)`` marks a section that stays absent unless a config writes it
@@ -12,6 +13,7 @@ there is a typed ``FieldReference``, so the command line can still set it (``--c
 """
 
 import dataclasses
+import math
 import numbers
 import types
 import typing
@@ -43,6 +45,9 @@ def from_section(options_type, section, path: str):
     )
   hints = typing.get_type_hints(options_type)
   values = {name: _checked(hints[name], section[name], _join(path, name)) for name in section.keys()}
+  for field in dataclasses.fields(options_type):
+    if field.name in values and 'range' in field.metadata:
+      _check_range(_join(path, field.name), values[field.name], *field.metadata['range'])
   try:
     return options_type(**values)
   except (TypeError, ValueError) as error:
@@ -84,6 +89,22 @@ def optional(read):
     return None if section is None else read(section, config)
 
   return read_if_given
+
+
+def _check_range(path: str, value, lowest, lowest_allowed: bool, highest, highest_allowed: bool) -> None:
+  """A field's ``range`` metadata (``trainer/config_schema.py``): ``value`` within it, else a ``ConfigError``."""
+  below = value < lowest or (value == lowest and not lowest_allowed)
+  above = value > highest or (value == highest and not highest_allowed)
+  if math.isfinite(value) and not below and not above:
+    return
+  if isinstance(value, int) and lowest_allowed and highest == math.inf:
+    allowed = f'it must be >= {lowest}'
+  elif highest == math.inf:
+    allowed = f'it must be a finite number {">=" if lowest_allowed else ">"} {lowest:g}'
+  else:
+    interval = f'{"[" if lowest_allowed else "("}{lowest:g}, {highest:g}{"]" if highest_allowed else ")"}'
+    allowed = f'it must be a number in {interval}'
+  raise ConfigError(f'config.{path} is {value!r}; {allowed}.')
 
 
 def _join(path: str, name: str) -> str:

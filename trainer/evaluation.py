@@ -18,7 +18,8 @@ from trainer.io import storage
 from trainer.io import workdir as workdir_lib
 from trainer.io.checkpoints import EMA_ITEM, Checkpoints
 from trainer.observe import observe_config
-from trainer.partitioning import make_mesh
+from trainer.partitioning import check_batch_size, make_mesh
+from trainer.state import make_eval_step
 from trainer.state_init import StateInit
 from trainer.task import Task, load_task, resolved_task_class
 
@@ -111,13 +112,14 @@ def evaluate_workdir(
   config = workdir_lib.load_config(workdir)
   split = split or config.eval_split
   mesh = make_mesh()
+  batch_size = batch_size or config.eval_batch_size
+  check_batch_size(batch_size, mesh, 'batch_size')
   task, parts, chosen, step = restore_checkpoint(workdir, checkpoint, mesh, average_last, params=params)
   # The task writes its files (hypotheses) into a scratch folder; they are copied into the workdir
   # where it can be written, so a read-only workdir still gets its metrics printed.
   with tempfile.TemporaryDirectory() as scratch:
-    metrics = evaluate_params(
-      task, parts, chosen, split, mesh, batch_size or config.eval_batch_size, output_dir=pathlib.Path(scratch)
-    )
+    eval_step = make_eval_step(task, parts, mesh)
+    metrics = evaluate_params(task, parts, chosen, split, mesh, batch_size, eval_step, pathlib.Path(scratch))
     if jax.process_index() == 0:
       for written in sorted(pathlib.Path(scratch).iterdir()):
         workdir_lib.write_or_say(workdir / written.name, written.read_bytes())

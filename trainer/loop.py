@@ -70,12 +70,11 @@ def evaluate_params(
   split: str,
   mesh,
   batch_size: int,
-  eval_step=None,
+  eval_step,
   output_dir: pathlib.Path | None = None,
 ) -> dict[str, float | str]:
-  """Metrics of ``params`` on a whole split (every example counted once)."""
-  check_batch_size(batch_size, mesh, 'eval_batch_size')
-  eval_step = eval_step or make_eval_step(task, parts, mesh)
+  """Metrics of ``params`` on a whole split (every example counted once), each batch by ``eval_step``
+  (``trainer.state.make_eval_step``); ``batch_size`` is checked against ``mesh`` already."""
   totals = None
   for local in task.eval_batches(
     split, batch_size=batch_size, process_index=jax.process_index(), process_count=jax.process_count()
@@ -90,7 +89,7 @@ def evaluate_params(
 
 
 def evaluate_splits(
-  task: Task, parts: ModelParts, params, config, mesh, eval_step=None, output_dir: pathlib.Path | None = None
+  task: Task, parts: ModelParts, params, config, mesh, eval_step, output_dir: pathlib.Path | None = None
 ) -> dict[str, dict[str, float | str]]:
   """``{split: metrics}`` for each split an evaluation covers: ``config.eval_splits``, else ``eval_split``."""
   splits = observe_config.eval_splits(config) or (config.eval_split,)

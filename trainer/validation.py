@@ -18,7 +18,6 @@ its value and what is allowed. The checks run cheapest first:
 """
 
 import dataclasses
-import math
 import os
 import pathlib
 
@@ -33,29 +32,6 @@ from trainer.observe import observe_config
 
 def _fail(field: str, value, allowed: str) -> None:
   raise ConfigError(f'config.{field} is {value!r}; {allowed}.')
-
-
-def _check_range(field: str, value, lowest, lowest_allowed: bool, highest, highest_allowed: bool) -> None:
-  below = value < lowest or (value == lowest and not lowest_allowed)
-  above = value > highest or (value == highest and not highest_allowed)
-  if math.isfinite(value) and not below and not above:
-    return
-  if isinstance(value, int) and lowest_allowed and highest == math.inf:
-    _fail(field, value, f'it must be >= {lowest}')
-  if highest == math.inf:
-    _fail(field, value, f'it must be a finite number {">=" if lowest_allowed else ">"} {lowest:g}')
-  interval = f'{"[" if lowest_allowed else "("}{lowest:g}, {highest:g}{"]" if highest_allowed else ")"}'
-  _fail(field, value, f'it must be a number in {interval}')
-
-
-def _check_ranges(options, path: str = '') -> None:
-  """Every field of ``options`` (a ``config_schema`` dataclass) within the range its metadata gives."""
-  for field in dataclasses.fields(options):
-    value, name = getattr(options, field.name), f'{path}{field.name}'
-    if dataclasses.is_dataclass(value):
-      _check_ranges(value, f'{name}.')
-    elif 'range' in field.metadata:
-      _check_range(name, value, *field.metadata['range'])
 
 
 def check_split_name(split, field: str = 'eval_split', *, alternatives: bool = False) -> None:
@@ -92,12 +68,11 @@ def trainer_fields(config: ml_collections.ConfigDict) -> config_schema.Trainer:
 
 
 def check_trainer_fields(config: ml_collections.ConfigDict) -> config_schema.Trainer:
-  """The trainer's fields of ``config`` (``trainer_fields``) checked against the schema's ranges and
-  the rules between them; raises ``ConfigError``."""
+  """The trainer's fields of ``config`` (``trainer_fields``, whose reader checks each field's type and
+  range) checked against the rules between them; raises ``ConfigError``."""
   fields = trainer_fields(config)
   if fields.task.count(':') != 1:
     _fail('task', fields.task, "it must look like 'package.module:ClassName'")
-  _check_ranges(fields)
   if not fields.best_metric:
     _fail('best_metric', fields.best_metric, 'it must name an evaluation metric')
   check_split_name(fields.eval_split, 'config.eval_split', alternatives=True)
