@@ -1,5 +1,6 @@
 """Imports timm beside a CPU build of PyTorch, for the programs that run in a PyTorch environment
-(``benchmarks/timm_vit_throughput.py``, ``tests/peer_check.py``); the project never imports this.
+(``benchmarks/timm_vit_throughput.py``, ``benchmarks/weights_against_torch.py``, ``tests/peer_check.py``);
+the project never imports this.
 
 PyPI's torchvision is a CUDA build. Beside the CPU torch of ``requirements-peer.txt`` its operator
 library cannot load, which torchvision allows (its operators then raise when called, and timm's

@@ -112,8 +112,9 @@ def evaluate_workdir(
   config = workdir_lib.load_config(workdir)
   split = split or config.eval_split
   mesh = make_mesh()
+  given_as = 'batch_size' if batch_size else 'eval_batch_size'
   batch_size = batch_size or config.eval_batch_size
-  check_batch_size(batch_size, mesh, 'batch_size')
+  check_batch_size(batch_size, mesh, given_as)
   task, parts, chosen, step = restore_checkpoint(workdir, checkpoint, mesh, average_last, params=params)
   # The task writes its files (hypotheses) into a scratch folder; they are copied into the workdir
   # where it can be written, so a read-only workdir still gets its metrics printed.
