@@ -327,6 +327,7 @@ TABLES = {
       'multi30k_screen_baseline/holdout',
       'multi30k_screen_encoder4/holdout',
       'multi30k_screen_mlp1024/holdout',
+      'multi30k_screen_batch12/holdout',
     ),
   ),
   'multi30k-long-holdout': Table(
