@@ -321,8 +321,14 @@ TABLES = {
       'multi30k_long_vocab8000/holdout_alpha1_depth',
       'multi30k_long_decoder3/holdout',
       'multi30k_long_mlp1024/holdout',
+      'multi30k_long_batch12/holdout',
     )
-    + ('multi30k_long_vocab8000/val_alpha1', 'multi30k_long_decoder3/val', 'multi30k_long_mlp1024/val'),
+    + (
+      'multi30k_long_vocab8000/val_alpha1',
+      'multi30k_long_decoder3/val',
+      'multi30k_long_mlp1024/val',
+      'multi30k_long_batch12/val',
+    ),
   ),
   'multi30k-width': Table(
     'docs/results/translation.md',
