@@ -33,9 +33,10 @@ from trainer.io import storage
 from trainer.io import workdir as workdir_lib
 from trainer.io.checkpoints import Checkpoints
 from trainer.io.metrics_io import read_metrics
-from trainer.loop import total_steps, train_and_evaluate
+from trainer.loop import train_and_evaluate
 from trainer.observe import observe_config
 from trainer.task import NotApplicable, Task, load_task
+from trainer.validation import total_steps
 
 _PARSERS = {
   bool: flags.BooleanParser(),

@@ -57,9 +57,11 @@ def choose(
   """The table of ``tried`` settings with each checkpoint count of ``average_last`` on ``choose_on``,
   the winner, and its scores on ``report_on``."""
   from seq2seq.task import Translation  # pylint: disable=g-import-not-at-top  (JAX: after the flags)
-  from trainer.devices import Devices  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
-  from trainer.partitioning import make_mesh  # pylint: disable=g-import-not-at-top
+  from trainer.partitioning import (
+    Devices,  # pylint: disable=g-import-not-at-top
+    make_mesh,  # pylint: disable=g-import-not-at-top
+  )
 
   if report_on == choose_on:
     raise ConfigError(f'--report_on is {report_on!r}, the split the setting is chosen on; name another.')

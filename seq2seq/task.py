@@ -63,11 +63,11 @@ from seq2seq.workdir_tokenizers import (
   prepare_tokenizers,
 )
 from trainer.config_sections import to_section
-from trainer.devices import Devices
 from trainer.errors import ConfigError, DataError, WorkdirError
 from trainer.io import storage
 from trainer.losses import token_losses
 from trainer.observe.reporting import Reporting
+from trainer.partitioning import Devices
 from trainer.task import Task, loss_and_accuracy
 from trainer.validation import check_split_name, resolve_split
 
@@ -307,9 +307,10 @@ class Translation(Task):
     )
 
   def eval_batches(self, split, *, batch_size, process_index, process_count):
+    pairs = self._tokenized(split)
     data = self.config.data
     return input_pipeline.eval_batches(
-      self._tokenized(split),
+      pairs,
       batch_size=batch_size,
       max_source_length=data.max_source_length,
       max_target_length=data.max_target_length,

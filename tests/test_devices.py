@@ -1,10 +1,9 @@
-"""trainer.devices: a task's rows spread over the trainer's devices and gathered back in order."""
+"""trainer.partitioning.Devices: a task's rows spread over the trainer's devices and gathered back in order."""
 
 import numpy as np
 import pytest
 
-from trainer.devices import Devices
-from trainer.partitioning import make_mesh
+from trainer.partitioning import Devices, make_mesh
 
 pytestmark = pytest.mark.slow  # runs on 8 host devices
 

@@ -8,7 +8,7 @@ import numpy as np
 from flax import nnx
 
 from pipelines.image_sources import InMemoryImages, LabelledImages
-from trainer.devices import Devices
+from trainer.partitioning import Devices
 from vit import fewshot, tfds_source
 from vit.input_pipeline import ImageData
 from vit.task import fewshot_evaluation

@@ -150,21 +150,21 @@ def test_eval_splits_must_be_splits_of_the_data_and_profile_steps_steps_of_the_r
   config = vit_digits.get_config()
   config.eval_splits = ('test', 'val')
   with pytest.raises(ConfigError, match=re.escape("config.eval_splits is ('test', 'val'); this data has")):
-    observe_config.check_eval_splits(config, ('train', 'test'))
+    validation.check_eval_splits(config, ('train', 'test'))
   config.profile_steps = (7, 8, 9)
   with pytest.raises(ConfigError, match='this run has steps 1 to 8 only'):
-    observe_config.check_profile_steps(config, 8)
+    validation.check_profile_steps(config, 8)
   with pytest.raises(ConfigError, match='local workdir only'):
-    observe_config.check_profile_workdir(config, 'gs://bucket/run', is_remote=True)
+    validation.check_profile_workdir(config, 'gs://bucket/run')
 
 
 def test_each_splits_metrics_are_named_by_it_and_the_first_chooses_the_best():
   config = vit_digits.get_config()
   per_split = {'test': {'accuracy': 0.9, 'loss': 0.3}}
-  assert observe_config.named_metrics(config, per_split) == {'accuracy': 0.9, 'loss': 0.3}
+  assert loop.named_metrics(config, per_split) == {'accuracy': 0.9, 'loss': 0.3}
   config.eval_splits = ('test', 'train')
   per_split['train'] = {'accuracy': 0.95, 'loss': 0.2}
-  assert observe_config.named_metrics(config, per_split) == {
+  assert loop.named_metrics(config, per_split) == {
     'test_accuracy': 0.9,
     'test_loss': 0.3,
     'train_accuracy': 0.95,

@@ -15,11 +15,10 @@ from flax import nnx
 from tests.compilations import counted_compilations
 from tests.config_overrides import override
 from tests.vit_test_configs import tiny_vit_config
-from trainer.devices import Devices
 from trainer.errors import CheckpointError, ConfigError
 from trainer.evaluation import restore_checkpoint
 from trainer.loop import train_and_evaluate
-from trainer.partitioning import make_mesh
+from trainer.partitioning import Devices, make_mesh
 from trainer.task import load_task
 from vit import fewshot, pretrained
 from vit.fewshot import __main__ as fewshot_command

@@ -21,7 +21,7 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import PartitionSpec
 
 from trainer.partitioning import BATCH_AXES
 
@@ -78,14 +78,6 @@ def _split_micro_batches(batch, num_micro_batches: int):
   return jax.tree.map(split, batch)
 
 
-def param_specs(params, mesh: Mesh, state_sharding):
-  """Each parameter's partition spec (``state_sharding``: the state's tree of shardings, or one
-  sharding for all)."""
-  if isinstance(state_sharding, NamedSharding):
-    return jax.tree.map(lambda _: state_sharding.spec, params)
-  return jax.tree.map(lambda sharding: sharding.spec, state_sharding.params)
-
-
 def accumulated_gradient(
   summed_gradient,
   metrics_type,
@@ -103,7 +95,7 @@ def accumulated_gradient(
 
   ``summed_gradient(params, micro_batch, key, constants) -> (grads, weight, metrics)`` is one
   micro-batch's, on one device's rows (``constants``, ``Task.training_constants``, reach every device
-  whole); ``specs`` (``param_specs``) the parameters' partition specs, ``trained`` a tree of
+  whole); ``specs`` (``trainer.partitioning.param_specs``) the parameters' partition specs, ``trained`` a tree of
   bools, ``False`` for a frozen parameter (whose gradient is zero: nothing to reduce). The gradient sum
   comes back sharded like the parameters, the weight and metrics replicated.
   """

@@ -57,8 +57,3 @@ def update_ema(ema_params, params, decay: float, updates_before: jax.Array, warm
   """The average after one more update: ``d * ema + (1 - d) * params`` with ``d = decay_at(...)``."""
   d = decay_at(decay, updates_before, warmup)
   return jax.tree.map(lambda e, p: (d * e + (1.0 - d) * p).astype(e.dtype), ema_params, params)
-
-
-def metrics_of_average(metrics: dict) -> dict:
-  """The average's evaluation metrics, named as the raw ones with ``ema_`` in front."""
-  return {METRIC_PREFIX + name: value for name, value in metrics.items()}

@@ -16,7 +16,6 @@ or function each, above it.
 
 import contextlib
 import dataclasses
-import math
 import pathlib
 import time
 from typing import Any
@@ -28,8 +27,7 @@ from absl import logging
 from clu import parameter_overview
 from flax import nnx
 
-from trainer import ema
-from trainer.devices import Devices
+from trainer import ema, validation
 from trainer.errors import CheckpointError, DataError, TrainingDiverged, WorkdirError
 from trainer.io import storage
 from trainer.io import workdir as workdir_lib
@@ -40,7 +38,7 @@ from trainer.observe import observe_config, profiling, wandb_log
 from trainer.observe.model_flops import ModelFlops
 from trainer.observe.step_cost import Utilisation
 from trainer.optim import describe_frozen, describe_weight_decay
-from trainer.partitioning import check_batch_size, global_batch, replicated
+from trainer.partitioning import Devices, check_batch_size, global_batch, replicated
 from trainer.run_step import RunStep, build_step
 from trainer.state import ModelParts, make_eval_step, train_metrics
 from trainer.stop import StopRequest
@@ -52,15 +50,6 @@ class TrainResult:
   step: int
   interrupted: bool
   eval_metrics: dict[str, float]
-
-
-def total_steps(config: ml_collections.ConfigDict, task: Task) -> int:
-  """``config.total_steps``, or ``config.num_epochs`` over the task's training examples."""
-  if config.get('total_steps'):
-    return int(config.total_steps)
-  if config.get('num_epochs'):
-    return math.ceil(config.num_epochs * task.num_train_examples() / config.batch_size)
-  raise ValueError('Set config.total_steps or config.num_epochs.')
 
 
 def evaluate_params(
@@ -97,6 +86,15 @@ def evaluate_splits(
     split: evaluate_params(task, parts, params, split, mesh, config.eval_batch_size, eval_step, output_dir)
     for split in splits
   }
+
+
+def named_metrics(config, per_split: dict[str, dict]) -> dict:
+  """One evaluation's metrics, ``{split: {name: value}}``, as written: ``<split>_<name>`` for each of
+  ``eval_splits``; without them, the one split's names as they are."""
+  if not observe_config.eval_splits(config):
+    (metrics,) = per_split.values()
+    return dict(metrics)
+  return {f'{split}_{name}': value for split, metrics in per_split.items() for name, value in metrics.items()}
 
 
 def _format(metrics: dict[str, Any]) -> str:
@@ -189,15 +187,20 @@ class _Progress:
     )
 
 
-def _resume(checkpoints: Checkpoints, init) -> tuple[int, Any, ModelParts]:
-  """The step to start from, the state and the model's parts: restored from the latest intact
-  checkpoint into the abstract state (no random one is made first), else created."""
+def _resume(config, workdir: pathlib.Path, init) -> tuple[Checkpoints, int, Any, ModelParts]:
+  """The workdir's checkpoints (kept: ``keep_checkpoints`` latest and the best), the step to start
+  from, the state and the model's parts: restored from the latest intact checkpoint into the
+  abstract state (no random one is made first), else created."""
+  best_metric = observe_config.checkpoint_metric(config)
+  checkpoints = Checkpoints(
+    workdir, keep=config.keep_checkpoints, best_metric=best_metric, best_mode=config.best_mode
+  )
   start_step = checkpoints.latest_step() or 0
   if not start_step:
-    return 0, *init.create()
+    return checkpoints, 0, *init.create()
   state = checkpoints.restore(start_step, init.abstract_state)
   logging.info('Resumed from the checkpoint at step %d.', start_step)
-  return start_step, state, init.parts(init.rest())
+  return checkpoints, start_step, state, init.parts(init.rest())
 
 
 class _Records:
@@ -282,13 +285,13 @@ class _Evaluation:
         self.task, self.parts, state.ema_params, self.config, self.mesh, self.eval_step
       )
       for split, metrics in averaged.items():
-        per_split[split].update(ema.metrics_of_average(metrics))
+        per_split[split].update({ema.METRIC_PREFIX + name: value for name, value in metrics.items()})
     return per_split
 
   def run(self, step: int, state, records: _Records) -> None:
     """Evaluates, then writes and prints the metrics."""
     per_split = self.of_state(state)
-    results = observe_config.named_metrics(self.config, per_split)
+    results = named_metrics(self.config, per_split)
     self.last = {name: value for name, value in results.items() if not isinstance(value, str)}
     self.step = step
     texts = {name: value for name, value in results.items() if isinstance(value, str)}
@@ -344,13 +347,7 @@ class _Training:
   def __init__(self, config, workdir: pathlib.Path, task: Task, run_step: RunStep, num_steps: int):
     self.config, self.workdir, self.task, self.num_steps = config, workdir, task, num_steps
     self.mesh = run_step.mesh
-    checkpoints = Checkpoints(
-      workdir,
-      keep=config.keep_checkpoints,
-      best_metric=observe_config.checkpoint_metric(config),
-      best_mode=config.best_mode,
-    )
-    self.start_step, self.state, self.parts = _resume(checkpoints, run_step.init)
+    checkpoints, self.start_step, self.state, self.parts = _resume(config, workdir, run_step.init)
     self.step = self.start_step
     self.records = _Records(config, workdir, task, self.state.params)
     self.train_step = run_step.train_step(self.parts)
@@ -365,12 +362,12 @@ class _Training:
       process_index=jax.process_index(),
       process_count=jax.process_count(),
     )
-    self.progress = _Progress(num_steps, config.batch_size)
-    self.compiled_shapes = set()
     self.utilisation = Utilisation.of_run(  # None: no known peak
       config, jax.devices()[0].device_kind, lambda: ModelFlops.of_task(config, task, num_steps)
     )
+    self.progress = _Progress(num_steps, config.batch_size)
     self.train_metrics = _TrainMetrics(task, self.mesh, self.progress, self.utilisation, self.records)
+    self.compiled_shapes = set()
     self.step_flops = {}  # batch shapes -> FLOPs per device of a step, where the utilisation is shown
     self.profiler = profiling.StepProfiler(
       observe_config.profile_steps(config), workdir, self.records.is_main
@@ -436,7 +433,7 @@ class _Training:
         return TrainResult(step=step, interrupted=True, eval_metrics=self.evaluation.last)
     if self.start_step >= self.num_steps:  # already trained: report the final metrics again
       per_split = self.evaluation.of_state(self.state)
-      self.evaluation.last = observe_config.named_metrics(config, per_split)
+      self.evaluation.last = named_metrics(config, per_split)
       evaluations = '; '.join(f'eval {split}: {_format(metrics)}' for split, metrics in per_split.items())
       print(f'already trained to step {self.start_step}; {evaluations}', flush=True)
     return TrainResult(step=self.step, interrupted=False, eval_metrics=self.evaluation.last)
@@ -476,9 +473,9 @@ def train_and_evaluate(
   workdir = storage.as_path(workdir)
   task = task or load_task(config)
   workdir_lib.check_same_identity(workdir, config, task.not_identity_fields)
-  num_steps = total_steps(config, task)
-  observe_config.check_profile_steps(config, num_steps)
-  observe_config.check_profile_workdir(config, workdir, storage.is_remote(workdir))
+  num_steps = validation.total_steps(config, task)
+  validation.check_profile_steps(config, num_steps)
+  validation.check_profile_workdir(config, workdir)
   wandb_log.check_available(config)
   run_step = build_step(config, task, num_steps)
   check_batch_size(config.eval_batch_size, run_step.mesh, 'eval_batch_size')

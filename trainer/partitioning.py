@@ -35,6 +35,11 @@ through the step and inserts the all-gathers, reduce-scatters and all-reduces, s
 are those of one device whatever the mesh. Every process feeds only its own rows;
 ``jax.make_array_from_process_local_data`` assembles the global array, so one code path serves
 one CPU, one GPU and a pod.
+
+A task sees the trainer's devices outside the compiled steps as a ``Devices``: a task that runs more
+than one forward pass per batch in evaluation (decoding) gets one from the trainer; it spreads this
+process's rows over the devices and gathers per-row results from every process, so the task never
+builds a mesh or talks to other hosts.
 """
 
 import math
@@ -42,6 +47,7 @@ import math
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from trainer.errors import ConfigError
@@ -155,6 +161,14 @@ def mark_layer_gathers(params, specs, mesh: Mesh):
   return jax.tree.map(mark, params, specs, is_leaf=is_leaf)
 
 
+def param_specs(params, mesh: Mesh, state_sharding):
+  """Each parameter's partition spec (``state_sharding``: the state's tree of shardings, or one
+  sharding for all)."""
+  if isinstance(state_sharding, NamedSharding):
+    return jax.tree.map(lambda _: state_sharding.spec, params)
+  return jax.tree.map(lambda sharding: sharding.spec, state_sharding.params)
+
+
 def check_batch_size(global_batch_size: int, mesh: Mesh, what: str = 'batch_size') -> None:
   shards = mesh.shape['data'] * mesh.shape['fsdp']
   if global_batch_size % shards:
@@ -194,3 +208,31 @@ def process_rows(batch_size: int, process_index: int, process_count: int) -> sli
     raise ValueError(f'batch_size {batch_size} must be a positive multiple of process_count {process_count}')
   per_process = batch_size // process_count
   return slice(process_index * per_process, (process_index + 1) * per_process)
+
+
+class Devices:
+  """The mesh the trainer built, with the few operations a task needs on it."""
+
+  def __init__(self, mesh: Mesh | None = None):
+    self.mesh = mesh if mesh is not None else make_mesh()
+
+  @property
+  def process_index(self) -> int:
+    return jax.process_index()
+
+  @property
+  def process_count(self) -> int:
+    return jax.process_count()
+
+  @property
+  def is_main_process(self) -> bool:
+    """Whether this process writes the files every process would write alike."""
+    return jax.process_index() == 0
+
+  def shard(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """This process's rows -> global arrays split over the devices (``global_batch``)."""
+    return global_batch(local_batch, self.mesh)
+
+  def gather(self, tree):
+    """Global arrays (any pytree of them) -> numpy arrays holding every process's rows, on every process."""
+    return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))

@@ -12,9 +12,11 @@ fields), so a bad config fails before any long work; the model's abstract state 
 vocabulary, from its tokenizers).
 """
 
+import dataclasses
 import functools
 
 import ml_collections
+import optax
 from jax.sharding import Mesh
 
 from trainer.ema import ema_decay, ema_warmup
@@ -25,12 +27,14 @@ from trainer.state_init import StateInit
 from trainer.task import Task
 
 
+@dataclasses.dataclass(eq=False)
 class RunStep:
   """The mesh, optimizer, abstract state and train step of one run of ``config`` (``build_step``)."""
 
-  def __init__(self, config: ml_collections.ConfigDict, task: Task, mesh: Mesh, num_steps: int):
-    self.config, self.task, self.mesh = config, task, mesh
-    self.optimizer = make_optimizer(config.optimizer, num_steps)
+  config: ml_collections.ConfigDict
+  task: Task
+  mesh: Mesh
+  optimizer: optax.GradientTransformation
 
   @functools.cached_property
   def init(self) -> StateInit:
@@ -66,8 +70,9 @@ def build_step(config: ml_collections.ConfigDict, task: Task, num_steps: int, de
   """The step of a run of ``config`` on ``devices`` (default: all of this process's view) over
   ``num_steps`` steps (the schedule's length); raises ``ConfigError`` for a mesh, batch size,
   micro-batch count or optimizer field that cannot work."""
+  optimizer = make_optimizer(config.optimizer, num_steps)
   sizes = {axis: size for axis, size in config.get('mesh', {}).items() if axis in AXES}
   mesh = make_mesh(**sizes, devices=devices)
   check_batch_size(config.batch_size, mesh)
   check_micro_batches(config.batch_size, config.grad_accum_steps, mesh)
-  return RunStep(config, task, mesh, num_steps)
+  return RunStep(config, task, mesh, optimizer)

@@ -19,13 +19,14 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from trainer import random_streams
-from trainer.accumulation import accumulated_gradient, param_specs
+from trainer.accumulation import accumulated_gradient
 from trainer.ema import update_ema
 from trainer.optim import parameter_path
 from trainer.partitioning import (
   batch_sharding,
   check_micro_batches,
   mark_layer_gathers,
+  param_specs,
   replicated,
   state_shardings,
 )
@@ -144,6 +145,7 @@ def make_train_step(
       grads, weight, metrics = summed_gradient(params, batch, step_key, constants)
     else:  # each device sums its micro-batches' gradients; one reduction across devices after the loop
       check_micro_batches(jax.tree.leaves(batch)[0].shape[0], grad_accum_steps, mesh)
+      specs = param_specs(params, mesh, state_sharding)
       grads, weight, metrics = accumulated_gradient(
         summed_gradient,
         task.train_metrics,
@@ -152,7 +154,7 @@ def make_train_step(
         step_key,
         num_micro_batches=grad_accum_steps,
         mesh=mesh,
-        specs=param_specs(params, mesh, state_sharding),
+        specs=specs,
         trained=jax.tree_util.tree_map_with_path(lambda key, _: parameter_path(key) not in frozen, params),
         constants=constants,
       )

@@ -22,10 +22,10 @@ from flax import nnx
 
 from attention.positional import NoSuchCombination
 from trainer import validation
-from trainer.devices import Devices
 from trainer.errors import ConfigError
 from trainer.observe.reporting import Reporting
 from trainer.parameter_regexes import check_scanned_layers
+from trainer.partitioning import Devices
 from trainer.prediction import Prediction
 
 Batch = dict[str, np.ndarray]
@@ -264,9 +264,9 @@ class BatchesFromData:
 
 def task_class(spec: str) -> type[Task]:
   """The class ``config.task`` names (``'package.module:ClassName'``), imported but not built."""
-  module_name, colon, class_name = spec.partition(':')
-  if not colon:
-    raise ConfigError(f"config.task must look like 'package.module:ClassName', got {spec!r}.")
+  if not isinstance(spec, str) or spec.count(':') != 1:
+    raise ConfigError(f"config.task is {spec!r}; it must look like 'package.module:ClassName'.")
+  module_name, _, class_name = spec.partition(':')
   try:
     module = importlib.import_module(module_name)
   except ModuleNotFoundError as error:
@@ -278,11 +278,10 @@ def task_class(spec: str) -> type[Task]:
 
 
 def resolved_task_class(config: ml_collections.ConfigDict) -> type[Task]:
-  """Checks the trainer's fields, imports ``config.task`` (``'package.module:ClassName'``) and completes
-  ``config`` in place from the defaults (``validation.complete_config``); returns the class."""
-  fields = validation.check_trainer_fields(config)
-  family = task_class(fields.task)
-  validation.complete_config(config, family, fields)
+  """Imports ``config.task`` (``'package.module:ClassName'``), then checks the trainer's fields and
+  completes ``config`` in place from the defaults (``validation.resolve_config``); returns the class."""
+  family = task_class(config.get('task', ''))
+  validation.resolve_config(config, family)
   return family
 
 

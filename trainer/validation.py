@@ -9,15 +9,18 @@ its value and what is allowed. The checks run cheapest first:
 2. ``complete_config``: the config completed from the defaults of the trainer's fields and of
    the task's sections (``Task.config_sections``), each section checked by its reader
    (``resolve_config`` runs 1 and 2).
-3. ``check_task_names``: ``eval_split`` and ``best_metric`` against the names the task
-   can produce (the task has found its data by then).
-4. ``check_workdir``: the workdir can be created and written, without creating it.
+3. ``check_task_names``: ``eval_split``, ``eval_splits`` and ``best_metric`` against the names
+   the task can produce (the task has found its data by then).
+4. ``total_steps``, ``check_profile_steps`` and ``check_profile_workdir``: the run's length, and
+   the traced steps against it and against the workdir.
+5. ``check_workdir``: the workdir can be created and written, without creating it.
 
 ``trainer.task.resolved_task_class`` runs 1 and 2, ``trainer.task.load_task`` 1 to 3,
-``trainer.io.workdir.check_same_identity`` 4.
+``trainer.loop.train_and_evaluate`` 4, ``trainer.io.workdir.check_same_identity`` 5.
 """
 
 import dataclasses
+import math
 import os
 import pathlib
 
@@ -27,7 +30,7 @@ from trainer import config_schema
 from trainer.config_sections import from_section, to_section
 from trainer.errors import ConfigError, WorkdirError
 from trainer.io import storage
-from trainer.observe import observe_config
+from trainer.observe.observe_config import eval_splits, profile_steps
 
 
 def _fail(field: str, value, allowed: str) -> None:
@@ -127,7 +130,8 @@ def complete_config(
 
 def resolve_config(config: ml_collections.ConfigDict, task_class) -> ml_collections.ConfigDict:
   """The complete config a run records (``complete_config``, in place), its trainer fields checked."""
-  return complete_config(config, task_class, check_trainer_fields(config))
+  fields = check_trainer_fields(config)
+  return complete_config(config, task_class, fields)
 
 
 def _fill(section: ml_collections.ConfigDict, complete: ml_collections.ConfigDict) -> None:
@@ -151,12 +155,45 @@ def check_task_names(config: ml_collections.ConfigDict, task) -> None:
   if resolved not in splits:
     _fail('eval_split', config.eval_split, f'this data has the splits {", ".join(splits)}')
   config.eval_split = resolved  # ``test|val`` becomes the split used, as the workdir's config.json says
-  observe_config.check_eval_splits(config, splits)
+  check_eval_splits(config, splits)
   metrics = task.eval_metric_names()
   if config.ema.decay:  # the moving average's metrics (trainer/ema.py)
     metrics = (*metrics, *(f'ema_{name}' for name in metrics))
   if config.best_metric not in metrics:
     _fail('best_metric', config.best_metric, f'an evaluation reports {", ".join(metrics)}')
+
+
+def check_eval_splits(config: ml_collections.ConfigDict, available) -> None:
+  """Every one of ``eval_splits`` is a split the task can evaluate."""
+  for split in eval_splits(config):
+    if split not in available:
+      _fail('eval_splits', tuple(config.eval_splits), f'this data has the splits {", ".join(available)}')
+
+
+def total_steps(config: ml_collections.ConfigDict, task) -> int:
+  """``config.total_steps``, or ``config.num_epochs`` over the task's training examples."""
+  if config.get('total_steps'):
+    return int(config.total_steps)
+  if config.get('num_epochs'):
+    return math.ceil(config.num_epochs * task.num_train_examples() / config.batch_size)
+  raise ValueError('Set config.total_steps or config.num_epochs.')
+
+
+def check_profile_steps(config: ml_collections.ConfigDict, num_steps: int) -> None:
+  """The traced steps are steps the run has (``num_steps`` is known once the task is)."""
+  beyond = [step for step in profile_steps(config) if step > num_steps]
+  if beyond:
+    _fail('profile_steps', tuple(config.profile_steps), f'this run has steps 1 to {num_steps} only')
+
+
+def check_profile_workdir(config: ml_collections.ConfigDict, workdir) -> None:
+  """Traces are written by the profiler's own file system code, which a bucket workdir is not tested with."""
+  if profile_steps(config) and storage.is_remote(workdir):
+    _fail(
+      'profile_steps',
+      tuple(config.profile_steps),
+      f'traces are written to a local workdir only, not {workdir}',
+    )
 
 
 def check_workdir(workdir) -> None:

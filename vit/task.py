@@ -8,11 +8,10 @@ import ml_collections
 from clu import metrics as clu_metrics
 from flax import nnx
 
-from trainer.devices import Devices
 from trainer.errors import ConfigError
 from trainer.losses import cross_entropy
 from trainer.observe.reporting import Reporting
-from trainer.partitioning import check_batch_size
+from trainer.partitioning import Devices, check_batch_size
 from trainer.task import BatchesFromData, NotApplicable, Task, loss_and_accuracy
 from vit import ablation_table, fewshot, pretrained
 from vit import config_sections as sections

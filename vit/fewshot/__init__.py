@@ -9,7 +9,7 @@ draw), so the test split picks nothing. The draws come from a pool of training e
 (``pool_ids``): a random subset of the train split drawn with a fixed seed, the same rows on every
 process and every run, so a split stored class by class gives a pool of every class.
 
-The features are computed on the trainer's devices (``trainer.devices.Devices``): each process
+The features are computed on the trainer's devices (``trainer.partitioning.Devices``): each process
 reads its own rows of every batch, the batch is split over the mesh's data axis, and the
 features of every process are gathered, so each process solves the same closed-form problem
 (``fewshot_results``, a pure function of the features) and gets the same accuracies. The
@@ -47,7 +47,7 @@ def extract_features(model, batches, devices) -> tuple[np.ndarray, np.ndarray]:
   """``(features [n, d], labels [n])`` of every process's rows that the batches' ``mask`` keeps.
 
   ``batches`` are this process's rows of each global batch; ``devices`` (a
-  ``trainer.devices.Devices``) spreads them over the mesh and gathers the features back, in
+  ``trainer.partitioning.Devices``) spreads them over the mesh and gathers the features back, in
   the order of the global batches, on every process.
   """
   graphdef, state = nnx.split(model)

@@ -58,10 +58,12 @@ def evaluate_workdir_fewshot(
   """
   import ml_collections  # pylint: disable=g-import-not-at-top
 
-  from trainer.devices import Devices  # pylint: disable=g-import-not-at-top
   from trainer.errors import ConfigError  # pylint: disable=g-import-not-at-top
   from trainer.evaluation import restore_checkpoint  # pylint: disable=g-import-not-at-top
-  from trainer.partitioning import make_mesh  # pylint: disable=g-import-not-at-top
+  from trainer.partitioning import (
+    Devices,  # pylint: disable=g-import-not-at-top
+    make_mesh,  # pylint: disable=g-import-not-at-top
+  )
   from vit.input_pipeline import load_image_data  # pylint: disable=g-import-not-at-top
   from vit.task import ImageClassification, fewshot_evaluation  # pylint: disable=g-import-not-at-top
 
