@@ -307,10 +307,9 @@ class Translation(Task):
     )
 
   def eval_batches(self, split, *, batch_size, process_index, process_count):
-    pairs = self._tokenized(split)
     data = self.config.data
     return input_pipeline.eval_batches(
-      pairs,
+      self._tokenized(split),
       batch_size=batch_size,
       max_source_length=data.max_source_length,
       max_target_length=data.max_target_length,

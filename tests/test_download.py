@@ -17,6 +17,7 @@ from PIL import Image
 
 from pipelines import download
 from pipelines.download import DataSet, DownloadError, RemoteFile
+from tests.real_data import data_set_dir
 
 
 class _Server:
@@ -167,20 +168,17 @@ def test_cifar10_is_unpacked_to_an_image_folder_with_the_exact_pixels(server, mo
   assert not (tmp_path / 'cifar10.unpacking').exists()
 
 
-def test_the_checksums_in_the_code_match_the_shared_copies_where_they_exist():
-  """The Multi30k and SCAN files beside the checkout are the upstream files at the pinned commits."""
-  import pathlib
-
-  shared = pathlib.Path(__file__).resolve().parents[2] / 'shared' / 'data'
+def test_the_checksums_in_the_code_match_the_copies_where_they_exist():
+  """The Multi30k and SCAN files found (``tests/real_data.py``) are the upstream files at the pinned commits."""
   checked = 0
   for set_name in ('multi30k', 'scan'):
     for remote in download.DATA_SETS[set_name].files:
-      path = shared / set_name / remote.name
+      path = data_set_dir(set_name) / remote.name
       if path.is_file():
         assert download.sha256_of(path) == remote.sha256, path
         checked += 1
   if not checked:
-    pytest.skip('no shared Multi30k or SCAN copy beside the checkout')
+    pytest.skip('no Multi30k or SCAN copy in data/ or beside the checkout')
 
 
 def _write_pairs(folder, split, count):

@@ -2,7 +2,6 @@
 
 import gzip
 import os
-import pathlib
 import re
 import struct
 import subprocess
@@ -14,10 +13,11 @@ import pytest
 from PIL import Image
 
 from pipelines import image_sources
+from tests.real_data import data_set_dir
 from vit.image_augmentation import RANDAUGMENT_OPS, randaugment
 from vit.input_pipeline import default_data_config, load_image_data
 
-MNIST_DIR = pathlib.Path(__file__).resolve().parents[1] / '../shared/data/mnist'
+MNIST_DIR = data_set_dir('mnist')
 NO_NORMALISATION = {'mean': (0.0,), 'std': (1 / 255,)}  # images come out as raw 0..255
 
 
@@ -430,7 +430,7 @@ def test_idx_errors_name_the_file(tmp_path):
     load_image_data(make_config(source='idx', path=str(root)))
 
 
-@pytest.mark.skipif(not MNIST_DIR.is_dir(), reason='no shared MNIST copy')
+@pytest.mark.skipif(not MNIST_DIR.is_dir(), reason=f'{MNIST_DIR} not present')
 def test_real_mnist_idx_files_load():
   data = load_image_data(make_config(source='idx', path=str(MNIST_DIR)))
   assert (data.num_train, data.num_examples('test')) == (60000, 10000)

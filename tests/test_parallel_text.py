@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from pipelines.parallel_text import read_parallel
+from tests.real_data import data_set_dir
 
-MULTI30K_DIR = Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'multi30k'
+MULTI30K_DIR = data_set_dir('multi30k')
 
 
 def write(path: Path, data: bytes) -> None:

@@ -1,13 +1,13 @@
 """SCAN generation and splits, checked against the official files when they are present."""
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from seq2seq.scan import SCAN_SPLITS, generate_scan, read_scan_file, scan_split
+from tests.real_data import data_set_dir
 
-SCAN_DIR = Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'scan'
+SCAN_DIR = data_set_dir('scan')
 needs_official_scan = pytest.mark.skipif(not SCAN_DIR.is_dir(), reason=f'{SCAN_DIR} not present')
 
 OFFICIAL_SPLIT_FILES = {
