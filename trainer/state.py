@@ -145,7 +145,6 @@ def make_train_step(
       grads, weight, metrics = summed_gradient(params, batch, step_key, constants)
     else:  # each device sums its micro-batches' gradients; one reduction across devices after the loop
       check_micro_batches(jax.tree.leaves(batch)[0].shape[0], grad_accum_steps, mesh)
-      specs = param_specs(params, mesh, state_sharding)
       grads, weight, metrics = accumulated_gradient(
         summed_gradient,
         task.train_metrics,
@@ -154,7 +153,7 @@ def make_train_step(
         step_key,
         num_micro_batches=grad_accum_steps,
         mesh=mesh,
-        specs=specs,
+        specs=param_specs(params, mesh, state_sharding),
         trained=jax.tree_util.tree_map_with_path(lambda key, _: parameter_path(key) not in frozen, params),
         constants=constants,
       )

@@ -130,8 +130,7 @@ def complete_config(
 
 def resolve_config(config: ml_collections.ConfigDict, task_class) -> ml_collections.ConfigDict:
   """The complete config a run records (``complete_config``, in place), its trainer fields checked."""
-  fields = check_trainer_fields(config)
-  return complete_config(config, task_class, fields)
+  return complete_config(config, task_class, check_trainer_fields(config))
 
 
 def _fill(section: ml_collections.ConfigDict, complete: ml_collections.ConfigDict) -> None:
